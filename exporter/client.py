@@ -1,0 +1,383 @@
+"""slurmrestd HTTP client: the only module that talks to slurmrestd.
+
+Request building and response checking are plain functions (:func:`endpoint_path`,
+:func:`check_status`, :func:`versions_from_openapi`); :class:`SlurmClient` adds the I/O:
+an aiohttp session over TCP (``http``/``https``) or a unix socket (``unix:/path``), a JWT read
+from the environment or from a token file that is re-read when it changes, bounded retries with
+exponential backoff and full jitter, a global concurrency cap and at most one request in flight
+per endpoint. Every failure surfaces as an :mod:`exporter.errors` type.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import re
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import msgspec
+
+from .errors import (
+    AuthError,
+    HTTPStatusError,
+    NotJSONError,
+    RequestTimeout,
+    SlurmError,
+    TransportError,
+    TruncatedError,
+    VersionError,
+)
+
+log = logging.getLogger(__name__)
+
+TOKEN_HEADER = "X-SLURM-USER-TOKEN"
+USER_HEADER = "X-SLURM-USER-NAME"
+_VERSION_IN_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/([a-z_]+)/?$")
+
+
+# -- pure parts --------------------------------------------------------------------------------
+
+
+def endpoint_path(version: str, endpoint: str) -> str:
+    """URL path of a slurmctld endpoint for an API version, e.g. ``/slurm/v0.0.45/jobs``."""
+    return f"/slurm/{version}/{endpoint}"
+
+
+ApiPaths = dict[str, dict[str, str]]
+"""API version → {endpoint name → URL path exactly as the server lists it}."""
+
+
+def versions_from_openapi(document: Mapping[str, object]) -> ApiPaths:
+    """Map each ``/slurm/vX`` API version in an OpenAPI document to its plain collection paths
+    (``jobs``, ``nodes``, ...; trailing slash kept as the server wrote it)."""
+    paths = document.get("paths")
+    if not isinstance(paths, Mapping):
+        return {}
+    found: ApiPaths = {}
+    for path in paths:
+        m = _VERSION_IN_PATH.match(str(path))
+        if m:
+            found.setdefault(m.group(1), {})[m.group(2)] = str(path)
+    return found
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """Sort key of ``v0.0.42`` → ``(0, 0, 42)``."""
+    return tuple(int(p) for p in version.lstrip("v").split("."))
+
+
+def choose_version(offered: Mapping[str, object], supported: tuple[str, ...], forced: str | None) -> str:
+    """Pick the API version: ``forced`` if given (it must be offered and supported), else the
+    highest version both sides know. Raises :class:`VersionError` with both lists otherwise."""
+    if forced:
+        if forced not in supported:
+            raise VersionError(f"--api-version {forced} is not supported (supported: {', '.join(supported)})")
+        if offered and forced not in offered:
+            raise VersionError(
+                f"--api-version {forced} is not served by slurmrestd "
+                f"(offered: {', '.join(sorted(offered, key=version_key)) or 'none'})"
+            )
+        return forced
+    common = [v for v in offered if v in supported]
+    if not common:
+        raise VersionError(
+            "no common slurmrestd API version: server offers "
+            f"{', '.join(sorted(offered, key=version_key)) or 'none'}; "
+            f"slurm-keda supports {', '.join(supported)}"
+        )
+    return max(common, key=version_key)
+
+
+class _ErrorBody(msgspec.Struct):
+    errors: list[dict[str, object]] = []
+
+
+def slurm_error_texts(body: bytes) -> tuple[str, ...]:
+    """The human texts of slurmrestd's ``errors[]`` (``description``, else ``error``), if any."""
+    try:
+        parsed = msgspec.json.decode(body, type=_ErrorBody)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return ()
+    texts = []
+    for e in parsed.errors:
+        text = e.get("description") or e.get("error") or e.get("error_number")
+        if text:
+            texts.append(str(text))
+    return tuple(texts)
+
+
+def check_status(status: int, body: bytes, endpoint: str) -> None:
+    """Raise the typed error for a non-2xx answer, quoting slurmrestd's ``errors[]``."""
+    if 200 <= status < 300:
+        return
+    texts = slurm_error_texts(body)
+    if texts:
+        detail = "; ".join(texts)
+    else:
+        snippet = body[:120].decode("utf-8", "replace").strip()
+        detail = snippet or "no body"
+    cls = AuthError if status in (401, 403) else HTTPStatusError
+    raise cls(f"HTTP {status}: {detail}", status=status, errors=texts, endpoint=endpoint)
+
+
+# -- token ---------------------------------------------------------------------------------------
+
+
+class TokenSource:
+    """The JWT to send: a fixed value (``SLURM_JWT``) or a file re-read whenever it changes.
+
+    Kubernetes updates a mounted Secret by swapping a symlink, so the file's identity
+    (inode, mtime, size, after following links) is compared on every use; ``reload`` forces a
+    re-read (used once after a 401). The token text is never logged.
+    """
+
+    def __init__(self, *, token: str | None = None, token_file: Path | None = None) -> None:
+        self._fixed = token.strip() if token else None
+        self._file = token_file
+        self._stamp: tuple[int, int, int] | None = None
+        self._value: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self._fixed or self._file)
+
+    def _read(self) -> None:
+        assert self._file is not None
+        try:
+            st = os.stat(self._file)
+        except OSError as e:
+            raise TransportError(f"cannot read token file {self._file}: {e.strerror}") from None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            text = self._file.read_text(encoding="utf-8").strip()
+            if text.startswith("SLURM_JWT="):
+                text = text[len("SLURM_JWT=") :]
+            if self._stamp is not None and text != self._value:
+                log.info("token file %s changed; using the new token", self._file)
+            self._value = text
+            self._stamp = stamp
+
+    def current(self) -> str | None:
+        if self._file is not None:
+            self._read()
+            return self._value
+        return self._fixed
+
+    def reload(self) -> bool:
+        """Force a re-read of the token file; True if the token text changed."""
+        if self._file is None:
+            return False
+        before = self._value
+        self._stamp = None
+        self._read()
+        return self._value != before
+
+
+# -- client --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """How to reach slurmrestd; durations in seconds."""
+
+    base_url: str
+    """``http://host:port``, ``https://host:port`` or ``unix:/path/to/socket``."""
+    token: TokenSource = field(default_factory=TokenSource)
+    user_name: str | None = None
+    """Sent as X-SLURM-USER-NAME (needed when the token is an admin's "daemon" token)."""
+    timeout: float = 30.0
+    """Limit for one small request (connect + whole answer)."""
+    stream_timeout: float = 600.0
+    """Limit for one streamed request (/jobs): slurmrestd sends ~5.5 MB/s at 20k jobs."""
+    retries: int = 2
+    """Extra attempts after a retryable failure (unreachable, timeout, 429, 5xx)."""
+    backoff: float = 0.5
+    """First backoff; doubles per attempt, with full jitter, capped at 10 s."""
+    max_concurrency: int = 4
+    tls_ca_file: Path | None = None
+    tls_insecure: bool = False
+    chunk_bytes: int = 1 << 20
+
+
+_RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+def _retryable(err: SlurmError) -> bool:
+    if isinstance(err, TransportError):
+        return True
+    return isinstance(err, HTTPStatusError) and err.status in _RETRY_STATUSES
+
+
+class SlurmClient:
+    """Async slurmrestd client. Use as ``async with SlurmClient(cfg) as c: ...``."""
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._session: aiohttp.ClientSession | None = None
+        self._limit = asyncio.Semaphore(config.max_concurrency)
+        self._endpoint_locks: dict[str, asyncio.Lock] = {}
+        url = config.base_url.rstrip("/")
+        self._unix_path: str | None = None
+        if url.startswith("unix:"):
+            self._unix_path = url[len("unix:") :]
+            self._base = "http://localhost"
+        elif url.startswith(("http://", "https://")):
+            self._base = url
+        else:
+            raise ValueError(f"slurmrestd URL must start with http://, https:// or unix: ({url!r})")
+        self.requests_sent = 0
+        """Requests put on the wire, retries included."""
+
+    async def __aenter__(self) -> SlurmClient:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def open(self) -> None:
+        if self._session is not None:
+            return
+        connector: aiohttp.BaseConnector
+        if self._unix_path is not None:
+            connector = aiohttp.UnixConnector(path=self._unix_path)
+        else:
+            ssl_arg: ssl.SSLContext | bool = True
+            if self._base.startswith("https://"):
+                if self.config.tls_insecure:
+                    ssl_arg = False
+                elif self.config.tls_ca_file:
+                    ssl_arg = ssl.create_default_context(cafile=str(self.config.tls_ca_file))
+            connector = aiohttp.TCPConnector(ssl=ssl_arg, limit=self.config.max_concurrency)
+        self._session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=True, raise_for_status=False
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        token = self.config.token.current()
+        if token:
+            headers[TOKEN_HEADER] = token
+        if self.config.user_name:
+            headers[USER_HEADER] = self.config.user_name
+        return headers
+
+    @asynccontextmanager
+    async def _lane(self, endpoint: str) -> AsyncIterator[None]:
+        """One request per endpoint in flight, and at most ``max_concurrency`` overall."""
+        lock = self._endpoint_locks.setdefault(endpoint, asyncio.Lock())
+        async with lock, self._limit:
+            yield
+
+    async def get(self, path: str, *, endpoint: str, params: Mapping[str, str] | None = None) -> bytes:
+        """GET ``path`` and return the whole body of a 2xx answer."""
+        chunks: list[bytes] = []
+        async for chunk in self.stream(path, endpoint=endpoint, params=params, whole=True):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def stream(
+        self,
+        path: str,
+        *,
+        endpoint: str,
+        params: Mapping[str, str] | None = None,
+        whole: bool = False,
+    ) -> AsyncIterator[bytes]:
+        """GET ``path`` and yield the body of a 2xx answer in chunks as it arrives.
+
+        Retries (with backoff) happen only before the first chunk is yielded. ``whole`` applies
+        the small-request time limit instead of the streaming one.
+        """
+        attempt = 0
+        reauthed = False
+        while True:
+            started = False
+            try:
+                async with self._lane(endpoint):
+                    async for chunk in self._attempt(path, endpoint, params, whole):
+                        started = True
+                        yield chunk
+                return
+            except AuthError:
+                if reauthed or started or not self.config.token.reload():
+                    raise
+                reauthed = True
+                log.info("%s: token refused; re-read the token file, retrying once", endpoint)
+            except SlurmError as err:
+                if started or attempt >= self.config.retries or not _retryable(err):
+                    raise
+                delay = self._rng.uniform(0, min(10.0, self.config.backoff * 2**attempt))
+                attempt += 1
+                log.warning(
+                    "%s: %s; retry %d/%d in %.2fs", endpoint, err, attempt, self.config.retries, delay
+                )
+                await self._sleep(delay)
+
+    async def _attempt(
+        self, path: str, endpoint: str, params: Mapping[str, str] | None, whole: bool
+    ) -> AsyncIterator[bytes]:
+        if self._session is None:
+            await self.open()
+        assert self._session is not None
+        limit = self.config.timeout if whole else self.config.stream_timeout
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0))
+        self.requests_sent += 1
+        try:
+            async with self._session.get(
+                self._base + path, params=params or None, headers=self._headers(), timeout=timeout
+            ) as resp:
+                if not 200 <= resp.status < 300:
+                    body = await resp.content.read(64 << 10)
+                    check_status(resp.status, body, endpoint)
+                expected = resp.content_length
+                received = 0
+                async for chunk in resp.content.iter_chunked(self.config.chunk_bytes):
+                    received += len(chunk)
+                    yield chunk
+                if expected is not None and received < expected:
+                    raise TruncatedError(
+                        f"body ended after {received} of {expected} bytes", endpoint=endpoint
+                    )
+        except SlurmError as err:
+            err.endpoint = err.endpoint or endpoint
+            raise
+        except TimeoutError:
+            raise RequestTimeout(f"no complete answer within {limit:g}s", endpoint=endpoint) from None
+        except aiohttp.ClientPayloadError as e:
+            raise TruncatedError(f"body cut short: {e}", endpoint=endpoint) from None
+        except (aiohttp.ClientError, OSError) as e:
+            raise TransportError(
+                f"cannot reach slurmrestd at {self.config.base_url}: {e}", endpoint=endpoint
+            ) from None
+
+    async def openapi(self) -> ApiPaths:
+        """Versions (and their endpoints) the server offers, from ``GET /openapi/v3``."""
+        body = await self.get("/openapi/v3", endpoint="openapi")
+        try:
+            document = msgspec.json.decode(body)
+        except msgspec.DecodeError as e:
+            raise NotJSONError(f"/openapi/v3 is not JSON: {e}", endpoint="openapi") from None
+        if not isinstance(document, dict):
+            raise NotJSONError("/openapi/v3 is not a JSON object", endpoint="openapi")
+        return versions_from_openapi(document)

@@ -1,0 +1,170 @@
+"""Debian chroots holding a given Slurm release: build once with debootstrap, cache, reuse.
+
+A finished chroot has a marker file; a build goes to ``SUITE.partial`` and is renamed only on success,
+so an interrupted build never looks finished. Builds of one suite are serialised with a lock file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from exporter.lab.errors import LabError
+from exporter.lab.flavors import CHROOT_PACKAGES, cache_dir
+from exporter.lab.procs import tail
+
+MARKER = ".slurm-keda-chroot"
+FALLBACK_MIRROR = "http://deb.debian.org/debian"
+RESTD_USER = "slurmrestd"
+RESTD_UID = 64030
+INNER_STATE = "/lab"
+"""Where a lab's state directory is bind-mounted inside its chroot."""
+
+
+def find_mirror(sources: Path = Path("/etc/apt")) -> str:
+    """The Debian mirror this machine's apt already uses (deb822 ``URIs:`` or one-line ``deb`` entries)."""
+    candidates: list[str] = []
+    files = sorted((sources / "sources.list.d").glob("*.sources")) + sorted(
+        (sources / "sources.list.d").glob("*.list")) + [sources / "sources.list"]
+    for file in files:
+        try:
+            text = file.read_text()
+        except OSError:
+            continue
+        candidates += re.findall(r"^URIs:\s*(\S+)", text, flags=re.MULTILINE)
+        candidates += re.findall(r"^deb\s+(?:\[[^]]*\]\s+)?(\S+)", text, flags=re.MULTILINE)
+    for uri in candidates:
+        if re.search(r"/debian/?$", uri) and "security" not in uri:
+            return uri.rstrip("/")
+    return FALLBACK_MIRROR
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def is_built(root: Path) -> bool:
+    return (root / MARKER).is_file()
+
+
+def ensure_chroot(suite: str, progress: bool = False) -> Path:
+    """Return the cached chroot for ``suite``, debootstrapping it first if needed (~50 s, ~290 MB)."""
+    root = cache_dir() / suite
+    if is_built(root):
+        prepare(root)
+        return root
+    with _locked(cache_dir() / f".{suite}.lock"):
+        if is_built(root):
+            prepare(root)
+            return root
+        if shutil.which("debootstrap") is None:
+            raise LabError("debootstrap is not installed; run: apt-get install -y debootstrap")
+        partial = cache_dir() / f"{suite}.partial"
+        log = cache_dir() / f"{suite}.build.log"
+        if partial.exists():
+            _unmount_below(partial)
+            shutil.rmtree(partial)
+        mirror = find_mirror()
+        argv = ["debootstrap", "--variant=minbase", f"--include={','.join(CHROOT_PACKAGES)}",
+                suite, str(partial), mirror]
+        if progress:
+            print(f"building {suite} chroot in {root} from {mirror} (about a minute, once) ...", flush=True)
+        started = time.monotonic()
+        with open(log, "wb") as out:
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
+        if result.returncode != 0 or not (partial / "usr/sbin/slurmctld").exists():
+            raise LabError(f"debootstrap of {suite} failed (exit {result.returncode}); see {log}: "
+                           + tail(log, 3).replace("\n", " | "))
+        if root.exists():
+            shutil.rmtree(root)
+        partial.rename(root)
+        (root / MARKER).write_text(f"suite={suite}\nmirror={mirror}\nseconds={time.monotonic() - started:.0f}\n")
+    prepare(root)
+    return root
+
+
+def prepare(root: Path) -> None:
+    """Idempotent touches a chroot needs: /etc/hosts, the slurmrestd user, the /lab mount point."""
+    hosts = root / "etc/hosts"
+    if "localhost" not in (hosts.read_text() if hosts.exists() else ""):
+        hosts.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n")
+    add_system_user(root, RESTD_USER, RESTD_UID)
+    (root / INNER_STATE.lstrip("/")).mkdir(exist_ok=True)
+
+
+def add_system_user(root: Path, name: str, uid: int) -> None:
+    """Add a no-login system user+group by editing passwd/group directly (works on minbase)."""
+    passwd, group = root / "etc/passwd", root / "etc/group"
+    if any(line.split(":")[0] == name for line in passwd.read_text().splitlines()):
+        return
+    with open(group, "a") as handle:
+        handle.write(f"{name}:x:{uid}:\n")
+    with open(passwd, "a") as handle:
+        handle.write(f"{name}:x:{uid}:{uid}:slurm-keda lab slurmrestd:/nonexistent:/usr/sbin/nologin\n")
+
+
+def slurm_release(root: Path) -> str:
+    """The Slurm release installed in ``root`` (e.g. ``24.11.5``), read from dpkg's status file."""
+    status = (root / "var/lib/dpkg/status").read_text()
+    match = re.search(r"^Package: slurmctld\n(?:[^\n]+\n)*?Version: (?:\d+:)?([0-9.]+)", status,
+                      flags=re.MULTILINE)
+    if not match:
+        raise LabError(f"slurmctld is not installed in {root}")
+    return match.group(1)
+
+
+def _mountinfo() -> list[Path]:
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        field = line.split()[4]
+        points.append(Path(field.replace("\\040", " ")))
+    return points
+
+
+def is_mounted(path: Path) -> bool:
+    return path.resolve() in _mountinfo()
+
+
+def mount_all(root: Path, state_dir: Path) -> None:
+    """proc, /dev, /sys and the lab's state directory (at /lab) inside ``root``; idempotent."""
+    root = root.resolve()
+    plan: list[tuple[Path, list[str]]] = [
+        (root / "proc", ["-t", "proc", "proc"]),
+        (root / "dev", ["--bind", "/dev"]),
+        (root / "sys", ["--bind", "/sys"]),
+        (root / INNER_STATE.lstrip("/"), ["--bind", str(state_dir)]),
+    ]
+    for target, how in plan:
+        target.mkdir(exist_ok=True)
+        if not is_mounted(target):
+            result = subprocess.run(["mount", *how, str(target)], capture_output=True, text=True,
+                                    check=False)
+            if result.returncode != 0:
+                raise LabError(f"mount {' '.join(how)} {target} failed: {result.stderr.strip()}")
+
+
+def _unmount_below(root: Path) -> None:
+    root = root.resolve()
+    points = [p for p in _mountinfo() if p == root or root in p.parents]
+    for point in sorted(points, key=lambda p: len(p.parts), reverse=True):
+        subprocess.run(["umount", "-l", str(point)], capture_output=True, check=False)
+
+
+def unmount_all(root: Path) -> None:
+    """Undo :func:`mount_all` (lazy unmounts, deepest first)."""
+    if root.resolve() == Path("/"):
+        return
+    _unmount_below(root)

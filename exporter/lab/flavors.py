@@ -1,0 +1,81 @@
+"""Which Slurm a lab runs, and where it lives.
+
+Each flavor has its own ports, state directory and cluster name so that labs of different Slurm
+versions can run side by side on one machine.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CACHE = Path("/var/cache/slurm-keda/chroots")
+"""Where debootstrapped chroots are kept and reused (env ``SLURM_KEDA_LAB_CACHE`` overrides)."""
+
+DEFAULT_STATE_ROOT = Path("/var/lib/slurm-keda/lab")
+"""Parent of every lab's state directory (env ``SLURM_KEDA_LAB_STATE`` overrides)."""
+
+CHROOT_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
+"""Installed into each chroot by ``debootstrap --include``."""
+
+HOST_PACKAGES = (*CHROOT_PACKAGES, "munge")
+"""Needed on the host for the ``host`` flavor (22.05 on Debian 12 uses munge)."""
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One kind of lab.
+
+    ``suite`` is the Debian suite debootstrapped into the chroot; ``None`` means the host's own packages.
+    """
+
+    name: str
+    suite: str | None
+    port_base: int
+
+    @property
+    def cluster_name(self) -> str:
+        """ClusterName in slurm.conf: only letters and digits."""
+        return "lab" + "".join(ch for ch in self.name if ch.isalnum())
+
+    @property
+    def is_host(self) -> bool:
+        return self.suite is None
+
+    def chroot_dir(self) -> Path:
+        """The chroot root, or ``/`` for the host flavor."""
+        if self.suite is None:
+            return Path("/")
+        return cache_dir() / self.suite
+
+    def state_dir(self) -> Path:
+        return state_root() / self.name
+
+
+FLAVORS: dict[str, Flavor] = {
+    "24.11": Flavor(name="24.11", suite="trixie", port_base=16800),
+    "26.05": Flavor(name="26.05", suite="sid", port_base=16900),
+    "host": Flavor(name="host", suite=None, port_base=17000),
+}
+"""Every supported flavor. 24.11 is Debian trixie's Slurm, 26.05 is sid's (sid moves: the real release is
+read at run time and reported by ``status``)."""
+
+DEFAULT_FLAVOR = "24.11"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SLURM_KEDA_LAB_CACHE", str(DEFAULT_CACHE)))
+
+
+def state_root() -> Path:
+    return Path(os.environ.get("SLURM_KEDA_LAB_STATE", str(DEFAULT_STATE_ROOT)))
+
+
+def get_flavor(name: str) -> Flavor:
+    from exporter.lab.errors import LabError
+
+    try:
+        return FLAVORS[name]
+    except KeyError:
+        raise LabError(f"unknown lab flavor {name!r}; choose one of {', '.join(FLAVORS)}") from None

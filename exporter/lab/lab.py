@@ -1,0 +1,531 @@
+"""A real Slurm cluster on loopback: slurmctld, one slurmd per node and two slurmrestd, per flavor.
+
+Layout of a lab's state directory (``/var/lib/slurm-keda/lab/<flavor>``; bind-mounted at ``/lab`` inside
+the flavor's chroot)::
+
+    etc/    slurm.conf cgroup.conf gres.conf slurm.key jwt.key
+    state/  ctld/ (StateSaveLocation), slurmd/<node>/
+    run/    <component>.lab-pid, slurmrestd.sock
+    log/    slurmctld.log slurmd-<node>.log slurmrestd-*.log power.log
+    nodes/  <node>.json for nodes added at run time
+    token   a JWT for root, written by ``up``
+    lab.json  port base and node count of the running lab
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from exporter.lab import chroot, procs
+from exporter.lab.conf import (
+    DYN_FEATURE,
+    GPU_COUNT,
+    GPU_NODE,
+    NODE_CPUS,
+    NODE_MEMORY_MB,
+    LabConfig,
+    Ports,
+    cgroup_conf,
+    gres_conf,
+    power_script,
+    slurm_conf,
+)
+from exporter.lab.errors import LabError, LabNotRunningError
+from exporter.lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor
+from exporter.lab.http import Response, get
+
+DEFAULT_NODES = 3
+TOKEN_LIFESPAN = 7 * 24 * 3600
+"""Lifespan in seconds of the token ``up`` writes to the token file: a week, so a lab left up stays usable."""
+START_TIMEOUT = 60.0
+RESTD_UNIX_SOCKET = "slurmrestd.sock"
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """A node whose slurmd the lab runs; ``dynamic`` nodes join with ``slurmd -Z``."""
+
+    name: str
+    port: int
+    cpus: int = NODE_CPUS
+    memory_mb: int = NODE_MEMORY_MB
+    gpus: int = 0
+    dynamic: bool = False
+
+
+@dataclass(frozen=True)
+class LabStatus:
+    """What ``lab status`` reports about one lab."""
+
+    flavor: str
+    running: bool
+    state_dir: str
+    slurm_release: str | None = None
+    api_versions: list[str] = field(default_factory=list)
+    url: str | None = None
+    unix_url: str | None = None
+    token_file: str | None = None
+    slurm_conf: str | None = None
+    port_base: int | None = None
+    nodes: list[str] = field(default_factory=list)
+    components: dict[str, int | None] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        raise LabError("the Slurm lab must run as root (chroot, mounts, slurmd); re-run with sudo")
+
+
+def api_versions_from_openapi(doc: dict[str, Any]) -> list[str]:
+    """Versions with ``/slurm/vX/...`` paths in an ``/openapi/v3`` document, oldest first."""
+    found = {m.group(1) for path in doc.get("paths", {}) if (m := re.match(r"^/slurm/(v[0-9.]+)/", path))}
+    return sorted(found, key=lambda v: tuple(int(x) for x in v[1:].split(".")))
+
+
+def _version_tuple(release: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", release)[:3])
+
+
+class Lab:
+    """One lab (flavor ``24.11``, ``26.05`` or ``host``); every method is safe to call repeatedly."""
+
+    def __init__(self, flavor: Flavor | str = DEFAULT_FLAVOR, *, nodes: int | None = None,
+                 port_base: int | None = None) -> None:
+        self.flavor = get_flavor(flavor) if isinstance(flavor, str) else flavor
+        self.state_dir = self.flavor.state_dir()
+        saved = self._saved()
+        self.nodes = nodes if nodes is not None else int(saved.get("nodes", DEFAULT_NODES))
+        self.ports = Ports(port_base if port_base is not None else
+                           int(saved.get("port_base", self.flavor.port_base)))
+        self._requested_base = port_base
+        if not 1 <= self.nodes <= self.ports.max_cpu_nodes:
+            raise LabError(f"--nodes must be between 1 and {self.ports.max_cpu_nodes}")
+
+    # ----- paths -----------------------------------------------------------------------------------
+    @property
+    def root(self) -> Path:
+        """The chroot (``/`` for the host flavor)."""
+        return self.flavor.chroot_dir()
+
+    @property
+    def inner(self) -> PurePosixPath:
+        """The state directory as the daemons see it."""
+        return PurePosixPath(self.state_dir) if self.flavor.is_host else PurePosixPath(chroot.INNER_STATE)
+
+    @property
+    def slurm_conf_inner(self) -> str:
+        return str(self.inner / "etc/slurm.conf")
+
+    @property
+    def slurm_conf(self) -> Path:
+        """slurm.conf on the host's file system."""
+        return self.state_dir / "etc/slurm.conf"
+
+    @property
+    def token_file(self) -> Path:
+        return self.state_dir / "token"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.slurmrestd}"
+
+    @property
+    def unix_socket(self) -> Path:
+        return self.state_dir / "run" / "restd" / RESTD_UNIX_SOCKET
+
+    @property
+    def unix_url(self) -> str:
+        return f"unix:{self.unix_socket}"
+
+    def log_path(self, component: str) -> Path:
+        return self.state_dir / "log" / f"{component}.log"
+
+    def _pid_file(self, component: str) -> Path:
+        return self.state_dir / "run" / f"{component}.lab-pid"
+
+    def _saved(self) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.state_dir / "lab.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    # ----- processes -------------------------------------------------------------------------------
+    def _pid(self, component: str) -> int | None:
+        """The live pid of one of this lab's daemons, or None."""
+        pid = procs.read_pid(self._pid_file(component))
+        if pid is not None and procs.belongs(pid, self.root, self.slurm_conf_inner):
+            return pid
+        return None
+
+    def _components(self) -> list[str]:
+        run = self.state_dir / "run"
+        if not run.is_dir():
+            return []
+        return sorted(p.name.removesuffix(".lab-pid") for p in run.glob("*.lab-pid"))
+
+    def is_running(self) -> bool:
+        return self._pid("slurmctld") is not None
+
+    def _start(self, component: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
+        pid = self._pid(component)
+        if pid is not None:
+            return pid
+        pid = procs.spawn(self.root, argv, self.log_path(component), env or {})
+        self._pid_file(component).write_text(f"{pid}\n")
+        return pid
+
+    def _stop(self, component: str) -> None:
+        pid = self._pid(component)
+        if pid is not None:
+            procs.terminate([pid])
+        self._pid_file(component).unlink(missing_ok=True)
+
+    def _client_env(self) -> dict[str, str]:
+        return {**procs.BASE_ENV, "SLURM_CONF": self.slurm_conf_inner}
+
+    # ----- client commands -------------------------------------------------------------------------
+    def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0) -> str:
+        """Run a Slurm client command (squeue, sinfo, scontrol, sbatch ...) against this lab; its stdout."""
+        result = self.run_raw(argv, timeout=timeout)
+        if check and result.returncode != 0:
+            msg = (result.stderr or result.stdout).strip().replace("\n", " | ")
+            raise LabError(f"{' '.join(argv)} failed (exit {result.returncode}): {msg}")
+        return result.stdout
+
+    def run_raw(self, argv: Sequence[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(procs.in_root(self.root, argv), capture_output=True, text=True,
+                                  env=self._client_env(), timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise LabError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
+
+    # ----- up --------------------------------------------------------------------------------------
+    def _check_install(self) -> None:
+        if self.flavor.is_host:
+            missing = [b for b in ("slurmctld", "slurmd", "slurmrestd", "scontrol", "munged")
+                       if not any(Path(d, b).exists() for d in ("/usr/sbin", "/usr/bin"))]
+            if missing or not Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists():
+                raise LabError("host Slurm packages missing; run: apt-get install -y " + " ".join(HOST_PACKAGES))
+        else:
+            assert self.flavor.suite is not None
+            chroot.ensure_chroot(self.flavor.suite, progress=True)
+
+    def release(self) -> str:
+        return chroot.slurm_release(self.root)
+
+    def _config(self) -> LabConfig:
+        legacy = _version_tuple(self.release()) < (23, 11)
+        return LabConfig(cluster_name=self.flavor.cluster_name, inner=self.inner, ports=self.ports,
+                         cpu_nodes=self.nodes, legacy_munge=legacy)
+
+    def _static_nodes(self) -> list[NodeRecord]:
+        nodes = [NodeRecord(name=f"c{i}", port=self.ports.cpu_node(i)) for i in range(1, self.nodes + 1)]
+        nodes.append(NodeRecord(name=GPU_NODE, port=self.ports.gpu_node, gpus=GPU_COUNT))
+        return nodes
+
+    def _runtime_nodes(self) -> list[NodeRecord]:
+        folder = self.state_dir / "nodes"
+        if not folder.is_dir():
+            return []
+        return [NodeRecord(**json.loads(p.read_text())) for p in sorted(folder.glob("*.json"))]
+
+    def _write_files(self, cfg: LabConfig) -> None:
+        sd = self.state_dir
+        for sub in ("etc", "state/ctld", "state/slurmd", "run", "log", "bin", "dev", "nodes"):
+            (sd / sub).mkdir(parents=True, exist_ok=True)
+        for key, size in (("slurm.key", 1024), ("jwt.key", 32)):
+            path = sd / "etc" / key
+            if not path.exists():
+                path.write_bytes(secrets.token_bytes(size))
+            path.chmod(0o600)
+        (sd / "etc/slurm.conf").write_text(slurm_conf(cfg))
+        (sd / "etc/cgroup.conf").write_text(cgroup_conf(cfg))
+        self._write_gres(cfg)
+        for i in range(GPU_COUNT):
+            (sd / "dev" / f"fakegpu{i}").touch()
+        for action, script in (("resume", "resume.sh"), ("suspend", "suspend.sh")):
+            path = sd / "bin" / script
+            path.write_text(power_script(cfg.path("log", "power.log"), action))
+            path.chmod(0o755)
+        sd.chmod(0o755)
+        (sd / "lab.json").write_text(json.dumps({"flavor": self.flavor.name, "port_base": self.ports.base,
+                                                 "nodes": self.nodes}) + "\n")
+
+    def _write_gres(self, cfg: LabConfig) -> None:
+        gpus = {n.name: n.gpus for n in self._static_nodes() + self._runtime_nodes()}
+        (self.state_dir / "etc/gres.conf").write_text(gres_conf(cfg, gpus))
+
+    def _check_ports(self) -> None:
+        wanted = {"slurmctld": self.ports.slurmctld, "slurmrestd": self.ports.slurmrestd}
+        wanted |= {f"slurmd {n.name}": n.port for n in self._static_nodes()}
+        busy = [f"{port} ({what})" for what, port in wanted.items() if not procs.port_free(port)]
+        if busy:
+            raise LabError(f"port(s) in use: {', '.join(busy)}; stop whatever holds them or pick another "
+                           f"--port-base (lab {self.flavor.name} uses {self.ports.base}..{self.ports.base + 99})")
+
+    def up(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
+        """Start the lab, or complete/confirm an already running one. Returns its status."""
+        require_root()
+        saved_base = self._saved().get("port_base")
+        if self.is_running():
+            if self._requested_base is not None and saved_base not in (None, self._requested_base):
+                raise LabError(f"lab {self.flavor.name} already runs with port base {saved_base}; "
+                               "run `lab down` first to change it")
+        else:
+            self._check_install()
+            self.down(quiet=True)
+            if not self.flavor.is_host:
+                self.state_dir.mkdir(parents=True, exist_ok=True)
+                chroot.mount_all(self.root, self.state_dir)
+            cfg = self._config()
+            # A fresh start is a fresh cluster: no jobs, no dynamic nodes from an earlier run.
+            for stale in ("state/ctld", "state/slurmd", "nodes"):
+                _clear_dir(self.state_dir / stale)
+            for name in ("demo.json", "token"):
+                (self.state_dir / name).unlink(missing_ok=True)
+            self._write_files(cfg)
+            self._check_ports()
+            if cfg.legacy_munge:
+                self._ensure_munge()
+            self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
+        deadline = time.monotonic() + timeout
+        self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
+        for node in self._static_nodes() + self._runtime_nodes():
+            self._start_slurmd(node)
+        self._start_restd()
+        if not self.token_file.exists():
+            self.write_token()
+        self._wait("slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp")
+        self._wait("slurmrestd (unix socket) to serve /openapi/v3", deadline,
+                   lambda: self._restd_ready(unix=True), "slurmrestd-unix")
+        self._wait("slurmd of every node to register", deadline,
+                   lambda: self._nodes_ready([n.name for n in self._static_nodes()]), "slurmctld")
+        return self.status()
+
+    def _wait(self, what: str, deadline: float, ready: Callable[[], bool], component: str) -> None:
+        while True:
+            for comp in self._components():
+                if self._pid(comp) is None and comp in ("slurmctld", component):
+                    raise LabError(f"{comp} of lab {self.flavor.name} is not running; last lines of "
+                                   f"{self.log_path(comp)}: " + procs.tail(self.log_path(comp)).replace("\n", " | "))
+            if ready():
+                return
+            if time.monotonic() > deadline:
+                raise LabError(f"timed out waiting for {what} (lab {self.flavor.name}); see "
+                               f"{self.log_path(component)}: "
+                               + procs.tail(self.log_path(component), 5).replace("\n", " | "))
+            time.sleep(0.2)
+
+    def _ctld_ready(self) -> bool:
+        result = self.run_raw(["scontrol", "ping"], timeout=10)
+        return result.returncode == 0 and " is UP" in result.stdout
+
+    def _restd_ready(self, unix: bool = False) -> bool:
+        try:
+            return self.get("/openapi/v3", unix=unix).status == 200
+        except OSError:
+            return False
+
+    def _nodes_ready(self, names: Sequence[str]) -> bool:
+        states = self.node_states()
+        return all(states.get(n, "").split("+")[0].rstrip("*~#!%$@^-") in
+                   ("idle", "mixed", "allocated", "IDLE", "MIXED", "ALLOCATED")
+                   for n in names)
+
+    def node_states(self) -> dict[str, str]:
+        """``{node: state}`` as ``sinfo -N -o %N|%T`` shows it (e.g. ``idle``, ``idle~``, ``down*``)."""
+        result = self.run_raw(["sinfo", "-h", "-N", "-o", "%N|%T"], timeout=10)
+        states: dict[str, str] = {}
+        for line in result.stdout.splitlines():
+            name, _, state = line.partition("|")
+            states[name] = state
+        return states
+
+    def _ensure_munge(self) -> None:
+        raise LabError("the host flavor (Slurm 22.05, auth/munge) is not supported by the lab; "
+                       "use --slurm 24.11 or --slurm 26.05")
+
+    def _start_slurmd(self, node: NodeRecord) -> int:
+        argv = ["slurmd", "-D", "-N", node.name, "-f", self.slurm_conf_inner]
+        if node.dynamic:
+            conf = f"CPUs={node.cpus} RealMemory={node.memory_mb} Feature={DYN_FEATURE} Port={node.port}"
+            if node.gpus:
+                conf += f" Gres=gpu:{node.gpus}"
+            argv[1:1] = ["-Z", "--conf", conf]
+        (self.state_dir / "state/slurmd" / node.name).mkdir(parents=True, exist_ok=True)
+        return self._start(f"slurmd-{node.name}", argv)
+
+    def _start_restd(self) -> None:
+        release = self.release()
+        plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
+        self._start("slurmrestd-tcp", [
+            "slurmrestd", "-f", self.slurm_conf_inner, "-u", chroot.RESTD_USER, "-g", chroot.RESTD_USER,
+            "-a", "rest_auth/jwt", "-s", plugins, f"127.0.0.1:{self.ports.slurmrestd}",
+        ], env={"SLURM_JWT": "daemon"})
+        # rest_auth/local: the caller's uid comes from the socket (root and the slurmrestd user are let in).
+        # slurmrestd runs as its own user, so the socket lives in a directory that user owns.
+        sock = self.inner / "run" / "restd" / RESTD_UNIX_SOCKET
+        if self._pid("slurmrestd-unix") is None:
+            self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
+            os.chown(self.unix_socket.parent, chroot.RESTD_UID, chroot.RESTD_UID)
+            self.unix_socket.unlink(missing_ok=True)
+        self._start("slurmrestd-unix", [
+            "slurmrestd", "-f", self.slurm_conf_inner, "-u", chroot.RESTD_USER, "-g", chroot.RESTD_USER,
+            "-a", "rest_auth/local", "-s", plugins, f"unix:{sock}",
+        ])
+
+    # ----- token, HTTP -----------------------------------------------------------------------------
+    def token(self, lifespan: int = 3600) -> str:
+        """A fresh JWT for root from ``scontrol token``."""
+        out = self.run(["scontrol", "token", "username=root", f"lifespan={lifespan}"])
+        match = re.search(r"SLURM_JWT=(\S+)", out)
+        if not match:
+            raise LabError(f"unexpected `scontrol token` output: {out.strip()!r}")
+        return match.group(1)
+
+    def write_token(self, lifespan: int = TOKEN_LIFESPAN) -> Path:
+        token = self.token(lifespan)
+        self.token_file.write_text(token + "\n")
+        self.token_file.chmod(0o600)
+        return self.token_file
+
+    def read_token(self) -> str:
+        try:
+            return self.token_file.read_text().strip()
+        except OSError:
+            raise LabNotRunningError(f"no token file at {self.token_file}; is lab {self.flavor.name} up?") from None
+
+    def get(self, path: str, *, unix: bool = False, token: str | None = None) -> Response:
+        """GET ``path`` from this lab's slurmrestd (TCP with the lab's token, or the unix socket)."""
+        if unix:
+            return get(self.unix_url, path)
+        headers = {"X-SLURM-USER-NAME": "root"}
+        tok = token if token is not None else (self.read_token() if self.token_file.exists() else "")
+        if tok:
+            headers["X-SLURM-USER-TOKEN"] = tok
+        return get(self.url, path, headers)
+
+    def openapi(self) -> dict[str, Any]:
+        resp = self.get("/openapi/v3")
+        if resp.status != 200:
+            raise LabError(f"GET /openapi/v3 on {self.url} returned HTTP {resp.status}")
+        doc: dict[str, Any] = json.loads(resp.body)
+        return doc
+
+    def api_versions(self) -> list[str]:
+        return api_versions_from_openapi(self.openapi())
+
+    # ----- nodes at run time -----------------------------------------------------------------------
+    def add_node(self, name: str, *, cpus: int = NODE_CPUS, memory_mb: int = NODE_MEMORY_MB, gpus: int = 0,
+                 dynamic: bool = False, timeout: float = 30.0) -> NodeRecord:
+        """Start a slurmd: a configured node's (after ``remove_node``), or a new dynamic node (``slurmd -Z``)
+        that joins nodeset ``ns-dyn`` (partition ``dyn``)."""
+        self._require_running()
+        static = {n.name: n for n in self._static_nodes()}
+        record_path = self.state_dir / "nodes" / f"{name}.json"
+        if name in static:
+            node = static[name]
+            self._start_slurmd(node)
+            self.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
+        elif record_path.exists():
+            node = NodeRecord(**json.loads(record_path.read_text()))
+            self._start_slurmd(node)
+        else:
+            if not dynamic:
+                raise LabError(f"node {name} is not in slurm.conf; add it with --dynamic (joins partition dyn)")
+            if self._config().legacy_munge:
+                raise LabError("dynamic nodes need Slurm 23.02+ with nodesets")
+            used = {n.port for n in self._runtime_nodes()}
+            port = next((p for p in self.ports.runtime_nodes if p not in used and procs.port_free(p)), None)
+            if port is None:
+                raise LabError("no free port left for another node")
+            node = NodeRecord(name=name, port=port, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=True)
+            record_path.parent.mkdir(exist_ok=True)
+            record_path.write_text(json.dumps(asdict(node)) + "\n")
+            self._write_gres(self._config())
+            self._start_slurmd(node)
+        deadline = time.monotonic() + timeout
+        self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
+        return node
+
+    def remove_node(self, name: str) -> None:
+        """Stop a node's slurmd; a dynamic node is also deleted from slurmctld, a configured one set DOWN."""
+        self._require_running()
+        record_path = self.state_dir / "nodes" / f"{name}.json"
+        known = {n.name for n in self._static_nodes()}
+        if name not in known and not record_path.exists():
+            raise LabError(f"lab {self.flavor.name} runs no node named {name}")
+        self._stop(f"slurmd-{name}")
+        if name in known:
+            self.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=lab_node_remove"])
+            return
+        self.run(["scontrol", "delete", f"nodename={name}"])
+        record_path.unlink(missing_ok=True)
+        self._write_gres(self._config())
+
+    def _require_running(self) -> None:
+        require_root()
+        if not self.is_running():
+            raise LabNotRunningError(f"lab {self.flavor.name} is not running; start it with `lab up --slurm "
+                                     f"{self.flavor.name}`")
+
+    # ----- down ------------------------------------------------------------------------------------
+    def down(self, *, quiet: bool = False) -> list[int]:
+        """Stop this lab's processes (recorded pids, then anything else under its chroot) and unmount.
+
+        Returns the pids that were stopped.
+        """
+        require_root()
+        pids = [pid for comp in self._components() if (pid := self._pid(comp)) is not None]
+        procs.terminate(pids)
+        stopped = list(pids)
+        if not self.flavor.is_host and self.root.exists():
+            leftovers = procs.pids_under_root(self.root)  # job steps (slurmstepd, the jobs' sleeps)
+            procs.terminate(leftovers)
+            stopped += leftovers
+            chroot.unmount_all(self.root)
+        for comp in self._components():
+            self._pid_file(comp).unlink(missing_ok=True)
+        if not quiet and not stopped:
+            pass
+        return stopped
+
+    # ----- status ----------------------------------------------------------------------------------
+    def status(self) -> LabStatus:
+        running = self.is_running()
+        base = LabStatus(flavor=self.flavor.name, running=running, state_dir=str(self.state_dir))
+        if not running:
+            return base
+        versions: list[str] = []
+        try:
+            versions = self.api_versions()
+        except (OSError, LabError, ValueError):
+            versions = []
+        return LabStatus(
+            flavor=self.flavor.name, running=True, state_dir=str(self.state_dir),
+            slurm_release=self.release(), api_versions=versions, url=self.url, unix_url=self.unix_url,
+            token_file=str(self.token_file), slurm_conf=str(self.slurm_conf), port_base=self.ports.base,
+            nodes=sorted(self.node_states()),
+            components={comp: self._pid(comp) for comp in self._components()},
+        )
+
+
+def _clear_dir(path: Path) -> None:
+    import shutil
+
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,146 @@
+"""Processes of a lab: start them (optionally inside a chroot), find them, stop them.
+
+Nothing here matches processes by name. A process belongs to a lab when its pid is recorded by the lab
+AND its ``/proc/PID/root`` is the lab's root AND its command line names the lab's slurm.conf; job steps
+(slurmstepd and the jobs' own processes) are found by their root (chroot labs only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from exporter.lab.errors import LabError
+
+BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
+
+
+def in_root(root: Path, argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``argv`` inside ``root`` (unchanged for ``/``)."""
+    if root == Path("/"):
+        return list(argv)
+    return ["chroot", str(root), *argv]
+
+
+def spawn(root: Path, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> int:
+    """Start a long-running daemon in its own session, output appended to ``log``; returns its pid.
+
+    ``chroot`` execs the daemon, so the returned pid is the daemon's own.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            in_root(root, argv),
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**BASE_ENV, **env}, start_new_session=True, close_fds=True,
+        )
+    return proc.pid
+
+
+def _stat_state(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[0]
+
+
+def reap(pid: int) -> None:
+    """Collect ``pid`` if it is our own exited child (else it would linger as a zombie)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def alive(pid: int) -> bool:
+    reap(pid)
+    state = _stat_state(pid)
+    return state is not None and state not in ("Z", "X")
+
+
+def root_of(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(f"/proc/{pid}/root"))
+    except OSError:
+        return None
+
+
+def cmdline_of(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def belongs(pid: int, root: Path, marker: str) -> bool:
+    """True if ``pid`` is alive, runs under ``root`` and its command line contains ``marker``."""
+    if not alive(pid):
+        return False
+    if root_of(pid) != root.resolve():
+        return False
+    return any(marker in arg for arg in cmdline_of(pid))
+
+
+def pids_under_root(root: Path) -> list[int]:
+    """Every live process whose root directory is ``root`` (never ``/``)."""
+    target = root.resolve()
+    if target == Path("/"):
+        raise LabError("refusing to select processes by root '/'")
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            pid = int(entry)
+            if pid != os.getpid() and root_of(pid) == target and alive(pid):
+                found.append(pid)
+    return found
+
+
+def terminate(pids: Iterable[int], timeout: float = 10.0) -> None:
+    """SIGTERM the given pids, SIGKILL whatever is left after ``timeout`` seconds."""
+    pending = [pid for pid in pids if alive(pid)]
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.1)
+        pending = [pid for pid in pending if alive(pid)]
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5.0
+    while pending and time.monotonic() < deadline:
+        time.sleep(0.05)
+        pending = [pid for pid in pending if alive(pid)]
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def port_free(port: int) -> bool:
+    """True if nothing listens on ``port`` (TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
+
+
+def tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,271 @@
+"""The version-neutral, immutable model of one Slurm cluster snapshot.
+
+Every API version's JSON is translated into these structs by ``exporter.versions``; everything
+downstream (collector, demand model, bridge) reads only these. Units are fixed here:
+
+* memory in **bytes** (Slurm's ``M`` is MiB: 1 M = 1 048 576 bytes),
+* times as **epoch seconds** (``float``), durations in **seconds**,
+* ``None`` means "not set" or "unlimited/infinite" as each field's comment says,
+* states are split into one upper-case base state plus a tuple of upper-case flags.
+
+Structs are frozen and ``gc=False`` (they hold no reference cycles), so a 100k-job snapshot is
+cheap to keep and to share between tasks without copying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import msgspec
+
+MIB = 1_048_576
+"""Bytes per Slurm megabyte (Slurm's ``M`` suffix and every ``*_memory`` field are MiB)."""
+
+
+class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One job record as slurmrestd returns it.
+
+    A pending job array comes as ONE record whose ``array_task_string`` lists the pending task ids;
+    running or finished array tasks come as their own records (``array_task_id`` set).
+    """
+
+    job_id: int
+    array_job_id: int | None = None
+    """Array master job id; None for a job that is not part of an array."""
+    array_task_id: int | None = None
+    """This record's task id; None for a pending array record or a non-array job."""
+    array_task_string: str = ""
+    """Pending task ids of an array record, throttle removed, e.g. ``"3-20"``."""
+    array_max_tasks: int | None = None
+    """The ``%N`` throttle of the array; None when unthrottled."""
+    array_pending_tasks: int = 0
+    """Number of tasks named by ``array_task_string`` (0 for non-array records)."""
+    name: str = ""
+    state: str
+    """Base state: PENDING, RUNNING, SUSPENDED, COMPLETED, CANCELLED, FAILED, TIMEOUT, ..."""
+    state_flags: tuple[str, ...] = ()
+    """Flags beside the base state: COMPLETING, CONFIGURING, REQUEUED, RESIZING, STAGE_OUT, ..."""
+    reason: str = "None"
+    """Slurm's state reason (Resources, Priority, Dependency, JobHeldUser, ...); "None" if none."""
+    partitions: tuple[str, ...] = ()
+    """Partition(s): a pending job may name several; a running job has exactly one."""
+    user: str = ""
+    user_id: int | None = None
+    account: str = ""
+    qos: str = ""
+    priority: int = 0
+    min_nodes: int = 1
+    """Nodes requested (at least); for a running job, nodes allocated."""
+    max_nodes: int | None = None
+    """Upper bound of a node range request; None when no upper bound was given."""
+    cpus: int = 0
+    """CPUs requested (pending) or allocated (running)."""
+    tasks: int = 1
+    cpus_per_task: int = 1
+    memory_per_node_bytes: int | None = None
+    """``--mem`` in bytes; None when memory is requested per CPU or not set."""
+    memory_per_cpu_bytes: int | None = None
+    """``--mem-per-cpu`` in bytes; None when not set."""
+    whole_node_memory: bool = False
+    """True when the job gets all memory of each node (``--mem=0`` or no memory default)."""
+    memory_bytes: int = 0
+    """Total memory requested/allocated across all nodes (from the TRES string), bytes."""
+    gpus_per_node: int = 0
+    """GPUs requested per node (``--gres=gpu:N`` / ``--gpus-per-node``)."""
+    gpus: int = 0
+    """GPUs requested (pending) or allocated (running) for the whole job."""
+    tres_requested: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``tres_req_str`` parsed: {"cpu": 8, "mem": bytes, "node": 1, "gres/gpu": 2, ...}."""
+    tres_allocated: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``tres_alloc_str`` parsed like ``tres_requested``; empty while pending."""
+    tres_per_node: str = ""
+    """Raw ``tres_per_node`` (e.g. ``gres/gpu:2``)."""
+    tres_per_job: str = ""
+    time_limit_seconds: int | None = None
+    """Wall-time limit in seconds; None for unlimited/unset."""
+    submit_time: float | None = None
+    start_time: float | None = None
+    """Actual start (running) or expected start (pending, if Slurm estimated one), epoch seconds."""
+    end_time: float | None = None
+    eligible_time: float | None = None
+    nodes: str = ""
+    """Allocated nodes as a Slurm host-list expression (``c[1-2]``); "" while pending."""
+    required_nodes: str = ""
+    excluded_nodes: str = ""
+    features: str = ""
+    """Constraint expression (``--constraint``)."""
+    dependency: str = ""
+    exclusive: bool = False
+    """True when the job asked for whole nodes (``--exclusive``)."""
+    admin_comment: str = ""
+    comment: str = ""
+
+    @property
+    def is_array(self) -> bool:
+        return self.array_job_id is not None
+
+    @property
+    def task_count(self) -> int:
+        """Jobs this record stands for: pending array tasks for an array record, else 1."""
+        if self.array_task_id is None and self.array_task_string:
+            return self.array_pending_tasks
+        return 1
+
+
+class Node(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One slurmd node."""
+
+    name: str
+    state: str
+    """Base state: IDLE, ALLOCATED, MIXED, DOWN, ERROR, FUTURE, UNKNOWN."""
+    flags: tuple[str, ...] = ()
+    """DRAIN, DRAINING (derived: DRAIN and busy), COMPLETING, MAINTENANCE, RESERVED, NOT_RESPONDING,
+    POWERED_DOWN, POWERING_UP, POWERING_DOWN, POWER_DOWN, CLOUD, DYNAMIC_NORM, PLANNED, INVALID, ..."""
+    cpus: int = 0
+    alloc_cpus: int = 0
+    effective_cpus: int = 0
+    """CPUs usable by jobs (total minus specialised cores)."""
+    memory_bytes: int = 0
+    """Configured RealMemory."""
+    alloc_memory_bytes: int = 0
+    free_memory_bytes: int | None = None
+    """Free memory the node reported; None when unknown."""
+    gpus: int = 0
+    gpus_used: int = 0
+    gres: str = ""
+    gres_used: str = ""
+    partitions: tuple[str, ...] = ()
+    reason: str = ""
+    reason_set_by: str = ""
+    reason_time: float | None = None
+    features: tuple[str, ...] = ()
+    active_features: tuple[str, ...] = ()
+    address: str = ""
+    hostname: str = ""
+    weight: int = 1
+    cpu_load: float | None = None
+    """Load average × 1 (Slurm reports ×100; divided here)."""
+    boot_time: float | None = None
+    last_busy: float | None = None
+
+
+class Partition(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One partition (queue)."""
+
+    name: str
+    state: str = "UP"
+    """UP, DOWN, DRAIN, INACTIVE."""
+    nodes: str = ""
+    """Configured nodes as a host-list expression (or node set names)."""
+    total_nodes: int = 0
+    total_cpus: int = 0
+    max_nodes_per_job: int | None = None
+    """MaxNodes; None for unlimited."""
+    min_nodes_per_job: int = 0
+    max_time_seconds: int | None = None
+    """MaxTime in seconds; None for infinite."""
+    default_time_seconds: int | None = None
+    max_cpus_per_node: int | None = None
+    default_memory_per_cpu_bytes: int | None = None
+    default_memory_per_node_bytes: int | None = None
+    max_memory_per_cpu_bytes: int | None = None
+    max_memory_per_node_bytes: int | None = None
+    is_default: bool = False
+    priority_tier: int = 0
+    tres: str = ""
+
+
+class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """slurmctld scheduler statistics (``sdiag``). Counters reset at ``stats_reset_time``/midnight."""
+
+    server_thread_count: int = 0
+    agent_queue_size: int = 0
+    agent_count: int = 0
+    agent_thread_count: int = 0
+    dbd_agent_queue_size: int = 0
+    jobs_submitted: int = 0
+    jobs_started: int = 0
+    jobs_completed: int = 0
+    jobs_canceled: int = 0
+    jobs_failed: int = 0
+    jobs_pending: int = 0
+    jobs_running: int = 0
+    schedule_cycle_last_seconds: float = 0.0
+    schedule_cycle_max_seconds: float = 0.0
+    schedule_cycle_mean_seconds: float = 0.0
+    schedule_cycle_count: int = 0
+    schedule_cycle_mean_depth: float = 0.0
+    schedule_queue_length: int = 0
+    backfill_cycle_last_seconds: float = 0.0
+    backfill_cycle_max_seconds: float = 0.0
+    backfill_cycle_mean_seconds: float = 0.0
+    backfill_cycle_count: int = 0
+    backfill_last_depth: int = 0
+    backfill_last_depth_try: int = 0
+    backfill_mean_depth: float = 0.0
+    backfill_queue_length: int = 0
+    backfilled_jobs: int = 0
+    last_backfilled_jobs: int = 0
+    backfill_active: bool = False
+    stats_time: float | None = None
+    """When slurmctld produced these statistics (``req_time``)."""
+    stats_reset_time: float | None = None
+    """When the counters were last reset (``req_time_start``)."""
+
+
+class License(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    name: str
+    total: int = 0
+    used: int = 0
+    free: int = 0
+    reserved: int = 0
+    remote: bool = False
+
+
+class Reservation(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    name: str
+    nodes: str = ""
+    node_count: int = 0
+    core_count: int = 0
+    start_time: float | None = None
+    end_time: float | None = None
+    partition: str = ""
+    flags: tuple[str, ...] = ()
+    users: str = ""
+    accounts: str = ""
+
+
+class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """What every slurmrestd answer carries beside its data."""
+
+    last_update: float | None = None
+    """Slurm's ``last_update`` of this data set (epoch seconds); the next ``update_time``."""
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    slurm_version: str = ""
+    """Slurm release, e.g. ``"26.05.5"``."""
+    cluster: str = ""
+
+
+ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
+"""The endpoints one poll reads, in the order the snapshot lists them."""
+
+
+class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One consistent picture of the cluster, swapped in whole by the poller."""
+
+    taken_at: float
+    """When the poll that built this snapshot finished, epoch seconds."""
+    api_version: str
+    slurm_version: str = ""
+    cluster: str = ""
+    jobs: tuple[Job, ...] = ()
+    nodes: tuple[Node, ...] = ()
+    partitions: tuple[Partition, ...] = ()
+    diag: Diag | None = None
+    licenses: tuple[License, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    fetched_at: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
+    last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Per endpoint: Slurm's ``last_update`` of the data held."""

@@ -1,0 +1,81 @@
+"""Pure JSON → :mod:`exporter.model` translation for every supported slurmrestd API version.
+
+One module per API generation:
+
+* :mod:`.v0038` — v0.0.38 (Slurm 22.05): plain numbers, string states.
+* :mod:`.v0040` — v0.0.40 … v0.0.45 (Slurm 23.11 … 26.05): ``{set, infinite, number}`` numbers,
+  list states; the few per-version differences are handled inside (see its module doc).
+
+v0.0.37 and v0.0.39 are not supported (no recorded answers to verify against).
+
+Usage::
+
+    adapter = adapter_for("v0.0.45")
+    jobs, env = adapter.jobs(body)          # body: the /slurm/v0.0.45/jobs answer, bytes
+
+Every bad input raises a typed :mod:`exporter.errors` error: ``NotJSONError``,
+``TruncatedError``, ``ShapeError`` (message names the JSON path), ``SlurmReportedError`` (the
+data field is missing and ``errors[]`` says why); an unknown version raises ``VersionError``.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from exporter import errors
+from exporter.model import Diag, Envelope, Job, License, Node, Partition, Reservation
+
+from . import v0038, v0040
+
+
+class Adapter(Protocol):
+    """Translator of one API version's answers into model records."""
+
+    version: str
+
+    def envelope(self, body: bytes, endpoint: str) -> Envelope:
+        """``last_update``, ``errors[]``, ``warnings[]`` and meta of any endpoint's body."""
+        ...
+
+    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]: ...
+
+    def job_array(self, array_text: bytes) -> list[Job]:
+        """Jobs from the bytes of a JSON array of job objects (``b"[{...},{...}]"``)."""
+        ...
+
+    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]: ...
+
+    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]: ...
+
+    def diag(self, body: bytes) -> tuple[Diag, Envelope]: ...
+
+    def licenses(self, body: bytes) -> tuple[list[License], Envelope]: ...
+
+    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]: ...
+
+
+SUPPORTED_VERSIONS: tuple[str, ...] = (*v0038.VERSIONS, *v0040.VERSIONS)
+"""Every API version this package translates, ascending."""
+
+_ADAPTERS: dict[str, Adapter] = {}
+
+
+def adapter_for(version: str) -> Adapter:
+    """The (shared, thread-safe) adapter of ``version``; ``VersionError`` if unsupported."""
+    hit = _ADAPTERS.get(version)
+    if hit is not None:
+        return hit
+    adapter: Adapter
+    if version in v0038.VERSIONS:
+        adapter = v0038.Adapter038(version)
+    elif version in v0040.VERSIONS:
+        adapter = v0040.Adapter040(version)
+    else:
+        supported = ", ".join(SUPPORTED_VERSIONS)
+        raise errors.VersionError(
+            f"unsupported slurmrestd API version {version!r} (supported: {supported})"
+        )
+    return _ADAPTERS.setdefault(version, adapter)
+
+
+__all__ = ["SUPPORTED_VERSIONS", "Adapter", "adapter_for"]

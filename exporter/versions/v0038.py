@@ -1,0 +1,524 @@
+"""API generation v0.0.38 (Slurm 22.05, ``openapi/v0.0.38`` plugin).
+
+Shape differences from v0.0.40+ (checked against 22.05.8 payloads and its OpenAPI document):
+
+* numbers are plain JSON numbers; "not set" is ``null`` (documented types are sometimes
+  ``string`` for numbers, e.g. ``cpus_per_task``, so those accept int, numeric string or null);
+  INFINITE limits of partitions are ``-1`` (``max_time_limit``, ``maximum_nodes_per_job``,
+  ``maximum_cpus_per_node``); 0 times mean "not set"; any value ≥ NO_VAL is treated as unset.
+* ``job_state`` is a string; node ``state`` is a lower-case base-state string plus a separate
+  ``state_flags`` list; node ``features``/``active_features`` are comma strings;
+  ``free_memory`` (not ``free_mem``).
+* a job without ``--mem``/``--mem-per-cpu`` shows ``memory_per_node: null`` and
+  ``memory_per_cpu: null`` (whole-node memory; ``tres_req_str`` has the node's memory).
+* ``shared`` is a string (``"none"`` = exclusive), there is no ``exclusive`` field.
+* partition ``flags`` is lower case (``["default"]``); the minimum node count is spelled
+  ``"min nodes per job"`` in real answers (``min_nodes_per_job`` in the document; both accepted).
+* the envelope has ``meta.Slurm.release`` (capital S), no cluster, no ``last_update``, and
+  ``errors[]`` entries ``{error, error_number}``; no ``warnings``.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from exporter import errors, slurmtext
+from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, Reservation
+
+from . import _common as c
+from .v0040 import RawLicense, convert_diag, convert_license, node_cpu_load
+
+VERSIONS = ("v0.0.38",)
+NO_VAL = c.NO_VAL
+
+
+def v(x: int | None) -> int | None:
+    """A plain Slurm number: None for null, negative (INFINITE as -1) or ≥ NO_VAL."""
+    if x is None or x < 0 or x >= NO_VAL:
+        return None
+    return x
+
+
+def _num(x: int | str | None) -> int | None:
+    if isinstance(x, str):
+        x = int(x) if x.strip().isdigit() else None
+    return v(x)
+
+
+class RawError(Struct, gc=False):
+    error: str | None = None
+    error_number: int | None = None
+    description: str | None = None
+
+
+class RawSlurm(Struct, gc=False):
+    release: str | None = None
+    cluster: str | None = None
+
+
+class RawMeta(Struct, gc=False):
+    Slurm: RawSlurm | None = None
+    slurm: RawSlurm | None = None
+
+
+class RawEnvelope(Struct, gc=False):
+    meta: RawMeta | None = None
+    errors: list[RawError] | None = None
+    last_update: int | None = None
+
+
+def to_envelope(r: RawEnvelope) -> Envelope:
+    s = None
+    if r.meta is not None:
+        s = r.meta.Slurm if r.meta.Slurm is not None else r.meta.slurm
+    return Envelope(
+        last_update=c.epoch(r.last_update),
+        errors=c.error_texts(r.errors),
+        warnings=(),
+        slurm_version=(s.release or "") if s is not None else "",
+        cluster=(s.cluster or "") if s is not None else "",
+    )
+
+
+# ----------------------------------------------------------------------------------------- jobs
+
+
+class RawJob(Struct, gc=False):
+    job_id: int
+    job_state: str
+    array_job_id: int | None = None
+    array_task_id: int | None = None
+    array_max_tasks: int | None = None
+    array_task_string: str | None = None
+    name: str | None = None
+    state_reason: str | None = None
+    partition: str | None = None
+    user_name: str | None = None
+    user_id: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    priority: int | None = None
+    node_count: int | None = None
+    max_nodes: int | None = None
+    cpus: int | None = None
+    tasks: int | None = None
+    cpus_per_task: int | str | None = None
+    memory_per_node: int | None = None
+    memory_per_cpu: int | None = None
+    tres_req_str: str | None = None
+    tres_alloc_str: str | None = None
+    tres_per_node: str | None = None
+    tres_per_job: str | None = None
+    time_limit: int | None = None
+    submit_time: int | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    eligible_time: int | None = None
+    nodes: str | None = None
+    required_nodes: str | None = None
+    excluded_nodes: str | None = None
+    features: str | None = None
+    dependency: str | None = None
+    shared: str | None = None
+    admin_comment: str | None = None
+    comment: str | None = None
+
+
+class RawJobs(RawEnvelope, gc=False):
+    jobs: list[RawJob] | UnsetType = UNSET
+
+
+_JOBS = msgspec.json.Decoder(RawJobs)
+_JOB_ARRAY = msgspec.json.Decoder(list[RawJob])
+
+
+def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
+    intern = caches.strings.setdefault
+    tres_info = caches.tres_info
+    states_get = caches.states.get
+    parts = caches.partitions
+    arrays = caches.array
+    gpus_of = caches.gpus
+    epoch = c.epoch
+    out: list[Job] = []
+    append = out.append
+    for r in raw:
+        st = states_get(r.job_state)
+        if st is None:
+            st = caches.job_state(r.job_state)
+        req, req_mem, req_gpus = tres_info(r.tres_req_str)
+        alloc, alloc_mem, alloc_gpus = tres_info(r.tres_alloc_str)
+
+        array_job_id = v(r.array_job_id) or None
+        array_task_id = v(r.array_task_id)
+        ats = r.array_task_string
+        if ats:
+            tasks_str, pending, throttle = arrays(ats)
+        else:
+            tasks_str, pending, throttle = "", 0, None
+        if throttle is None:
+            throttle = v(r.array_max_tasks) or None
+
+        mem_node = v(r.memory_per_node)
+        mem_cpu = v(r.memory_per_cpu) or None
+        whole = mem_node == 0 or (mem_node is None and mem_cpu is None)
+
+        tpn = r.tres_per_node or ""
+        tpj = r.tres_per_job or ""
+        gpn = gpus_of(tpn) if tpn else 0
+        min_nodes = v(r.node_count) or 1
+        if alloc:
+            gpus = alloc_gpus
+        elif req_gpus:
+            gpus = req_gpus
+        elif tpj:
+            gpus = gpus_of(tpj)
+        else:
+            gpus = gpn * min_nodes
+
+        append(
+            Job(
+                job_id=r.job_id,
+                array_job_id=array_job_id,
+                array_task_id=array_task_id if array_job_id is not None else None,
+                array_task_string=tasks_str,
+                array_max_tasks=throttle if array_job_id is not None else None,
+                array_pending_tasks=pending,
+                name=intern(r.name, r.name) if r.name else "",
+                state=st[0],
+                state_flags=st[1],
+                reason=intern(r.state_reason, r.state_reason) if r.state_reason else "None",
+                partitions=parts(r.partition),
+                user=intern(r.user_name, r.user_name) if r.user_name else "",
+                user_id=r.user_id,
+                account=intern(r.account, r.account) if r.account else "",
+                qos=intern(r.qos, r.qos) if r.qos else "",
+                priority=r.priority or 0,
+                min_nodes=min_nodes,
+                max_nodes=v(r.max_nodes) or None,
+                cpus=v(r.cpus) or 0,
+                tasks=v(r.tasks) or 1,
+                cpus_per_task=_num(r.cpus_per_task) or 1,
+                memory_per_node_bytes=mem_node * MIB if mem_node else None,
+                memory_per_cpu_bytes=mem_cpu * MIB if mem_cpu else None,
+                whole_node_memory=whole,
+                memory_bytes=alloc_mem if alloc else req_mem,
+                gpus_per_node=gpn,
+                gpus=gpus,
+                tres_requested=req,
+                tres_allocated=alloc,
+                tres_per_node=intern(tpn, tpn) if tpn else "",
+                tres_per_job=intern(tpj, tpj) if tpj else "",
+                time_limit_seconds=c.minutes(r.time_limit),
+                submit_time=epoch(r.submit_time),
+                start_time=epoch(r.start_time),
+                end_time=epoch(r.end_time),
+                eligible_time=epoch(r.eligible_time),
+                nodes=r.nodes or "",
+                required_nodes=r.required_nodes or "",
+                excluded_nodes=r.excluded_nodes or "",
+                features=intern(r.features, r.features) if r.features else "",
+                dependency=r.dependency or "",
+                exclusive=(r.shared or "").lower() == "none",
+                admin_comment=r.admin_comment or "",
+                comment=r.comment or "",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------- nodes
+
+
+class RawNode(Struct, gc=False):
+    name: str
+    state: str = ""
+    state_flags: tuple[str, ...] | None = None
+    cpus: int | None = None
+    alloc_cpus: int | None = None
+    real_memory: int | None = None
+    alloc_memory: int | None = None
+    free_memory: int | None = None
+    gres: str | None = None
+    gres_used: str | None = None
+    partitions: tuple[str, ...] | None = None
+    reason: str | None = None
+    reason_set_by_user: str | None = None
+    reason_changed_at: int | None = None
+    features: str | None = None
+    active_features: str | None = None
+    address: str | None = None
+    hostname: str | None = None
+    weight: int | None = None
+    cpu_load: int | None = None
+    boot_time: int | None = None
+    last_busy: int | None = None
+
+
+class RawNodes(RawEnvelope, gc=False):
+    nodes: list[RawNode] | UnsetType = UNSET
+
+
+_NODES = msgspec.json.Decoder(RawNodes)
+
+
+def convert_node(r: RawNode, caches: c.Caches) -> Node:
+    alloc_cpus = v(r.alloc_cpus) or 0
+    key = (r.state, r.state_flags, alloc_cpus > 0)
+    st = caches.nstates.get(key)
+    if st is None:
+        st = caches.nstates[key] = slurmtext.node_state(
+            r.state, r.state_flags or (), alloc_cpus=alloc_cpus
+        )
+    intern = caches.intern
+    cpus = v(r.cpus) or 0
+    return Node(
+        name=r.name,
+        state=st[0],
+        flags=st[1],
+        cpus=cpus,
+        alloc_cpus=alloc_cpus,
+        effective_cpus=cpus,
+        memory_bytes=c.mb(r.real_memory) or 0,
+        alloc_memory_bytes=c.mb(r.alloc_memory) or 0,
+        free_memory_bytes=c.mb(r.free_memory),
+        gpus=caches.gpus(r.gres),
+        gpus_used=caches.gpus(r.gres_used),
+        gres=r.gres or "",
+        gres_used=r.gres_used or "",
+        partitions=tuple(intern(p) for p in r.partitions or ()),
+        reason=r.reason or "",
+        reason_set_by=r.reason_set_by_user or "",
+        reason_time=c.epoch(r.reason_changed_at),
+        features=tuple(intern(f) for f in slurmtext.split_list(r.features)),
+        active_features=tuple(intern(f) for f in slurmtext.split_list(r.active_features)),
+        address=r.address or "",
+        hostname=r.hostname or "",
+        weight=r.weight if r.weight is not None else 1,
+        cpu_load=node_cpu_load(r.cpu_load),
+        boot_time=c.epoch(r.boot_time),
+        last_busy=c.epoch(r.last_busy),
+    )
+
+
+# ----------------------------------------------------------------------------------- partitions
+
+
+class RawPartition(Struct, gc=False):
+    name: str
+    flags: tuple[str, ...] | None = None
+    nodes: str | None = None
+    total_nodes: int | None = None
+    total_cpus: int | None = None
+    maximum_nodes_per_job: int | None = None
+    min_nodes_per_job: int | None = None
+    min_nodes_per_job_spaced: int | None = msgspec.field(default=None, name="min nodes per job")
+    max_time_limit: int | None = None
+    default_time_limit: int | None = None
+    maximum_cpus_per_node: int | None = None
+    default_memory_per_cpu: int | None = None
+    default_memory_per_node: int | None = None
+    maximum_memory_per_cpu: int | None = None
+    maximum_memory_per_node: int | None = None
+    priority_tier: int | None = None
+    state: str | None = None
+    tres: str | None = None
+
+
+class RawPartitions(RawEnvelope, gc=False):
+    partitions: list[RawPartition] | UnsetType = UNSET
+
+
+_PARTITIONS = msgspec.json.Decoder(RawPartitions)
+
+
+def _pos_mb(x: int | None) -> int | None:
+    y = v(x)
+    return y * MIB if y else None
+
+
+def convert_partition(r: RawPartition) -> Partition:
+    min_nodes = r.min_nodes_per_job if r.min_nodes_per_job is not None else r.min_nodes_per_job_spaced
+    return Partition(
+        name=r.name,
+        state=(r.state or "UP").upper(),
+        nodes=r.nodes or "",
+        total_nodes=v(r.total_nodes) or 0,
+        total_cpus=v(r.total_cpus) or 0,
+        max_nodes_per_job=v(r.maximum_nodes_per_job),
+        min_nodes_per_job=v(min_nodes) or 0,
+        max_time_seconds=c.minutes(r.max_time_limit),
+        default_time_seconds=c.minutes(r.default_time_limit),
+        max_cpus_per_node=v(r.maximum_cpus_per_node),
+        default_memory_per_cpu_bytes=_pos_mb(r.default_memory_per_cpu),
+        default_memory_per_node_bytes=_pos_mb(r.default_memory_per_node),
+        max_memory_per_cpu_bytes=_pos_mb(r.maximum_memory_per_cpu),
+        max_memory_per_node_bytes=_pos_mb(r.maximum_memory_per_node),
+        is_default=any(f.upper() == "DEFAULT" for f in r.flags or ()),
+        priority_tier=r.priority_tier or 0,
+        tres=r.tres or "",
+    )
+
+
+# ----------------------------------------------------------------------------------------- diag
+
+
+class RawStats(Struct, gc=False):
+    req_time: int | None = None
+    req_time_start: int | None = None
+    server_thread_count: int = 0
+    agent_queue_size: int = 0
+    agent_count: int = 0
+    agent_thread_count: int = 0
+    dbd_agent_queue_size: int = 0
+    jobs_submitted: int = 0
+    jobs_started: int = 0
+    jobs_completed: int = 0
+    jobs_canceled: int = 0
+    jobs_failed: int = 0
+    jobs_pending: int = 0
+    jobs_running: int = 0
+    schedule_cycle_last: int = 0
+    schedule_cycle_max: int = 0
+    schedule_cycle_mean: int = 0
+    schedule_cycle_total: int = 0
+    schedule_cycle_mean_depth: int = 0
+    schedule_queue_length: int = 0
+    bf_cycle_last: int = 0
+    bf_cycle_max: int = 0
+    bf_cycle_mean: int = 0
+    bf_cycle_counter: int = 0
+    bf_last_depth: int = 0
+    bf_last_depth_try: int = 0
+    bf_depth_mean: int = 0
+    bf_queue_len: int = 0
+    bf_backfilled_jobs: int = 0
+    bf_last_backfilled_jobs: int = 0
+    bf_active: bool = False
+
+
+class RawDiag(RawEnvelope, gc=False):
+    statistics: RawStats | UnsetType = UNSET
+
+
+_DIAG = msgspec.json.Decoder(RawDiag)
+
+
+class RawLicenses(RawEnvelope, gc=False):
+    licenses: list[RawLicense] | UnsetType = UNSET
+
+
+_LICENSES = msgspec.json.Decoder(RawLicenses)
+
+
+class RawReservation(Struct, gc=False):
+    name: str
+    node_list: str | None = None
+    node_count: int | None = None
+    core_count: int | None = None
+    start_time: int | None = None
+    end_time: int | None = None
+    partition: str | None = None
+    flags: tuple[str, ...] | None = None
+    users: str | None = None
+    accounts: str | None = None
+
+
+class RawReservations(RawEnvelope, gc=False):
+    reservations: list[RawReservation] | UnsetType = UNSET
+
+
+_RESERVATIONS = msgspec.json.Decoder(RawReservations)
+
+
+def convert_reservation(r: RawReservation) -> Reservation:
+    return Reservation(
+        name=r.name,
+        nodes=r.node_list or "",
+        node_count=v(r.node_count) or 0,
+        core_count=v(r.core_count) or 0,
+        start_time=c.epoch(r.start_time),
+        end_time=c.epoch(r.end_time),
+        partition=r.partition or "",
+        flags=tuple(f.upper() for f in r.flags or ()),
+        users=r.users or "",
+        accounts=r.accounts or "",
+    )
+
+
+_ENVELOPE = msgspec.json.Decoder(RawEnvelope)
+
+
+class Adapter038:
+    """Translator for v0.0.38."""
+
+    def __init__(self, version: str = "v0.0.38") -> None:
+        if version not in VERSIONS:
+            raise errors.VersionError(f"unsupported API version {version!r}")
+        self.version = version
+        self._caches = c.Caches()
+
+    def __repr__(self) -> str:
+        return f"<slurmrestd adapter {self.version}>"
+
+    def envelope(self, body: bytes, endpoint: str) -> Envelope:
+        return to_envelope(c.decode(_ENVELOPE, body, endpoint))
+
+    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]:
+        raw = c.decode(_JOBS, body, "jobs")
+        env = to_envelope(raw)
+        if raw.jobs is UNSET:
+            raise c.missing("jobs", "jobs", env)
+        jobs = raw.jobs
+        self._caches.trim()
+        return c.guarded("jobs", "job", lambda: convert_jobs(jobs, self._caches)), env
+
+    def job_array(self, array_text: bytes) -> list[Job]:
+        raw = c.decode(_JOB_ARRAY, array_text, "jobs")
+        self._caches.trim()
+        return c.guarded("jobs", "job", lambda: convert_jobs(raw, self._caches))
+
+    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
+        raw = c.decode(_NODES, body, "nodes")
+        env = to_envelope(raw)
+        if raw.nodes is UNSET:
+            raise c.missing("nodes", "nodes", env)
+        items = raw.nodes
+        caches = self._caches
+        caches.trim()
+        return c.guarded("nodes", "node", lambda: [convert_node(r, caches) for r in items]), env
+
+    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]:
+        raw = c.decode(_PARTITIONS, body, "partitions")
+        env = to_envelope(raw)
+        if raw.partitions is UNSET:
+            raise c.missing("partitions", "partitions", env)
+        items = raw.partitions
+        return c.guarded("partitions", "partition", lambda: [convert_partition(r) for r in items]), env
+
+    def diag(self, body: bytes) -> tuple[Diag, Envelope]:
+        raw = c.decode(_DIAG, body, "diag")
+        env = to_envelope(raw)
+        if raw.statistics is UNSET:
+            raise c.missing("diag", "statistics", env)
+        s = raw.statistics
+        return c.guarded("diag", "statistics", lambda: convert_diag(s, s.req_time, s.req_time_start)), env
+
+    def licenses(self, body: bytes) -> tuple[list[License], Envelope]:
+        raw = c.decode(_LICENSES, body, "licenses")
+        env = to_envelope(raw)
+        if raw.licenses is UNSET:
+            raise c.missing("licenses", "licenses", env)
+        return [convert_license(r) for r in raw.licenses], env
+
+    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]:
+        raw = c.decode(_RESERVATIONS, body, "reservations")
+        env = to_envelope(raw)
+        if raw.reservations is UNSET:
+            raise c.missing("reservations", "reservations", env)
+        items = raw.reservations
+        return (
+            c.guarded("reservations", "reservation", lambda: [convert_reservation(r) for r in items]),
+            env,
+        )

@@ -1,0 +1,665 @@
+"""API generation v0.0.40 – v0.0.45 (Slurm 23.11 – 26.05, ``data_parser`` plugin).
+
+Shape: numbers are ``{"set": bool, "infinite": bool, "number": N}``; ``job_state`` and node
+``state`` are lists (base state + flags); every response carries ``meta.slurm``,
+``errors[]``, ``warnings[]`` and most a ``last_update`` number struct.
+
+Per-version differences that matter here (checked in the OpenAPI documents of 24.11.5/26.05.5):
+
+* job ``exclusive`` (``["true"]``) exists only in v0.0.40/v0.0.41; all versions carry ``shared``
+  (``["none"]`` = exclusive node use). v0.0.45 documents ``shared`` as ignored on input.
+* partition ``flags`` (``["DEFAULT", ...]``) exists only in v0.0.45; in v0.0.40–v0.0.44 the API
+  does not say which partition is the default (``is_default`` stays False).
+* diag ``bf_cycle_max`` is missing in v0.0.40.
+
+Raw schemas declare ONLY the fields we use; msgspec skips the rest (e.g. ``job_resources``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from msgspec import UNSET, Struct, UnsetType
+
+from exporter import errors, slurmtext
+from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, Reservation
+
+from . import _common as c
+
+VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+
+
+class N(Struct, gc=False):
+    """Slurm's optional number."""
+
+    set: bool = False
+    infinite: bool = False
+    number: int = 0
+
+
+def n(x: N | None) -> int | None:
+    """Number struct → int; None when unset or infinite."""
+    if x is None or not x.set or x.infinite:
+        return None
+    return x.number
+
+
+# ------------------------------------------------------------------------------------ envelope
+
+
+class RawError(Struct, gc=False):
+    description: str | None = None
+    error: str | None = None
+    error_number: int | None = None
+
+
+class RawWarning(Struct, gc=False):
+    description: str | None = None
+
+
+class RawSlurm(Struct, gc=False):
+    release: str | None = None
+    cluster: str | None = None
+
+
+class RawMeta(Struct, gc=False):
+    slurm: RawSlurm | None = None
+
+
+class RawEnvelope(Struct, gc=False):
+    last_update: N | None = None
+    meta: RawMeta | None = None
+    errors: list[RawError] | None = None
+    warnings: list[RawWarning] | None = None
+
+
+def to_envelope(r: RawEnvelope) -> Envelope:
+    s = r.meta.slurm if r.meta is not None else None
+    return Envelope(
+        last_update=c.epoch(n(r.last_update)),
+        errors=c.error_texts(r.errors),
+        warnings=c.warning_texts(r.warnings),
+        slurm_version=(s.release or "") if s is not None else "",
+        cluster=(s.cluster or "") if s is not None else "",
+    )
+
+
+# ----------------------------------------------------------------------------------------- jobs
+
+
+class RawJob(Struct, gc=False):
+    job_id: int
+    job_state: tuple[str, ...]
+    array_job_id: N | None = None
+    array_task_id: N | None = None
+    array_max_tasks: N | None = None
+    array_task_string: str | None = None
+    name: str | None = None
+    state_reason: str | None = None
+    partition: str | None = None
+    user_name: str | None = None
+    user_id: int | None = None
+    account: str | None = None
+    qos: str | None = None
+    priority: N | None = None
+    node_count: N | None = None
+    max_nodes: N | None = None
+    cpus: N | None = None
+    tasks: N | None = None
+    cpus_per_task: N | None = None
+    memory_per_node: N | None = None
+    memory_per_cpu: N | None = None
+    tres_req_str: str | None = None
+    tres_alloc_str: str | None = None
+    tres_per_node: str | None = None
+    tres_per_job: str | None = None
+    time_limit: N | None = None
+    submit_time: N | None = None
+    start_time: N | None = None
+    end_time: N | None = None
+    eligible_time: N | None = None
+    nodes: str | None = None
+    required_nodes: str | None = None
+    excluded_nodes: str | None = None
+    features: str | None = None
+    dependency: str | None = None
+    shared: tuple[str, ...] | None = None
+    exclusive: tuple[str, ...] | None = None
+    admin_comment: str | None = None
+    comment: str | None = None
+
+
+class RawJobs(RawEnvelope, gc=False):
+    jobs: list[RawJob] | UnsetType = UNSET
+
+
+_JOBS = msgspec.json.Decoder(RawJobs)
+_JOB_ARRAY = msgspec.json.Decoder(list[RawJob])
+
+
+def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
+    """Translate raw job records. Hot path: keep per-field work minimal."""
+    intern = caches.strings.setdefault
+    tres_info = caches.tres_info
+    states_get = caches.states.get
+    parts = caches.partitions
+    arrays = caches.array
+    gpus_of = caches.gpus
+    out: list[Job] = []
+    append = out.append
+    for r in raw:
+        st = states_get(r.job_state)
+        if st is None:
+            st = caches.job_state(r.job_state)
+        req, req_mem, req_gpus = tres_info(r.tres_req_str)
+        alloc, alloc_mem, alloc_gpus = tres_info(r.tres_alloc_str)
+
+        x = r.array_job_id
+        array_job_id = x.number if x is not None and x.set and not x.infinite and x.number else None
+        x = r.array_task_id
+        array_task_id = x.number if x is not None and x.set and not x.infinite else None
+        ats = r.array_task_string
+        if ats:
+            tasks_str, pending, throttle = arrays(ats)
+        else:
+            tasks_str, pending, throttle = "", 0, None
+        if throttle is None:
+            x = r.array_max_tasks
+            if x is not None and x.set and not x.infinite and x.number > 0:
+                throttle = x.number
+
+        x = r.memory_per_node
+        mem_node = x.number if x is not None and x.set and not x.infinite else None
+        x = r.memory_per_cpu
+        mem_cpu = x.number if x is not None and x.set and not x.infinite and x.number else None
+        whole = mem_node == 0 or (mem_node is None and mem_cpu is None)
+
+        tpn = r.tres_per_node or ""
+        tpj = r.tres_per_job or ""
+        gpn = gpus_of(tpn) if tpn else 0
+        x = r.node_count
+        min_nodes = x.number if x is not None and x.set and not x.infinite and x.number else 1
+        if alloc:
+            gpus = alloc_gpus
+        elif req_gpus:
+            gpus = req_gpus
+        elif tpj:
+            gpus = gpus_of(tpj)
+        else:
+            gpus = gpn * min_nodes
+
+        shared = r.shared
+        excl = r.exclusive
+        exclusive = bool(
+            (shared is not None and "none" in shared) or (excl is not None and "true" in excl)
+        )
+        x = r.cpus_per_task
+        cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
+        x = r.tasks
+        tasks = x.number if x is not None and x.set and not x.infinite and x.number else 1
+        x = r.cpus
+        cpus = x.number if x is not None and x.set and not x.infinite else 0
+        x = r.priority
+        prio = x.number if x is not None and x.set and not x.infinite else 0
+        x = r.time_limit
+        tl = x.number * 60 if x is not None and x.set and not x.infinite and x.number else None
+        x = r.max_nodes
+        max_nodes = x.number if x is not None and x.set and not x.infinite and x.number else None
+        x = r.submit_time
+        submit = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
+        x = r.start_time
+        start = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
+        x = r.end_time
+        end = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
+        x = r.eligible_time
+        elig = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
+
+        append(
+            Job(
+                job_id=r.job_id,
+                array_job_id=array_job_id,
+                array_task_id=array_task_id if array_job_id is not None else None,
+                array_task_string=tasks_str,
+                array_max_tasks=throttle if array_job_id is not None else None,
+                array_pending_tasks=pending,
+                name=intern(r.name, r.name) if r.name else "",
+                state=st[0],
+                state_flags=st[1],
+                reason=intern(r.state_reason, r.state_reason) if r.state_reason else "None",
+                partitions=parts(r.partition),
+                user=intern(r.user_name, r.user_name) if r.user_name else "",
+                user_id=r.user_id,
+                account=intern(r.account, r.account) if r.account else "",
+                qos=intern(r.qos, r.qos) if r.qos else "",
+                priority=prio,
+                min_nodes=min_nodes,
+                max_nodes=max_nodes,
+                cpus=cpus,
+                tasks=tasks,
+                cpus_per_task=cpt,
+                memory_per_node_bytes=mem_node * MIB if mem_node else None,
+                memory_per_cpu_bytes=mem_cpu * MIB if mem_cpu else None,
+                whole_node_memory=whole,
+                memory_bytes=alloc_mem if alloc else req_mem,
+                gpus_per_node=gpn,
+                gpus=gpus,
+                tres_requested=req,
+                tres_allocated=alloc,
+                tres_per_node=intern(tpn, tpn) if tpn else "",
+                tres_per_job=intern(tpj, tpj) if tpj else "",
+                time_limit_seconds=tl,
+                submit_time=submit,
+                start_time=start,
+                end_time=end,
+                eligible_time=elig,
+                nodes=r.nodes or "",
+                required_nodes=r.required_nodes or "",
+                excluded_nodes=r.excluded_nodes or "",
+                features=intern(r.features, r.features) if r.features else "",
+                dependency=r.dependency or "",
+                exclusive=exclusive,
+                admin_comment=r.admin_comment or "",
+                comment=r.comment or "",
+            )
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------- nodes
+
+
+class RawNode(Struct, gc=False):
+    name: str
+    state: tuple[str, ...] = ()
+    cpus: int | None = None
+    alloc_cpus: int | None = None
+    effective_cpus: int | None = None
+    real_memory: int | None = None
+    alloc_memory: int | None = None
+    free_mem: N | None = None
+    gres: str | None = None
+    gres_used: str | None = None
+    partitions: tuple[str, ...] | None = None
+    reason: str | None = None
+    reason_set_by_user: str | None = None
+    reason_changed_at: N | None = None
+    features: tuple[str, ...] | None = None
+    active_features: tuple[str, ...] | None = None
+    address: str | None = None
+    hostname: str | None = None
+    weight: int | None = None
+    cpu_load: int | None = None
+    boot_time: N | None = None
+    last_busy: N | None = None
+
+
+class RawNodes(RawEnvelope, gc=False):
+    nodes: list[RawNode] | UnsetType = UNSET
+
+
+_NODES = msgspec.json.Decoder(RawNodes)
+
+
+def node_cpu_load(v: int | None) -> float | None:
+    if v is None or v < 0 or v >= c.NO_VAL:
+        return None
+    return v / 100
+
+
+def convert_node(r: RawNode, caches: c.Caches) -> Node:
+    alloc_cpus = r.alloc_cpus or 0
+    key = (r.state, alloc_cpus > 0)
+    st = caches.nstates.get(key)
+    if st is None:
+        st = caches.nstates[key] = slurmtext.node_state(r.state, alloc_cpus=alloc_cpus)
+    intern = caches.intern
+    cpus = r.cpus or 0
+    return Node(
+        name=r.name,
+        state=st[0],
+        flags=st[1],
+        cpus=cpus,
+        alloc_cpus=alloc_cpus,
+        effective_cpus=r.effective_cpus if r.effective_cpus is not None else cpus,
+        memory_bytes=c.mb(r.real_memory) or 0,
+        alloc_memory_bytes=c.mb(r.alloc_memory) or 0,
+        free_memory_bytes=c.mb(n(r.free_mem)),
+        gpus=caches.gpus(r.gres),
+        gpus_used=caches.gpus(r.gres_used),
+        gres=r.gres or "",
+        gres_used=r.gres_used or "",
+        partitions=tuple(intern(p) for p in r.partitions or ()),
+        reason=r.reason or "",
+        reason_set_by=r.reason_set_by_user or "",
+        reason_time=c.epoch(n(r.reason_changed_at)),
+        features=tuple(intern(f) for f in r.features or ()),
+        active_features=tuple(intern(f) for f in r.active_features or ()),
+        address=r.address or "",
+        hostname=r.hostname or "",
+        weight=r.weight if r.weight is not None else 1,
+        cpu_load=node_cpu_load(r.cpu_load),
+        boot_time=c.epoch(n(r.boot_time)),
+        last_busy=c.epoch(n(r.last_busy)),
+    )
+
+
+# ----------------------------------------------------------------------------------- partitions
+
+
+class RawPartNodes(Struct, gc=False):
+    configured: str | None = None
+    total: int | None = None
+
+
+class RawPartCpus(Struct, gc=False):
+    total: int | None = None
+
+
+class RawPartDefaults(Struct, gc=False):
+    partition_memory_per_cpu: N | None = None
+    partition_memory_per_node: N | None = None
+    time: N | None = None
+
+
+class RawPartMaximums(Struct, gc=False):
+    cpus_per_node: N | None = None
+    partition_memory_per_cpu: N | None = None
+    partition_memory_per_node: N | None = None
+    nodes: N | None = None
+    time: N | None = None
+
+
+class RawPartMinimums(Struct, gc=False):
+    nodes: int | None = None
+
+
+class RawPartState(Struct, gc=False):
+    state: tuple[str, ...] = ()
+
+
+class RawPartPriority(Struct, gc=False):
+    tier: int | None = None
+
+
+class RawPartTres(Struct, gc=False):
+    configured: str | None = None
+
+
+class RawPartition(Struct, gc=False):
+    name: str
+    nodes: RawPartNodes | None = None
+    cpus: RawPartCpus | None = None
+    defaults: RawPartDefaults | None = None
+    maximums: RawPartMaximums | None = None
+    minimums: RawPartMinimums | None = None
+    partition: RawPartState | None = None
+    priority: RawPartPriority | None = None
+    tres: RawPartTres | None = None
+    flags: tuple[str, ...] | None = None
+
+
+class RawPartitions(RawEnvelope, gc=False):
+    partitions: list[RawPartition] | UnsetType = UNSET
+
+
+_PARTITIONS = msgspec.json.Decoder(RawPartitions)
+
+
+def _pos_mb(x: N | None) -> int | None:
+    v = n(x)
+    return v * MIB if v else None
+
+
+def convert_partition(r: RawPartition) -> Partition:
+    nd = r.nodes or RawPartNodes()
+    de = r.defaults or RawPartDefaults()
+    mx = r.maximums or RawPartMaximums()
+    states = r.partition.state if r.partition is not None else ()
+    return Partition(
+        name=r.name,
+        state=states[0].upper() if states else "UP",
+        nodes=nd.configured or "",
+        total_nodes=nd.total or 0,
+        total_cpus=(r.cpus.total or 0) if r.cpus is not None else 0,
+        max_nodes_per_job=n(mx.nodes),
+        min_nodes_per_job=(r.minimums.nodes or 0) if r.minimums is not None else 0,
+        max_time_seconds=c.minutes(n(mx.time)),
+        default_time_seconds=c.minutes(n(de.time)),
+        max_cpus_per_node=n(mx.cpus_per_node),
+        default_memory_per_cpu_bytes=_pos_mb(de.partition_memory_per_cpu),
+        default_memory_per_node_bytes=_pos_mb(de.partition_memory_per_node),
+        max_memory_per_cpu_bytes=_pos_mb(mx.partition_memory_per_cpu),
+        max_memory_per_node_bytes=_pos_mb(mx.partition_memory_per_node),
+        is_default=bool(r.flags) and any(f.upper() == "DEFAULT" for f in r.flags or ()),
+        priority_tier=(r.priority.tier or 0) if r.priority is not None else 0,
+        tres=(r.tres.configured or "") if r.tres is not None else "",
+    )
+
+
+# ----------------------------------------------------------------------------------------- diag
+
+
+class RawStats(Struct, gc=False):
+    req_time: N | None = None
+    req_time_start: N | None = None
+    server_thread_count: int = 0
+    agent_queue_size: int = 0
+    agent_count: int = 0
+    agent_thread_count: int = 0
+    dbd_agent_queue_size: int = 0
+    jobs_submitted: int = 0
+    jobs_started: int = 0
+    jobs_completed: int = 0
+    jobs_canceled: int = 0
+    jobs_failed: int = 0
+    jobs_pending: int = 0
+    jobs_running: int = 0
+    schedule_cycle_last: int = 0
+    schedule_cycle_max: int = 0
+    schedule_cycle_mean: int = 0
+    schedule_cycle_total: int = 0
+    schedule_cycle_mean_depth: int = 0
+    schedule_queue_length: int = 0
+    bf_cycle_last: int = 0
+    bf_cycle_max: int = 0
+    bf_cycle_mean: int = 0
+    bf_cycle_counter: int = 0
+    bf_last_depth: int = 0
+    bf_last_depth_try: int = 0
+    bf_depth_mean: int = 0
+    bf_queue_len: int = 0
+    bf_backfilled_jobs: int = 0
+    bf_last_backfilled_jobs: int = 0
+    bf_active: bool = False
+
+
+class RawDiag(RawEnvelope, gc=False):
+    statistics: RawStats | UnsetType = UNSET
+
+
+_DIAG = msgspec.json.Decoder(RawDiag)
+
+
+def convert_diag(s: Any, req_time: int | None, req_time_start: int | None) -> Diag:
+    """Shared by every version: ``s`` has the counter attributes of :class:`RawStats`."""
+    return Diag(
+        server_thread_count=s.server_thread_count,
+        agent_queue_size=s.agent_queue_size,
+        agent_count=s.agent_count,
+        agent_thread_count=s.agent_thread_count,
+        dbd_agent_queue_size=s.dbd_agent_queue_size,
+        jobs_submitted=s.jobs_submitted,
+        jobs_started=s.jobs_started,
+        jobs_completed=s.jobs_completed,
+        jobs_canceled=s.jobs_canceled,
+        jobs_failed=s.jobs_failed,
+        jobs_pending=s.jobs_pending,
+        jobs_running=s.jobs_running,
+        schedule_cycle_last_seconds=c.usec(s.schedule_cycle_last),
+        schedule_cycle_max_seconds=c.usec(s.schedule_cycle_max),
+        schedule_cycle_mean_seconds=c.usec(s.schedule_cycle_mean),
+        schedule_cycle_count=s.schedule_cycle_total,
+        schedule_cycle_mean_depth=float(s.schedule_cycle_mean_depth),
+        schedule_queue_length=s.schedule_queue_length,
+        backfill_cycle_last_seconds=c.usec(s.bf_cycle_last),
+        backfill_cycle_max_seconds=c.usec(s.bf_cycle_max),
+        backfill_cycle_mean_seconds=c.usec(s.bf_cycle_mean),
+        backfill_cycle_count=s.bf_cycle_counter,
+        backfill_last_depth=s.bf_last_depth,
+        backfill_last_depth_try=s.bf_last_depth_try,
+        backfill_mean_depth=float(s.bf_depth_mean),
+        backfill_queue_length=s.bf_queue_len,
+        backfilled_jobs=s.bf_backfilled_jobs,
+        last_backfilled_jobs=s.bf_last_backfilled_jobs,
+        backfill_active=bool(s.bf_active),
+        stats_time=c.epoch(req_time),
+        stats_reset_time=c.epoch(req_time_start),
+    )
+
+
+# ----------------------------------------------------------------------------- licenses & resv
+
+
+class RawLicense(Struct, gc=False):
+    LicenseName: str
+    Total: int = 0
+    Used: int = 0
+    Free: int = 0
+    Reserved: int = 0
+    Remote: bool = False
+
+
+class RawLicenses(RawEnvelope, gc=False):
+    licenses: list[RawLicense] | UnsetType = UNSET
+
+
+_LICENSES = msgspec.json.Decoder(RawLicenses)
+
+
+def convert_license(r: RawLicense) -> License:
+    return License(
+        name=r.LicenseName,
+        total=r.Total,
+        used=r.Used,
+        free=r.Free,
+        reserved=r.Reserved,
+        remote=r.Remote,
+    )
+
+
+class RawReservation(Struct, gc=False):
+    name: str
+    node_list: str | None = None
+    node_count: int | None = None
+    core_count: int | None = None
+    start_time: N | None = None
+    end_time: N | None = None
+    partition: str | None = None
+    flags: tuple[str, ...] | None = None
+    users: str | None = None
+    accounts: str | None = None
+
+
+class RawReservations(RawEnvelope, gc=False):
+    reservations: list[RawReservation] | UnsetType = UNSET
+
+
+_RESERVATIONS = msgspec.json.Decoder(RawReservations)
+
+
+def convert_reservation(r: RawReservation) -> Reservation:
+    return Reservation(
+        name=r.name,
+        nodes=r.node_list or "",
+        node_count=r.node_count or 0,
+        core_count=r.core_count or 0,
+        start_time=c.epoch(n(r.start_time)),
+        end_time=c.epoch(n(r.end_time)),
+        partition=r.partition or "",
+        flags=tuple(f.upper() for f in r.flags or ()),
+        users=r.users or "",
+        accounts=r.accounts or "",
+    )
+
+
+# -------------------------------------------------------------------------------------- adapter
+
+_ENVELOPE = msgspec.json.Decoder(RawEnvelope)
+
+
+class Adapter040:
+    """Translator for one of :data:`VERSIONS` (the generations share one shape)."""
+
+    def __init__(self, version: str) -> None:
+        if version not in VERSIONS:
+            raise errors.VersionError(f"unsupported API version {version!r}")
+        self.version = version
+        self._caches = c.Caches()
+
+    def __repr__(self) -> str:
+        return f"<slurmrestd adapter {self.version}>"
+
+    def envelope(self, body: bytes, endpoint: str) -> Envelope:
+        return to_envelope(c.decode(_ENVELOPE, body, endpoint))
+
+    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]:
+        raw = c.decode(_JOBS, body, "jobs")
+        env = to_envelope(raw)
+        if raw.jobs is UNSET:
+            raise c.missing("jobs", "jobs", env)
+        jobs = raw.jobs
+        self._caches.trim()
+        return c.guarded("jobs", "job", lambda: convert_jobs(jobs, self._caches)), env
+
+    def job_array(self, array_text: bytes) -> list[Job]:
+        raw = c.decode(_JOB_ARRAY, array_text, "jobs")
+        self._caches.trim()
+        return c.guarded("jobs", "job", lambda: convert_jobs(raw, self._caches))
+
+    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
+        raw = c.decode(_NODES, body, "nodes")
+        env = to_envelope(raw)
+        if raw.nodes is UNSET:
+            raise c.missing("nodes", "nodes", env)
+        items = raw.nodes
+        caches = self._caches
+        caches.trim()
+        return c.guarded("nodes", "node", lambda: [convert_node(r, caches) for r in items]), env
+
+    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]:
+        raw = c.decode(_PARTITIONS, body, "partitions")
+        env = to_envelope(raw)
+        if raw.partitions is UNSET:
+            raise c.missing("partitions", "partitions", env)
+        items = raw.partitions
+        return c.guarded("partitions", "partition", lambda: [convert_partition(r) for r in items]), env
+
+    def diag(self, body: bytes) -> tuple[Diag, Envelope]:
+        raw = c.decode(_DIAG, body, "diag")
+        env = to_envelope(raw)
+        if raw.statistics is UNSET:
+            raise c.missing("diag", "statistics", env)
+        s = raw.statistics
+        return (
+            c.guarded("diag", "statistics", lambda: convert_diag(s, n(s.req_time), n(s.req_time_start))),
+            env,
+        )
+
+    def licenses(self, body: bytes) -> tuple[list[License], Envelope]:
+        raw = c.decode(_LICENSES, body, "licenses")
+        env = to_envelope(raw)
+        if raw.licenses is UNSET:
+            raise c.missing("licenses", "licenses", env)
+        return [convert_license(r) for r in raw.licenses], env
+
+    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]:
+        raw = c.decode(_RESERVATIONS, body, "reservations")
+        env = to_envelope(raw)
+        if raw.reservations is UNSET:
+            raise c.missing("reservations", "reservations", env)
+        items = raw.reservations
+        return (
+            c.guarded("reservations", "reservation", lambda: [convert_reservation(r) for r in items]),
+            env,
+        )
