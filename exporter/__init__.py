@@ -1,0 +1,3 @@
+"""slurm-keda exporter: slurmrestd client, version adapters, snapshot model, poller, collector, HTTP."""
+
+__version__ = "0.1.0"

@@ -327,9 +327,7 @@ def array_task_count(tasks: str) -> int:
 
 # ------------------------------------------------------------------------------------------ states
 
-NODE_BASE_STATES = frozenset(
-    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "EXTERNAL"}
-)
+NODE_BASE_STATES = frozenset({"IDLE", "ALLOCATED", "MIXED", "DOWN", "ERROR", "FUTURE", "UNKNOWN", "EXTERNAL"})
 """Slurm's node base states (``NODE_STATE_BASE``); every other state word is a flag."""
 
 _NODE_ALIASES = {"ALLOC": "ALLOCATED", "MIX": "MIXED", "UNK": "UNKNOWN", "DRAINED": "DRAIN"}

@@ -30,8 +30,11 @@ INNER_STATE = "/lab"
 def find_mirror(sources: Path = Path("/etc/apt")) -> str:
     """The Debian mirror this machine's apt already uses (deb822 ``URIs:`` or one-line ``deb`` entries)."""
     candidates: list[str] = []
-    files = sorted((sources / "sources.list.d").glob("*.sources")) + sorted(
-        (sources / "sources.list.d").glob("*.list")) + [sources / "sources.list"]
+    files = (
+        sorted((sources / "sources.list.d").glob("*.sources"))
+        + sorted((sources / "sources.list.d").glob("*.list"))
+        + [sources / "sources.list"]
+    )
     for file in files:
         try:
             text = file.read_text()
@@ -78,20 +81,30 @@ def ensure_chroot(suite: str, progress: bool = False) -> Path:
             _unmount_below(partial)
             shutil.rmtree(partial)
         mirror = find_mirror()
-        argv = ["debootstrap", "--variant=minbase", f"--include={','.join(CHROOT_PACKAGES)}",
-                suite, str(partial), mirror]
+        argv = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(CHROOT_PACKAGES)}",
+            suite,
+            str(partial),
+            mirror,
+        ]
         if progress:
             print(f"building {suite} chroot in {root} from {mirror} (about a minute, once) ...", flush=True)
         started = time.monotonic()
         with open(log, "wb") as out:
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False)
         if result.returncode != 0 or not (partial / "usr/sbin/slurmctld").exists():
-            raise LabError(f"debootstrap of {suite} failed (exit {result.returncode}); see {log}: "
-                           + tail(log, 3).replace("\n", " | "))
+            raise LabError(
+                f"debootstrap of {suite} failed (exit {result.returncode}); see {log}: "
+                + tail(log, 3).replace("\n", " | ")
+            )
         if root.exists():
             shutil.rmtree(root)
         partial.rename(root)
-        (root / MARKER).write_text(f"suite={suite}\nmirror={mirror}\nseconds={time.monotonic() - started:.0f}\n")
+        (root / MARKER).write_text(
+            f"suite={suite}\nmirror={mirror}\nseconds={time.monotonic() - started:.0f}\n"
+        )
     prepare(root)
     return root
 
@@ -119,8 +132,9 @@ def add_system_user(root: Path, name: str, uid: int) -> None:
 def slurm_release(root: Path) -> str:
     """The Slurm release installed in ``root`` (e.g. ``24.11.5``), read from dpkg's status file."""
     status = (root / "var/lib/dpkg/status").read_text()
-    match = re.search(r"^Package: slurmctld\n(?:[^\n]+\n)*?Version: (?:\d+:)?([0-9.]+)", status,
-                      flags=re.MULTILINE)
+    match = re.search(
+        r"^Package: slurmctld\n(?:[^\n]+\n)*?Version: (?:\d+:)?([0-9.]+)", status, flags=re.MULTILINE
+    )
     if not match:
         raise LabError(f"slurmctld is not installed in {root}")
     return match.group(1)
@@ -150,8 +164,7 @@ def mount_all(root: Path, state_dir: Path) -> None:
     for target, how in plan:
         target.mkdir(exist_ok=True)
         if not is_mounted(target):
-            result = subprocess.run(["mount", *how, str(target)], capture_output=True, text=True,
-                                    check=False)
+            result = subprocess.run(["mount", *how, str(target)], capture_output=True, text=True, check=False)
             if result.returncode != 0:
                 raise LabError(f"mount {' '.join(how)} {target} failed: {result.stderr.strip()}")
 

@@ -22,8 +22,12 @@ def _parser() -> argparse.ArgumentParser:
 
     def flavored(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--slurm", choices=list(FLAVORS), default=DEFAULT_FLAVOR,
-                       help=f"which lab (default {DEFAULT_FLAVOR})")
+        p.add_argument(
+            "--slurm",
+            choices=list(FLAVORS),
+            default=DEFAULT_FLAVOR,
+            help=f"which lab (default {DEFAULT_FLAVOR})",
+        )
         return p
 
     up = flavored("up", "start a lab (builds and caches its chroot the first time)")
@@ -49,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     add.add_argument("--cpus", type=int, default=NODE_CPUS)
     add.add_argument("--memory-mb", type=int, default=NODE_MEMORY_MB)
     add.add_argument("--gpus", type=int, default=0)
-    add.add_argument("--dynamic", action="store_true", help="join with slurmd -Z (nodeset ns-dyn, partition dyn)")
+    add.add_argument(
+        "--dynamic", action="store_true", help="join with slurmd -Z (nodeset ns-dyn, partition dyn)"
+    )
     remove = node_sub.add_parser("remove", help="stop a node's slurmd (dynamic nodes are deleted)")
     remove.add_argument("name")
 
@@ -115,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
         print(lab.token(args.lifespan))
     elif args.cmd == "node":
         if args.node_cmd == "add":
-            node = lab.add_node(args.name, cpus=args.cpus, memory_mb=args.memory_mb, gpus=args.gpus,
-                                dynamic=args.dynamic)
+            node = lab.add_node(
+                args.name, cpus=args.cpus, memory_mb=args.memory_mb, gpus=args.gpus, dynamic=args.dynamic
+            )
             print(f"node {node.name} up (port {node.port}{', dynamic' if node.dynamic else ''})")
         else:
             lab.remove_node(args.name)

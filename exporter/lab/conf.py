@@ -80,10 +80,13 @@ class LabConfig:
         return [f"c{i}" for i in range(1, self.cpu_nodes + 1)]
 
 
-def node_line(name: str, port: int, cpus: int = NODE_CPUS, memory_mb: int = NODE_MEMORY_MB,
-              extra: str = "") -> str:
-    line = (f"NodeName={name} CPUs={cpus} RealMemory={memory_mb} Port={port} "
-            f"NodeAddr=127.0.0.1 NodeHostname=localhost")
+def node_line(
+    name: str, port: int, cpus: int = NODE_CPUS, memory_mb: int = NODE_MEMORY_MB, extra: str = ""
+) -> str:
+    line = (
+        f"NodeName={name} CPUs={cpus} RealMemory={memory_mb} Port={port} "
+        f"NodeAddr=127.0.0.1 NodeHostname=localhost"
+    )
     return f"{line} {extra}".rstrip()
 
 
@@ -122,7 +125,6 @@ def slurm_conf(cfg: LabConfig) -> str:
         "SlurmdTimeout=30",
         "MinJobAge=300",
         "GresTypes=gpu",
-        "AccountingStorageTRES=gres/gpu",
         f"Licenses={LICENSES}",
         # Power saving: slurmctld's own answer to "which nodes would this queue need" (cloud partition).
         f"SuspendProgram={p('bin', 'suspend.sh')}",
@@ -170,5 +172,4 @@ def gres_conf(cfg: LabConfig, gpu_nodes: dict[str, int]) -> str:
 
 def power_script(log: PurePosixPath, action: str) -> str:
     """SuspendProgram / ResumeProgram: only note the host list slurmctld chose."""
-    return ("#!/bin/sh\n"
-            f'echo "$(date +%s) {action} $1" >> {log}\n')
+    return f'#!/bin/sh\necho "$(date +%s) {action} $1" >> {log}\n'

@@ -36,31 +36,71 @@ class DemoJob:
 
 
 DEMO_JOBS: tuple[DemoJob, ...] = (
-    DemoJob("whole_node", ("-p", "cpu", "-n8", "--mem=8000", "-t", "30", "-J", "whole_node"), ("RUNNING", None)),
-    DemoJob("half_node", ("-p", "cpu", "-n4", "--mem=4000", "-t", "30", "-J", "half_node"), ("RUNNING", None)),
-    DemoJob("throttled_array", ("-p", "cpu", "--array=1-20%2", "-n1", "--mem=500", "-t", "30", "-J",
-                                "throttled_array"), ("PENDING", "JobArrayTaskLimit")),
-    DemoJob("two_nodes", ("-p", "cpu", "-N2", "-n2", "--mem=1000", "-t", "30", "-J", "two_nodes"),
-            ("RUNNING", None)),
-    DemoJob("license", ("-p", "cpu", "-n1", "--mem=500", "-L", "matlab:2", "-t", "30", "-J", "license"),
-            ("RUNNING", None)),
-    DemoJob("exclusive_pair", ("-p", "cpu", "-N2", "--exclusive", "-t", "30", "-J", "exclusive_pair"),
-            ("PENDING", "Resources")),
-    DemoJob("behind", ("-p", "cpu", "-n8", "--mem=1000", "-t", "60", "-J", "behind"), ("PENDING", "Priority")),
+    DemoJob(
+        "whole_node", ("-p", "cpu", "-n8", "--mem=8000", "-t", "30", "-J", "whole_node"), ("RUNNING", None)
+    ),
+    DemoJob(
+        "half_node", ("-p", "cpu", "-n4", "--mem=4000", "-t", "30", "-J", "half_node"), ("RUNNING", None)
+    ),
+    DemoJob(
+        "throttled_array",
+        ("-p", "cpu", "--array=1-20%2", "-n1", "--mem=500", "-t", "30", "-J", "throttled_array"),
+        ("PENDING", "JobArrayTaskLimit"),
+    ),
+    DemoJob(
+        "two_nodes",
+        ("-p", "cpu", "-N2", "-n2", "--mem=1000", "-t", "30", "-J", "two_nodes"),
+        ("RUNNING", None),
+    ),
+    DemoJob(
+        "license",
+        ("-p", "cpu", "-n1", "--mem=500", "-L", "matlab:2", "-t", "30", "-J", "license"),
+        ("RUNNING", None),
+    ),
+    DemoJob(
+        "exclusive_pair",
+        ("-p", "cpu", "-N2", "--exclusive", "-t", "30", "-J", "exclusive_pair"),
+        ("PENDING", "Resources"),
+    ),
+    DemoJob(
+        "behind", ("-p", "cpu", "-n8", "--mem=1000", "-t", "60", "-J", "behind"), ("PENDING", "Priority")
+    ),
     DemoJob("held", ("-p", "cpu", "-H", "-n1", "-t", "30", "-J", "held"), ("PENDING", "JobHeldUser")),
-    DemoJob("dependent", ("-p", "cpu", "-n1", "-t", "30", "-J", "dependent"), ("PENDING", "Dependency"),
-            after="whole_node"),
-    DemoJob("later", ("-p", "cpu", "-n1", "-t", "30", "--begin", "now+1hour", "-J", "later"),
-            ("PENDING", "BeginTime")),
-    DemoJob("too_wide", ("-p", "cpu", "-N3", "-t", "30", "-J", "too_wide"), ("PENDING", "PartitionNodeLimit")),
-    DemoJob("gpu_one", ("-p", "gpu", "--gres=gpu:1", "-n2", "--mem=2000", "-t", "30", "-J", "gpu_one"),
-            ("RUNNING", None)),
-    DemoJob("gpu_two", ("-p", "gpu", "--gres=gpu:2", "-n1", "--mem=1000", "-t", "60", "-J", "gpu_two"),
-            ("PENDING", "Resources")),
-    DemoJob("cloud_pair", ("-p", "cloud", "-N2", "-n4", "--mem=2000", "-t", "30", "-J", "cloud_pair"),
-            ("CONFIGURING", None)),
-    DemoJob("dyn_wait", ("-p", "dyn", "-n2", "--mem=1000", "-t", "30", "-J", "dyn_wait"),
-            ("PENDING", "PartitionConfig"), optional=True),
+    DemoJob(
+        "dependent",
+        ("-p", "cpu", "-n1", "-t", "30", "-J", "dependent"),
+        ("PENDING", "Dependency"),
+        after="whole_node",
+    ),
+    DemoJob(
+        "later",
+        ("-p", "cpu", "-n1", "-t", "30", "--begin", "now+1hour", "-J", "later"),
+        ("PENDING", "BeginTime"),
+    ),
+    DemoJob(
+        "too_wide", ("-p", "cpu", "-N3", "-t", "30", "-J", "too_wide"), ("PENDING", "PartitionNodeLimit")
+    ),
+    DemoJob(
+        "gpu_one",
+        ("-p", "gpu", "--gres=gpu:1", "-n2", "--mem=2000", "-t", "30", "-J", "gpu_one"),
+        ("RUNNING", None),
+    ),
+    DemoJob(
+        "gpu_two",
+        ("-p", "gpu", "--gres=gpu:2", "-n1", "--mem=1000", "-t", "60", "-J", "gpu_two"),
+        ("PENDING", "Resources"),
+    ),
+    DemoJob(
+        "cloud_pair",
+        ("-p", "cloud", "-N2", "-n4", "--mem=2000", "-t", "30", "-J", "cloud_pair"),
+        ("CONFIGURING", None),
+    ),
+    DemoJob(
+        "dyn_wait",
+        ("-p", "dyn", "-n2", "--mem=1000", "-t", "30", "-J", "dyn_wait"),
+        ("PENDING", "PartitionConfig"),
+        optional=True,
+    ),
 )
 
 
@@ -88,8 +128,20 @@ def submit_demo(lab: Lab) -> dict[str, int]:
                 continue
             raise LabError(f"sbatch of demo job {job.key} failed: {result.stderr.strip()}")
         jobs[job.key] = parse_job_id(result.stdout)
-    lab.run(["scontrol", "create", "reservation", f"reservationname={RESERVATION}", "starttime=now+2days",
-             "duration=120", "users=root", "nodes=c3", "flags=maint"], check=False)
+    lab.run(
+        [
+            "scontrol",
+            "create",
+            "reservation",
+            f"reservationname={RESERVATION}",
+            "starttime=now+2days",
+            "duration=120",
+            "users=root",
+            "nodes=c3",
+            "flags=maint",
+        ],
+        check=False,
+    )
     record.write_text(json.dumps(jobs, indent=1) + "\n")
     return jobs
 

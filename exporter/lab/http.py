@@ -29,7 +29,7 @@ def get(url: str, path: str, headers: dict[str, str] | None = None, timeout: flo
     """GET ``path`` from ``url`` (``http://HOST:PORT`` or ``unix:/path/to.sock``); raw bytes back."""
     conn: http.client.HTTPConnection
     if url.startswith("unix:"):
-        conn = _UnixConnection(url[len("unix:"):], timeout)
+        conn = _UnixConnection(url[len("unix:") :], timeout)
     else:
         host = url.removeprefix("http://").rstrip("/")
         conn = http.client.HTTPConnection(host, timeout=timeout)

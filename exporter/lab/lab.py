@@ -101,14 +101,16 @@ def _version_tuple(release: str) -> tuple[int, ...]:
 class Lab:
     """One lab (flavor ``24.11``, ``26.05`` or ``host``); every method is safe to call repeatedly."""
 
-    def __init__(self, flavor: Flavor | str = DEFAULT_FLAVOR, *, nodes: int | None = None,
-                 port_base: int | None = None) -> None:
+    def __init__(
+        self, flavor: Flavor | str = DEFAULT_FLAVOR, *, nodes: int | None = None, port_base: int | None = None
+    ) -> None:
         self.flavor = get_flavor(flavor) if isinstance(flavor, str) else flavor
         self.state_dir = self.flavor.state_dir()
         saved = self._saved()
         self.nodes = nodes if nodes is not None else int(saved.get("nodes", DEFAULT_NODES))
-        self.ports = Ports(port_base if port_base is not None else
-                           int(saved.get("port_base", self.flavor.port_base)))
+        self.ports = Ports(
+            port_base if port_base is not None else int(saved.get("port_base", self.flavor.port_base))
+        )
         self._requested_base = port_base
         if not 1 <= self.nodes <= self.ports.max_cpu_nodes:
             raise LabError(f"--nodes must be between 1 and {self.ports.max_cpu_nodes}")
@@ -150,7 +152,13 @@ class Lab:
         return f"unix:{self.unix_socket}"
 
     def log_path(self, component: str) -> Path:
+        """The daemon's log (stdout and stderr go to ``<component>.out`` beside it)."""
         return self.state_dir / "log" / f"{component}.log"
+
+    def _out_path(self, component: str) -> Path:
+        if component.startswith("slurmrestd"):
+            return self.log_path(component)
+        return self.state_dir / "log" / f"{component}.out"
 
     def _pid_file(self, component: str) -> Path:
         return self.state_dir / "run" / f"{component}.lab-pid"
@@ -183,7 +191,7 @@ class Lab:
         pid = self._pid(component)
         if pid is not None:
             return pid
-        pid = procs.spawn(self.root, argv, self.log_path(component), env or {})
+        pid = procs.spawn(self.root, argv, self._out_path(component), env or {})
         self._pid_file(component).write_text(f"{pid}\n")
         return pid
 
@@ -207,18 +215,29 @@ class Lab:
 
     def run_raw(self, argv: Sequence[str], *, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(procs.in_root(self.root, argv), capture_output=True, text=True,
-                                  env=self._client_env(), timeout=timeout, check=False)
+            return subprocess.run(
+                procs.in_root(self.root, argv),
+                capture_output=True,
+                text=True,
+                env=self._client_env(),
+                timeout=timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise LabError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
 
     # ----- up --------------------------------------------------------------------------------------
     def _check_install(self) -> None:
         if self.flavor.is_host:
-            missing = [b for b in ("slurmctld", "slurmd", "slurmrestd", "scontrol", "munged")
-                       if not any(Path(d, b).exists() for d in ("/usr/sbin", "/usr/bin"))]
+            missing = [
+                b
+                for b in ("slurmctld", "slurmd", "slurmrestd", "scontrol", "munged")
+                if not any(Path(d, b).exists() for d in ("/usr/sbin", "/usr/bin"))
+            ]
             if missing or not Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists():
-                raise LabError("host Slurm packages missing; run: apt-get install -y " + " ".join(HOST_PACKAGES))
+                raise LabError(
+                    "host Slurm packages missing; run: apt-get install -y " + " ".join(HOST_PACKAGES)
+                )
         else:
             assert self.flavor.suite is not None
             chroot.ensure_chroot(self.flavor.suite, progress=True)
@@ -228,8 +247,13 @@ class Lab:
 
     def _config(self) -> LabConfig:
         legacy = _version_tuple(self.release()) < (23, 11)
-        return LabConfig(cluster_name=self.flavor.cluster_name, inner=self.inner, ports=self.ports,
-                         cpu_nodes=self.nodes, legacy_munge=legacy)
+        return LabConfig(
+            cluster_name=self.flavor.cluster_name,
+            inner=self.inner,
+            ports=self.ports,
+            cpu_nodes=self.nodes,
+            legacy_munge=legacy,
+        )
 
     def _static_nodes(self) -> list[NodeRecord]:
         nodes = [NodeRecord(name=f"c{i}", port=self.ports.cpu_node(i)) for i in range(1, self.nodes + 1)]
@@ -261,8 +285,9 @@ class Lab:
             path.write_text(power_script(cfg.path("log", "power.log"), action))
             path.chmod(0o755)
         sd.chmod(0o755)
-        (sd / "lab.json").write_text(json.dumps({"flavor": self.flavor.name, "port_base": self.ports.base,
-                                                 "nodes": self.nodes}) + "\n")
+        (sd / "lab.json").write_text(
+            json.dumps({"flavor": self.flavor.name, "port_base": self.ports.base, "nodes": self.nodes}) + "\n"
+        )
 
     def _write_gres(self, cfg: LabConfig) -> None:
         gpus = {n.name: n.gpus for n in self._static_nodes() + self._runtime_nodes()}
@@ -273,8 +298,10 @@ class Lab:
         wanted |= {f"slurmd {n.name}": n.port for n in self._static_nodes()}
         busy = [f"{port} ({what})" for what, port in wanted.items() if not procs.port_free(port)]
         if busy:
-            raise LabError(f"port(s) in use: {', '.join(busy)}; stop whatever holds them or pick another "
-                           f"--port-base (lab {self.flavor.name} uses {self.ports.base}..{self.ports.base + 99})")
+            raise LabError(
+                f"port(s) in use: {', '.join(busy)}; stop whatever holds them or pick another "
+                f"--port-base (lab {self.flavor.name} uses {self.ports.base}..{self.ports.base + 99})"
+            )
 
     def up(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
         """Start the lab, or complete/confirm an already running one. Returns its status."""
@@ -282,11 +309,15 @@ class Lab:
         saved_base = self._saved().get("port_base")
         if self.is_running():
             if self._requested_base is not None and saved_base not in (None, self._requested_base):
-                raise LabError(f"lab {self.flavor.name} already runs with port base {saved_base}; "
-                               "run `lab down` first to change it")
+                raise LabError(
+                    f"lab {self.flavor.name} already runs with port base {saved_base}; "
+                    "run `lab down` first to change it"
+                )
         else:
+            self._check_ports()
             self._check_install()
-            self.down(quiet=True)
+            self._claim_root()
+            self.down()
             if not self.flavor.is_host:
                 self.state_dir.mkdir(parents=True, exist_ok=True)
                 chroot.mount_all(self.root, self.state_dir)
@@ -297,7 +328,6 @@ class Lab:
             for name in ("demo.json", "token"):
                 (self.state_dir / name).unlink(missing_ok=True)
             self._write_files(cfg)
-            self._check_ports()
             if cfg.legacy_munge:
                 self._ensure_munge()
             self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
@@ -309,25 +339,41 @@ class Lab:
         if not self.token_file.exists():
             self.write_token()
         self._wait("slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp")
-        self._wait("slurmrestd (unix socket) to serve /openapi/v3", deadline,
-                   lambda: self._restd_ready(unix=True), "slurmrestd-unix")
-        self._wait("slurmd of every node to register", deadline,
-                   lambda: self._nodes_ready([n.name for n in self._static_nodes()]), "slurmctld")
+        self._wait(
+            "slurmrestd (unix socket) to serve /openapi/v3",
+            deadline,
+            lambda: self._restd_ready(unix=True),
+            "slurmrestd-unix",
+        )
+        self._wait(
+            "slurmd of every node to register",
+            deadline,
+            lambda: self._nodes_ready([n.name for n in self._static_nodes()]),
+            "slurmctld",
+        )
         return self.status()
 
     def _wait(self, what: str, deadline: float, ready: Callable[[], bool], component: str) -> None:
         while True:
             for comp in self._components():
                 if self._pid(comp) is None and comp in ("slurmctld", component):
-                    raise LabError(f"{comp} of lab {self.flavor.name} is not running; last lines of "
-                                   f"{self.log_path(comp)}: " + procs.tail(self.log_path(comp)).replace("\n", " | "))
+                    raise LabError(f"{comp} of lab {self.flavor.name} exited: {self._why(comp)}")
             if ready():
                 return
             if time.monotonic() > deadline:
-                raise LabError(f"timed out waiting for {what} (lab {self.flavor.name}); see "
-                               f"{self.log_path(component)}: "
-                               + procs.tail(self.log_path(component), 5).replace("\n", " | "))
+                raise LabError(
+                    f"timed out waiting for {what} (lab {self.flavor.name}): {self._why(component)}"
+                )
             time.sleep(0.2)
+
+    def _why(self, component: str) -> str:
+        """Last fatal/error lines of a component's logs, naming the files."""
+        logs = [p for p in (self.log_path(component), self._out_path(component)) if p.exists()]
+        for log in logs:
+            text = procs.why(log)
+            if "fatal" in text or "error" in text:
+                return f"{text} (see {log})"
+        return f"{procs.why(logs[0]) if logs else '(no log)'} (see {self.log_path(component)})"
 
     def _ctld_ready(self) -> bool:
         result = self.run_raw(["scontrol", "ping"], timeout=10)
@@ -341,9 +387,11 @@ class Lab:
 
     def _nodes_ready(self, names: Sequence[str]) -> bool:
         states = self.node_states()
-        return all(states.get(n, "").split("+")[0].rstrip("*~#!%$@^-") in
-                   ("idle", "mixed", "allocated", "IDLE", "MIXED", "ALLOCATED")
-                   for n in names)
+        return all(
+            states.get(n, "").split("+")[0].rstrip("*~#!%$@^-")
+            in ("idle", "mixed", "allocated", "IDLE", "MIXED", "ALLOCATED")
+            for n in names
+        )
 
     def node_states(self) -> dict[str, str]:
         """``{node: state}`` as ``sinfo -N -o %N|%T`` shows it (e.g. ``idle``, ``idle~``, ``down*``)."""
@@ -355,8 +403,10 @@ class Lab:
         return states
 
     def _ensure_munge(self) -> None:
-        raise LabError("the host flavor (Slurm 22.05, auth/munge) is not supported by the lab; "
-                       "use --slurm 24.11 or --slurm 26.05")
+        raise LabError(
+            "the host flavor (Slurm 22.05, auth/munge) is not supported by the lab; "
+            "use --slurm 24.11 or --slurm 26.05"
+        )
 
     def _start_slurmd(self, node: NodeRecord) -> int:
         argv = ["slurmd", "-D", "-N", node.name, "-f", self.slurm_conf_inner]
@@ -371,10 +421,24 @@ class Lab:
     def _start_restd(self) -> None:
         release = self.release()
         plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
-        self._start("slurmrestd-tcp", [
-            "slurmrestd", "-f", self.slurm_conf_inner, "-u", chroot.RESTD_USER, "-g", chroot.RESTD_USER,
-            "-a", "rest_auth/jwt", "-s", plugins, f"127.0.0.1:{self.ports.slurmrestd}",
-        ], env={"SLURM_JWT": "daemon"})
+        self._start(
+            "slurmrestd-tcp",
+            [
+                "slurmrestd",
+                "-f",
+                self.slurm_conf_inner,
+                "-u",
+                chroot.RESTD_USER,
+                "-g",
+                chroot.RESTD_USER,
+                "-a",
+                "rest_auth/jwt",
+                "-s",
+                plugins,
+                f"127.0.0.1:{self.ports.slurmrestd}",
+            ],
+            env={"SLURM_JWT": "daemon"},
+        )
         # rest_auth/local: the caller's uid comes from the socket (root and the slurmrestd user are let in).
         # slurmrestd runs as its own user, so the socket lives in a directory that user owns.
         sock = self.inner / "run" / "restd" / RESTD_UNIX_SOCKET
@@ -382,10 +446,23 @@ class Lab:
             self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
             os.chown(self.unix_socket.parent, chroot.RESTD_UID, chroot.RESTD_UID)
             self.unix_socket.unlink(missing_ok=True)
-        self._start("slurmrestd-unix", [
-            "slurmrestd", "-f", self.slurm_conf_inner, "-u", chroot.RESTD_USER, "-g", chroot.RESTD_USER,
-            "-a", "rest_auth/local", "-s", plugins, f"unix:{sock}",
-        ])
+        self._start(
+            "slurmrestd-unix",
+            [
+                "slurmrestd",
+                "-f",
+                self.slurm_conf_inner,
+                "-u",
+                chroot.RESTD_USER,
+                "-g",
+                chroot.RESTD_USER,
+                "-a",
+                "rest_auth/local",
+                "-s",
+                plugins,
+                f"unix:{sock}",
+            ],
+        )
 
     # ----- token, HTTP -----------------------------------------------------------------------------
     def token(self, lifespan: int = 3600) -> str:
@@ -406,7 +483,9 @@ class Lab:
         try:
             return self.token_file.read_text().strip()
         except OSError:
-            raise LabNotRunningError(f"no token file at {self.token_file}; is lab {self.flavor.name} up?") from None
+            raise LabNotRunningError(
+                f"no token file at {self.token_file}; is lab {self.flavor.name} up?"
+            ) from None
 
     def get(self, path: str, *, unix: bool = False, token: str | None = None) -> Response:
         """GET ``path`` from this lab's slurmrestd (TCP with the lab's token, or the unix socket)."""
@@ -429,8 +508,16 @@ class Lab:
         return api_versions_from_openapi(self.openapi())
 
     # ----- nodes at run time -----------------------------------------------------------------------
-    def add_node(self, name: str, *, cpus: int = NODE_CPUS, memory_mb: int = NODE_MEMORY_MB, gpus: int = 0,
-                 dynamic: bool = False, timeout: float = 30.0) -> NodeRecord:
+    def add_node(
+        self,
+        name: str,
+        *,
+        cpus: int = NODE_CPUS,
+        memory_mb: int = NODE_MEMORY_MB,
+        gpus: int = 0,
+        dynamic: bool = False,
+        timeout: float = 30.0,
+    ) -> NodeRecord:
         """Start a slurmd: a configured node's (after ``remove_node``), or a new dynamic node (``slurmd -Z``)
         that joins nodeset ``ns-dyn`` (partition ``dyn``)."""
         self._require_running()
@@ -445,7 +532,9 @@ class Lab:
             self._start_slurmd(node)
         else:
             if not dynamic:
-                raise LabError(f"node {name} is not in slurm.conf; add it with --dynamic (joins partition dyn)")
+                raise LabError(
+                    f"node {name} is not in slurm.conf; add it with --dynamic (joins partition dyn)"
+                )
             if self._config().legacy_munge:
                 raise LabError("dynamic nodes need Slurm 23.02+ with nodesets")
             used = {n.port for n in self._runtime_nodes()}
@@ -461,29 +550,38 @@ class Lab:
         self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
         return node
 
-    def remove_node(self, name: str) -> None:
-        """Stop a node's slurmd; a dynamic node is also deleted from slurmctld, a configured one set DOWN."""
+    def remove_node(self, name: str, *, timeout: float = 30.0) -> None:
+        """Stop a node's slurmd and set it DOWN (its jobs are requeued, as when a pod disappears);
+        a dynamic node is then deleted from slurmctld."""
         self._require_running()
         record_path = self.state_dir / "nodes" / f"{name}.json"
         known = {n.name for n in self._static_nodes()}
         if name not in known and not record_path.exists():
             raise LabError(f"lab {self.flavor.name} runs no node named {name}")
         self._stop(f"slurmd-{name}")
+        self.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=lab_node_remove"])
         if name in known:
-            self.run(["scontrol", "update", f"nodename={name}", "state=down", "reason=lab_node_remove"])
             return
-        self.run(["scontrol", "delete", f"nodename={name}"])
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.run_raw(["scontrol", "delete", f"nodename={name}"])
+            if result.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise LabError(f"could not delete node {name}: {result.stderr.strip()}")
+            time.sleep(0.5)
         record_path.unlink(missing_ok=True)
         self._write_gres(self._config())
 
     def _require_running(self) -> None:
         require_root()
         if not self.is_running():
-            raise LabNotRunningError(f"lab {self.flavor.name} is not running; start it with `lab up --slurm "
-                                     f"{self.flavor.name}`")
+            raise LabNotRunningError(
+                f"lab {self.flavor.name} is not running; start it with `lab up --slurm {self.flavor.name}`"
+            )
 
     # ----- down ------------------------------------------------------------------------------------
-    def down(self, *, quiet: bool = False) -> list[int]:
+    def down(self) -> list[int]:
         """Stop this lab's processes (recorded pids, then anything else under its chroot) and unmount.
 
         Returns the pids that were stopped.
@@ -492,16 +590,39 @@ class Lab:
         pids = [pid for comp in self._components() if (pid := self._pid(comp)) is not None]
         procs.terminate(pids)
         stopped = list(pids)
-        if not self.flavor.is_host and self.root.exists():
-            leftovers = procs.pids_under_root(self.root)  # job steps (slurmstepd, the jobs' sleeps)
-            procs.terminate(leftovers)
-            stopped += leftovers
-            chroot.unmount_all(self.root)
+        if not self.flavor.is_host and self.root.exists() and self._owner() in (None, self.state_dir):
+            stopped += self._clear_root()
         for comp in self._components():
             self._pid_file(comp).unlink(missing_ok=True)
-        if not quiet and not stopped:
-            pass
         return stopped
+
+    # A chroot hosts one lab at a time (its state directory is mounted at /lab); the owner file says whose.
+    @property
+    def _owner_file(self) -> Path:
+        return self.root / ".slurm-keda-lab-owner"
+
+    def _owner(self) -> Path | None:
+        try:
+            return Path(self._owner_file.read_text().strip())
+        except OSError:
+            return None
+
+    def _clear_root(self) -> list[int]:
+        leftovers = procs.pids_under_root(self.root)  # job steps: slurmstepd and the jobs' processes
+        procs.terminate(leftovers)
+        chroot.unmount_all(self.root)
+        return leftovers
+
+    def _claim_root(self) -> None:
+        if self.flavor.is_host:
+            return
+        owner = self._owner()
+        if owner is not None and owner != self.state_dir:
+            pid = procs.read_pid(owner / "run" / "slurmctld.lab-pid")
+            if pid is not None and procs.belongs(pid, self.root, self.slurm_conf_inner):
+                raise LabError(f"chroot {self.root} is in use by the lab in {owner}; stop that one first")
+            self._clear_root()
+        self._owner_file.write_text(f"{self.state_dir}\n")
 
     # ----- status ----------------------------------------------------------------------------------
     def status(self) -> LabStatus:
@@ -515,10 +636,17 @@ class Lab:
         except (OSError, LabError, ValueError):
             versions = []
         return LabStatus(
-            flavor=self.flavor.name, running=True, state_dir=str(self.state_dir),
-            slurm_release=self.release(), api_versions=versions, url=self.url, unix_url=self.unix_url,
-            token_file=str(self.token_file), slurm_conf=str(self.slurm_conf), port_base=self.ports.base,
-            nodes=sorted(self.node_states()),
+            flavor=self.flavor.name,
+            running=True,
+            state_dir=str(self.state_dir),
+            slurm_release=self.release(),
+            api_versions=versions,
+            url=self.url,
+            unix_url=self.unix_url,
+            token_file=str(self.token_file),
+            slurm_conf=str(self.slurm_conf),
+            port_base=self.ports.base,
+            nodes=list(self.node_states()),
             components={comp: self._pid(comp) for comp in self._components()},
         )
 

@@ -37,8 +37,12 @@ def spawn(root: Path, argv: Sequence[str], log: Path, env: Mapping[str, str]) ->
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             in_root(root, argv),
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**BASE_ENV, **env}, start_new_session=True, close_fds=True,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**BASE_ENV, **env},
+            start_new_session=True,
+            close_fds=True,
         )
     return proc.pid
 
@@ -144,3 +148,13 @@ def tail(path: Path, lines: int = 15) -> str:
     except OSError:
         return f"(no log at {path})"
     return "\n".join(text.splitlines()[-lines:])
+
+
+def why(path: Path, lines: int = 3) -> str:
+    """A one-line excerpt of a daemon log: its last ``fatal``/``error`` lines, else its last lines."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return f"(no log at {path})"
+    picked = [line for line in text if "fatal" in line] or [line for line in text if "error" in line][-lines:]
+    return " | ".join(picked[-lines:] or text[-lines:]) or "(log is empty)"

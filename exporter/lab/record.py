@@ -21,20 +21,20 @@ if TYPE_CHECKING:
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
 
 SQUEUE_FIELDS: tuple[tuple[str, str], ...] = (
-    ("job_id", "%i"),          # 12, 20_3 (array task), 20_[4-20%2] (pending array remainder)
-    ("record_job_id", "%A"),   # the record's own job id (array tasks have their own)
+    ("job_id", "%i"),  # 12, 20_3 (array task), 20_[4-20%2] (pending array remainder)
+    ("record_job_id", "%A"),  # the record's own job id (array tasks have their own)
     ("array_job_id", "%F"),
-    ("array_task_id", "%K"),   # N/A, 3, 4-20%2
-    ("state", "%T"),           # PENDING, RUNNING, CONFIGURING ...
-    ("reason", "%r"),          # None, Resources, Priority, JobHeldUser ...
+    ("array_task_id", "%K"),  # N/A, 3, 4-20%2
+    ("state", "%T"),  # PENDING, RUNNING, CONFIGURING ...
+    ("reason", "%r"),  # None, Resources, Priority, JobHeldUser ...
     ("partition", "%P"),
     ("user", "%u"),
     ("account", "%a"),
     ("qos", "%q"),
     ("min_nodes", "%D"),
     ("cpus", "%C"),
-    ("min_memory", "%m"),      # per node, e.g. 500M; 0 = whole node
-    ("tres_per_node", "%b"),   # gres/gpu:1 or N/A
+    ("min_memory", "%m"),  # per node, e.g. 500M; 0 = whole node
+    ("tres_per_node", "%b"),  # gres/gpu:1 or N/A
     ("time_limit", "%l"),
     ("priority", "%Q"),
     ("nodelist", "%N"),
@@ -44,14 +44,14 @@ SQUEUE_FORMAT = "|".join(code for _, code in SQUEUE_FIELDS)
 
 SINFO_FIELDS: tuple[tuple[str, str], ...] = (
     ("node", "NodeList"),
-    ("partition", "Partition"),   # default partition has a trailing *
-    ("state", "StateLong"),       # idle, mixed, allocated, idle~, mixed#, mixed- (planned), down* ...
-    ("cpus", "CPUsState"),        # allocated/idle/other/total
-    ("memory", "Memory"),         # MB
-    ("free_mem", "FreeMem"),      # MB or N/A
-    ("gres", "Gres"),             # gpu:2 or (null)
-    ("gres_used", "GresUsed"),    # gpu:1 or (null)
-    ("reason", "Reason"),         # none or the admin reason
+    ("partition", "Partition"),  # default partition has a trailing *
+    ("state", "StateLong"),  # idle, mixed, allocated, idle~, mixed#, mixed- (planned), down* ...
+    ("cpus", "CPUsState"),  # allocated/idle/other/total
+    ("memory", "Memory"),  # MB
+    ("free_mem", "FreeMem"),  # MB or N/A
+    ("gres", "Gres"),  # gpu:2 or (null)
+    ("gres_used", "GresUsed"),  # gpu:1 or (null)
+    ("reason", "Reason"),  # none or the admin reason
 )
 SINFO_FORMAT = ",".join(f"{field}:|" for _, field in SINFO_FIELDS[:-1]) + f",{SINFO_FIELDS[-1][1]}:"
 """``sinfo -N -h -O SINFO_FORMAT``: one line per (node, partition)."""
@@ -123,7 +123,9 @@ def record(lab: Lab, dest: Path, attempts: int = 3) -> Path:
         statuses: dict[str, dict[str, int]] = {}
         for ver in versions:
             for ep in ENDPOINTS:
-                path = next((p for p in (f"/slurm/{ver}/{ep}/", f"/slurm/{ver}/{ep}") if p in openapi_paths), None)
+                path = next(
+                    (p for p in (f"/slurm/{ver}/{ep}/", f"/slurm/{ver}/{ep}") if p in openapi_paths), None
+                )
                 if path is None:
                     continue
                 resp = lab.get(path)

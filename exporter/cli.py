@@ -1,0 +1,208 @@
+"""``slurm-keda``: the one console script.
+
+Subcommands: ``serve`` (poller + HTTP), ``snapshot`` (one poll, printed), ``lab`` (the local Slurm
+lab, see :mod:`exporter.lab.cli`), ``version``. Every setting is a flag generated from
+:class:`exporter.settings.Settings` and an environment variable ``SLURM_KEDA_<NAME>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+from aiohttp import web
+
+from . import __version__
+from .client import ClientConfig, SlurmClient, TokenSource
+from .errors import ConfigError, SlurmError
+from .model import Snapshot
+from .poller import Poller, PollerConfig
+from .settings import Settings, env_name, flag_name, load
+from .supervisor import supervise
+
+log = logging.getLogger("slurm_keda")
+
+
+def _add_settings_flags(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
+    for name in fields:
+        info = Settings.model_fields[name]
+        help_ = f"{info.description} [env {env_name(name)}; default {info.default!r}]"
+        if info.annotation is bool:
+            parser.add_argument(flag_name(name), dest=name, action=argparse.BooleanOptionalAction, help=help_)
+        else:
+            choices = get_args(info.annotation) if "Literal" in str(info.annotation) else None
+            parser.add_argument(flag_name(name), dest=name, default=None, choices=choices or None, help=help_)
+
+
+POLL_FIELDS = [
+    "slurmrestd_url",
+    "token_file",
+    "jwt",
+    "user_name",
+    "api_version",
+    "request_timeout",
+    "stream_timeout",
+    "retries",
+    "max_concurrency",
+    "tls_ca_file",
+    "tls_insecure",
+    "use_update_time",
+    "log_level",
+]
+SERVE_FIELDS = [*POLL_FIELDS, "poll_interval", "full_refresh", "listen_address", "listen_port"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurm-keda", description="Slurm exporter, KEDA autoscaler and bridge, fed by slurmrestd."
+    )
+    parser.add_argument("--secrets-dir", type=Path, default=None, help="directory of mounted secrets")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="poll slurmrestd and serve /metrics")
+    _add_settings_flags(serve, SERVE_FIELDS)
+    snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
+    _add_settings_flags(snap, POLL_FIELDS)
+    snap.add_argument("--format", choices=["json", "table"], default="table")
+    sub.add_parser("lab", help="the local Slurm lab (slurm-keda lab --help)", add_help=False)
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+def client_config(s: Settings) -> ClientConfig:
+    return ClientConfig(
+        base_url=s.slurmrestd_url,
+        token=TokenSource(token=s.jwt_value(), token_file=s.token_file),
+        user_name=s.user_name,
+        timeout=s.request_timeout,
+        stream_timeout=s.stream_timeout,
+        retries=s.retries,
+        max_concurrency=s.max_concurrency,
+        tls_ca_file=s.tls_ca_file,
+        tls_insecure=s.tls_insecure,
+    )
+
+
+def poller_config(s: Settings) -> PollerConfig:
+    return PollerConfig(
+        interval=s.poll_interval,
+        api_version=s.api_version,
+        use_update_time=s.use_update_time,
+        full_refresh=s.full_refresh,
+    )
+
+
+async def run_snapshot(s: Settings) -> Snapshot:
+    """One poll; raises the first endpoint error if no snapshot could be built."""
+    async with SlurmClient(client_config(s)) as client:
+        poller = Poller(client, poller_config(s))
+        snap = await poller.poll_once()
+        if snap is None:
+            raise SlurmError(poller.status.last_error or "no data")
+        failed = {e.name: e.last_error for e in poller.status.endpoints.values() if e.last_error}
+        for name, err in failed.items():
+            log.warning("%s: %s", name, err)
+        return snap
+
+
+def format_table(snap: Snapshot) -> str:
+    """A human summary of a snapshot: header, partitions, nodes, jobs."""
+    out = [
+        f"cluster {snap.cluster}  Slurm {snap.slurm_version}  API {snap.api_version}  "
+        f"taken {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(snap.taken_at))}",
+        "",
+        f"{'PARTITION':<12} {'STATE':<8} {'NODES':>5} {'CPUS':>6} {'MAXNODES':>8} {'MAXTIME':>8}",
+    ]
+    for p in snap.partitions:
+        maxn = "-" if p.max_nodes_per_job is None else str(p.max_nodes_per_job)
+        maxt = "-" if p.max_time_seconds is None else str(p.max_time_seconds)
+        out.append(f"{p.name:<12} {p.state:<8} {p.total_nodes:>5} {p.total_cpus:>6} {maxn:>8} {maxt:>8}")
+    out += ["", f"{'NODE':<10} {'STATE':<10} {'FLAGS':<22} {'CPU A/T':>8} {'MEM GiB A/T':>12} {'GPU U/T':>7}"]
+    for n in snap.nodes:
+        gib = 1 << 30
+        mem = f"{n.alloc_memory_bytes / gib:.1f}/{n.memory_bytes / gib:.1f}"
+        out.append(
+            f"{n.name:<10} {n.state:<10} {','.join(n.flags)[:22]:<22} "
+            f"{f'{n.alloc_cpus}/{n.cpus}':>8} {mem:>12} {f'{n.gpus_used}/{n.gpus}':>7}"
+        )
+    out += [
+        "",
+        f"{'JOBID':<12} {'PARTITION':<10} {'STATE':<10} {'REASON':<20} {'NODES':>5} {'CPUS':>5} "
+        f"{'GPUS':>4} {'TASKS':>5} NODELIST",
+    ]
+    for j in snap.jobs:
+        jid = f"{j.array_job_id}_{j.array_task_id}" if j.array_task_id is not None else str(j.job_id)
+        if j.array_task_id is None and j.array_task_string:
+            jid = f"{j.array_job_id}_[{j.array_task_string}]"
+        out.append(
+            f"{jid:<12} {','.join(j.partitions):<10} {j.state:<10} {j.reason[:20]:<20} {j.min_nodes:>5} "
+            f"{j.cpus:>5} {j.gpus:>4} {j.task_count:>5} {j.nodes}"
+        )
+    return "\n".join(out)
+
+
+async def run_serve(s: Settings) -> int:
+    from .server import make_app
+
+    async with SlurmClient(client_config(s)) as client:
+        poller = Poller(client, poller_config(s))
+        runner = web.AppRunner(make_app(poller), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, s.listen_address, s.listen_port)
+        await site.start()
+        log.info("serving on http://%s:%d/ (metrics at /metrics)", s.listen_address, s.listen_port)
+        try:
+            return await supervise({"poller": poller.run()})
+        finally:
+            await runner.cleanup()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["lab"]:
+        from .lab.cli import main as lab_main
+
+        return lab_main(args_list[1:])
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command == "version":
+        print(f"slurm-keda {__version__}")
+        return 0
+    given: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None
+    }
+    try:
+        settings = load(given, args.secrets_dir)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        if args.command == "snapshot":
+            snap = asyncio.run(run_snapshot(settings))
+            if args.format == "json":
+                sys.stdout.write(msgspec.json.format(msgspec.json.encode(snap)).decode() + "\n")
+            else:
+                print(format_table(snap))
+            return 0
+        if args.command == "serve":
+            return asyncio.run(run_serve(settings))
+    except SlurmError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

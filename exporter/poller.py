@@ -1,0 +1,326 @@
+"""The poller: the only loop that reads slurmrestd; it owns the one current :class:`Snapshot`.
+
+Each poll fetches every endpoint concurrently, builds a new immutable snapshot and swaps one
+reference; waiters (:meth:`Poller.wait_next`) are woken on every swap. Polls never overlap: the
+interval is a floor measured from the end of the previous poll.
+
+Per endpoint the poller keeps the last good data (:class:`EndpointState`). A failed endpoint keeps
+its previous data (its ``fetched_at`` stops moving, so staleness shows) and records the error;
+when every endpoint fails no new snapshot is made at all. The poller never stops on an error.
+
+``update_time``: ``jobs``, ``nodes`` and ``partitions`` send Slurm's ``last_update`` of the data
+held; slurmrestd then answers with an empty list when nothing changed, and the held data is
+reused. A full fetch is forced every ``full_refresh`` seconds anyway, because a few fields
+(node free memory and load, pending-job start estimates) change without moving ``last_update``.
+The per-endpoint fetchers are small objects so that an incremental jobs mode (diff
+``/jobs/state``, fetch changed jobs one by one) can replace the jobs fetcher later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import versions
+from .client import ApiPaths, SlurmClient, choose_version
+from .errors import SlurmError, SlurmReportedError
+from .jsonsplit import StreamingArrayDecoder
+from .model import ENDPOINTS, Diag, Envelope, Snapshot
+
+log = logging.getLogger(__name__)
+
+INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions"})
+"""Endpoints whose GET takes ``update_time`` and answers "no change" with an empty list."""
+
+
+@dataclass(frozen=True)
+class PollerConfig:
+    interval: float = 5.0
+    """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
+    api_version: str | None = None
+    """Force this API version instead of negotiating the highest common one."""
+    use_update_time: bool = True
+    full_refresh: float = 60.0
+    """Seconds after which an endpoint is fetched in full even if ``last_update`` did not move."""
+    endpoints: tuple[str, ...] = ENDPOINTS
+
+
+@dataclass
+class EndpointState:
+    """What the poller knows of one endpoint; mutated only by the poller."""
+
+    name: str
+    data: Any = None
+    """The last good, translated data (list of records, or Diag); None until the first success."""
+    envelope: Envelope | None = None
+    fetched_at: float | None = None
+    """When data was last fetched or confirmed unchanged, epoch seconds."""
+    full_fetch_at: float | None = None
+    """When data was last fetched in full."""
+    last_duration: float = 0.0
+    """Seconds the last attempt took."""
+    last_bytes: int = 0
+    successes: int = 0
+    unchanged: int = 0
+    """Answers that said "no change since update_time"."""
+    errors: Counter[str] = field(default_factory=Counter)
+    """Failures by error kind (see :mod:`exporter.errors`)."""
+    last_error: str = ""
+    last_error_kind: str = ""
+    last_error_at: float | None = None
+
+    def record_error(self, err: SlurmError, now: float) -> None:
+        self.errors[err.kind] += 1
+        self.last_error, self.last_error_kind, self.last_error_at = str(err), err.kind, now
+
+
+@dataclass
+class PollStatus:
+    """Health of the poller, read by /metrics and the status page."""
+
+    api_version: str | None = None
+    offered_versions: tuple[str, ...] = ()
+    polls: int = 0
+    last_poll_started: float | None = None
+    last_poll_finished: float | None = None
+    last_poll_duration: float = 0.0
+    last_poll_ok: bool = False
+    """True when the last poll produced a snapshot."""
+    last_success: float | None = None
+    """When the last snapshot was swapped in."""
+    endpoints: dict[str, EndpointState] = field(default_factory=dict)
+    negotiation: EndpointState = field(default_factory=lambda: EndpointState("openapi"))
+    last_error: str = ""
+
+
+class Poller:
+    """Polls slurmrestd and holds the current snapshot."""
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        config: PollerConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.config = config or PollerConfig()
+        self._clock = clock
+        self.status = PollStatus(endpoints={e: EndpointState(e) for e in self.config.endpoints})
+        self._paths: dict[str, str] = {}
+        self._adapter: versions.Adapter | None = None
+        self._snapshot: Snapshot | None = None
+        self._changed = asyncio.Event()
+
+    # -- reading ------------------------------------------------------------------------------
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The current snapshot (None before the first good poll)."""
+        return self._snapshot
+
+    async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
+        """Return the current snapshot once it is not ``after`` (waits for the next swap)."""
+        while self._snapshot is None or self._snapshot is after:
+            await self._changed.wait()
+        return self._snapshot
+
+    # -- polling ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Poll forever; cancel the task to stop. Never returns, never raises on poll errors."""
+        while True:
+            try:
+                await self.poll_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a bug, not bad input: keep serving the last snapshot
+                log.exception("poll failed unexpectedly")
+                self.status.last_error = f"internal: {e!r}"
+            await asyncio.sleep(self.config.interval)
+
+    async def negotiate(self) -> str:
+        """Read /openapi/v3 and choose the API version (logged). Raises SlurmError."""
+        st = self.status.negotiation
+        t0 = time.perf_counter()
+        try:
+            offered: ApiPaths = await self.client.openapi()
+            version = choose_version(offered, versions.SUPPORTED_VERSIONS, self.config.api_version)
+            adapter = versions.adapter_for(version)
+        except SlurmError as e:
+            st.record_error(e, self._clock())
+            self.status.last_error = str(e)
+            raise
+        finally:
+            st.last_duration = time.perf_counter() - t0
+        st.successes += 1
+        st.fetched_at = self._clock()
+        self.status.offered_versions = tuple(sorted(offered, key=_vkey))
+        self.status.api_version = version
+        self._paths = offered.get(version, {})
+        self._adapter = adapter
+        log.info(
+            "slurmrestd offers API %s; using %s%s",
+            ", ".join(self.status.offered_versions) or "none",
+            version,
+            " (forced)" if self.config.api_version else "",
+        )
+        return version
+
+    async def poll_once(self) -> Snapshot | None:
+        """One poll: fetch every endpoint, swap in a new snapshot; None if nothing succeeded."""
+        self.status.polls += 1
+        started = self._clock()
+        self.status.last_poll_started = started
+        self.status.last_poll_ok = False
+        t0 = time.perf_counter()
+        try:
+            if self._adapter is None:
+                try:
+                    await self.negotiate()
+                except SlurmError:
+                    return None
+            wanted = [e for e in self.config.endpoints if not self._paths or e in self._paths]
+            results = await asyncio.gather(*(self._fetch(e) for e in wanted))
+            if not any(results):
+                if all(self.status.endpoints[e].last_error_kind == "http_404" for e in wanted):
+                    self._adapter = None  # slurmrestd was upgraded: negotiate again next poll
+                return None
+            snap = self._build(wanted)
+            self._swap(snap)
+            self.status.last_poll_ok = True
+            return snap
+        finally:
+            self.status.last_poll_finished = self._clock()
+            self.status.last_poll_duration = time.perf_counter() - t0
+
+    def _swap(self, snap: Snapshot) -> None:
+        self._snapshot = snap
+        self.status.last_success = snap.taken_at
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def _build(self, wanted: Sequence[str]) -> Snapshot:
+        eps = self.status.endpoints
+        assert self._adapter is not None
+        env = next((eps[e].envelope for e in wanted if eps[e].envelope is not None), None)
+        diag = eps["diag"].data if "diag" in eps else None
+
+        def items(name: str) -> tuple[Any, ...]:
+            st = eps.get(name)
+            return tuple(st.data) if st is not None and st.data is not None else ()
+
+        return Snapshot(
+            taken_at=self._clock(),
+            api_version=self._adapter.version,
+            slurm_version=env.slurm_version if env else "",
+            cluster=env.cluster if env else "",
+            jobs=items("jobs"),
+            nodes=items("nodes"),
+            partitions=items("partitions"),
+            diag=diag if isinstance(diag, Diag) else None,
+            licenses=items("licenses"),
+            reservations=items("reservations"),
+            fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
+            last_update={
+                e: st.envelope.last_update
+                for e, st in eps.items()
+                if st.envelope is not None and st.envelope.last_update is not None
+            },
+        )
+
+    async def _fetch(self, name: str) -> bool:
+        """Fetch one endpoint into its state; True on success (or confirmed no change)."""
+        st = self.status.endpoints[name]
+        assert self._adapter is not None
+        path = self._paths.get(name) or f"/slurm/{self._adapter.version}/{name}"
+        params: dict[str, str] = {}
+        now = self._clock()
+        incremental = (
+            self.config.use_update_time
+            and name in INCREMENTAL_ENDPOINTS
+            and st.envelope is not None
+            and st.envelope.last_update
+            and st.full_fetch_at is not None
+            and now - st.full_fetch_at < self.config.full_refresh
+        )
+        if incremental:
+            assert st.envelope is not None and st.envelope.last_update is not None
+            params["update_time"] = str(int(st.envelope.last_update))
+        t0 = time.perf_counter()
+        try:
+            if name == "jobs":
+                data, env, nbytes = await self._fetch_jobs(path, params)
+            else:
+                body = await self.client.get(path, endpoint=name, params=params)
+                nbytes = len(body)
+                data, env = _parse(self._adapter, name, body)
+            if env.errors:
+                raise SlurmReportedError("; ".join(env.errors), endpoint=name)
+        except SlurmError as e:
+            st.record_error(e, self._clock())
+            self.status.last_error = str(e)
+            log.warning("poll %s failed: %s", name, e)
+            return False
+        finally:
+            st.last_duration = time.perf_counter() - t0
+        st.last_bytes = nbytes
+        finished = self._clock()
+        if incremental and _is_empty(data) and st.data is not None and _unchanged(st.envelope, env):
+            st.unchanged += 1
+        else:
+            st.data = data
+            st.full_fetch_at = finished
+            st.envelope = env
+        st.successes += 1
+        st.fetched_at = finished
+        return True
+
+    async def _fetch_jobs(self, path: str, params: dict[str, str]) -> tuple[list[Any], Envelope, int]:
+        """Stream /jobs, decoding batches of jobs as they arrive (bounded memory, no long stall)."""
+        assert self._adapter is not None
+        adapter = self._adapter
+        decoder = StreamingArrayDecoder(b"jobs", adapter.job_array)
+        jobs: list[Any] = []
+        async for chunk in self.client.stream(path, endpoint="jobs", params=params):
+            got = decoder.feed(chunk)
+            if got:
+                jobs.extend(got)
+                await asyncio.sleep(0)  # let scrapes and the gRPC scaler run between batches
+        envelope_bytes, rest = decoder.finish()
+        jobs.extend(rest)
+        env = adapter.envelope(envelope_bytes, "jobs")
+        return jobs, env, decoder.bytes_seen
+
+
+def _vkey(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.lstrip("v").split("."))
+
+
+def _is_empty(data: Any) -> bool:
+    return isinstance(data, list) and not data
+
+
+def _unchanged(held: Envelope | None, got: Envelope) -> bool:
+    """An empty answer to an ``update_time`` request means "no change" unless Slurm's
+    ``last_update`` moved past the data held (then the list really became empty)."""
+    if held is None or held.last_update is None:
+        return False
+    return got.last_update is None or got.last_update <= held.last_update
+
+
+def _parse(adapter: versions.Adapter, name: str, body: bytes) -> tuple[Any, Envelope]:
+    parsers: dict[str, Callable[[bytes], tuple[Any, Envelope]]] = {
+        "nodes": adapter.nodes,
+        "partitions": adapter.partitions,
+        "diag": adapter.diag,
+        "licenses": adapter.licenses,
+        "reservations": adapter.reservations,
+        "jobs": adapter.jobs,
+    }
+    return parsers[name](body)

@@ -1,0 +1,115 @@
+"""Settings: every option is a CLI flag ``--name`` and an environment variable ``SLURM_KEDA_NAME``.
+
+Priority (highest first): command-line flag > environment variable > file in the secrets
+directory (``--secrets-dir``, default ``/var/run/secrets/slurm-keda``; one file per option, named
+like the environment variable in lower case, e.g. ``slurm_keda_jwt``) > default.
+The JWT may also come from the plain ``SLURM_JWT`` variable Slurm's own tools use, or, best in
+Kubernetes, from ``--token-file`` (re-read whenever the mounted Secret changes).
+
+A bad value stops the program at start with one line naming the option (see :func:`load`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from .errors import ConfigError
+
+ENV_PREFIX = "SLURM_KEDA_"
+DEFAULT_SECRETS_DIR = Path("/var/run/secrets/slurm-keda")
+
+
+class Settings(BaseSettings):
+    """All options of ``slurm-keda serve`` / ``snapshot``. Durations are seconds."""
+
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", frozen=True)
+
+    slurmrestd_url: str = Field(
+        "http://127.0.0.1:6820",
+        description="slurmrestd base URL: http://host:port, https://host:port or unix:/path/to.sock",
+    )
+    token_file: Path | None = Field(
+        None, description="file holding the JWT (re-read when it changes); overrides --jwt/SLURM_JWT"
+    )
+    jwt: SecretStr | None = Field(None, description="the JWT itself (prefer --token-file); else $SLURM_JWT")
+    user_name: str | None = Field(None, description="sent as X-SLURM-USER-NAME (needed with a daemon token)")
+    api_version: str | None = Field(
+        None, description="force this slurmrestd API version (e.g. v0.0.42) instead of the highest common"
+    )
+    poll_interval: float = Field(5.0, ge=1.0, le=3600.0, description="seconds between polls (a floor)")
+    full_refresh: float = Field(
+        60.0, ge=0.0, description="seconds after which data is re-fetched in full despite update_time"
+    )
+    use_update_time: bool = Field(True, description="send update_time to skip unchanged data")
+    request_timeout: float = Field(30.0, gt=0.0, description="seconds allowed for one small request")
+    stream_timeout: float = Field(600.0, gt=0.0, description="seconds allowed for one /jobs request")
+    retries: int = Field(2, ge=0, le=10, description="extra attempts after a retryable failure")
+    max_concurrency: int = Field(4, ge=1, le=64, description="requests in flight to slurmrestd at most")
+    tls_ca_file: Path | None = Field(None, description="CA bundle to verify an https slurmrestd")
+    tls_insecure: bool = Field(False, description="do not verify slurmrestd's TLS certificate")
+    listen_address: str = Field("0.0.0.0", description="address the HTTP server listens on")
+    listen_port: int = Field(9341, ge=0, le=65535, description="port of the HTTP server (/metrics)")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+
+    @field_validator("slurmrestd_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not v.startswith(("http://", "https://", "unix:")):
+            raise ValueError("must start with http://, https:// or unix:")
+        if v.startswith("unix:") and not v[len("unix:") :]:
+            raise ValueError("unix: needs a socket path, e.g. unix:/run/slurmrestd.sock")
+        return v
+
+    @field_validator("api_version")
+    @classmethod
+    def _api_version(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"v\d+\.\d+\.\d+", v):
+            raise ValueError("must look like v0.0.42")
+        return v
+
+    @field_validator("token_file")
+    @classmethod
+    def _token_file(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"{v} is not a readable file")
+        return v
+
+    def jwt_value(self) -> str | None:
+        """The fixed JWT: ``--jwt``/``SLURM_KEDA_JWT``, else ``$SLURM_JWT``."""
+        if self.jwt is not None:
+            return self.jwt.get_secret_value()
+        return os.environ.get("SLURM_JWT") or None
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def env_name(field: str) -> str:
+    return ENV_PREFIX + field.upper()
+
+
+def load(cli_values: dict[str, Any], secrets_dir: Path | None = None) -> Settings:
+    """Build Settings from explicitly given CLI values (others from env/secrets/defaults).
+
+    Raises :class:`ConfigError` with a one-line message naming the option.
+    """
+    sdir = secrets_dir if secrets_dir is not None else DEFAULT_SECRETS_DIR
+    try:
+        return Settings(
+            _secrets_dir=str(sdir) if sdir.is_dir() else None,  # type: ignore[call-arg]
+            **cli_values,
+        )
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = str(first["loc"][0]) if first["loc"] else "?"
+        msg = first["msg"]
+        if loc in Settings.model_fields:
+            raise ConfigError(f"invalid {flag_name(loc)} (env {env_name(loc)}): {msg}") from None
+        raise ConfigError(f"invalid option {loc!r}: {msg}") from None

@@ -1,0 +1,128 @@
+"""pytest plugin: real Slurm labs (see exporter/lab). Load with ``pytest_plugins = ["tests.lab_fixtures"]``.
+
+Fixtures (session-scoped unless noted):
+
+- ``lab_2411``, ``lab_2605`` — a running :class:`~exporter.lab.Lab` (brought up once, left running).
+- ``lab`` — parametrised over both.
+- ``lab_endpoint`` — :class:`LabEndpoint` (base URL, unix URL, token file, API versions) of ``lab``.
+- ``lab_demo`` (function scope) — ``lab`` with the demo workload submitted and settled; yields
+  ``(lab, {demo key: job id})``.
+
+A lab that cannot start skips the test with the reason, or fails it when ``SLURM_KEDA_REQUIRE_LAB=1``
+(CI). The host flavor (Slurm 22.05) is not supported by the lab.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporter.lab import Lab, LabError
+from exporter.lab.demo import submit_demo, wait_demo_steady
+
+LAB_FLAVORS = ("24.11", "26.05")
+DEMO_TIMEOUT = 90.0
+_failures: dict[str, str] = {}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "lab: needs a real Slurm lab (root, Debian packages)")
+
+
+def require_lab() -> bool:
+    return os.environ.get("SLURM_KEDA_REQUIRE_LAB") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Skip, or fail under ``SLURM_KEDA_REQUIRE_LAB=1``."""
+    if require_lab():
+        pytest.fail(f"Slurm lab required but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"Slurm lab unavailable: {reason}")
+
+
+def start_lab(flavor: str) -> Lab:
+    """Bring a lab up (idempotent); skip/fail with the reason if it cannot start. Remembers failures."""
+    if flavor in _failures:
+        unavailable(_failures[flavor])
+    try:
+        lab = Lab(flavor)
+        lab.up()
+    except LabError as err:
+        _failures[flavor] = str(err)
+        unavailable(str(err))
+    return lab
+
+
+@dataclass(frozen=True)
+class LabEndpoint:
+    """How a client reaches a lab's slurmrestd."""
+
+    flavor: str
+    slurm_release: str
+    base_url: str
+    unix_url: str
+    token_file: Path
+    api_versions: tuple[str, ...]
+
+    @property
+    def token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    @property
+    def newest_version(self) -> str:
+        return self.api_versions[-1]
+
+
+@pytest.fixture(scope="session")
+def lab_2411() -> Iterator[Lab]:
+    yield start_lab("24.11")
+
+
+@pytest.fixture(scope="session")
+def lab_2605() -> Iterator[Lab]:
+    yield start_lab("26.05")
+
+
+@pytest.fixture(scope="session", params=LAB_FLAVORS, ids=[f"slurm{f}" for f in LAB_FLAVORS])
+def lab(request: pytest.FixtureRequest) -> Lab:
+    name = "lab_" + str(request.param).replace(".", "")
+    result: Lab = request.getfixturevalue(name)
+    if not result.is_running():  # a test may have taken it down
+        result.up()
+    return result
+
+
+@pytest.fixture(scope="session")
+def lab_endpoint(lab: Lab) -> LabEndpoint:
+    return endpoint_of(lab)
+
+
+def endpoint_of(lab: Lab) -> LabEndpoint:
+    lab.up()
+    return LabEndpoint(
+        flavor=lab.flavor.name,
+        slurm_release=lab.release(),
+        base_url=lab.url,
+        unix_url=lab.unix_url,
+        token_file=lab.token_file,
+        api_versions=tuple(lab.api_versions()),
+    )
+
+
+@pytest.fixture()
+def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
+    """The lab with the demo workload in its steady state (submitted once per lab run)."""
+    lab.up()
+    jobs = submit_demo(lab)
+    try:
+        wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
+    except LabError as err:
+        pytest.fail(str(err), pytrace=False)
+    return lab, jobs
+
+
+__all__ = ["LAB_FLAVORS", "LabEndpoint", "endpoint_of", "start_lab", "wait_demo_steady"]

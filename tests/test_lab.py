@@ -1,0 +1,167 @@
+"""The Slurm lab itself, against real slurmctld/slurmd/slurmrestd (skipped when no lab can start)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from exporter.lab import Lab, LabError
+from exporter.lab import procs
+from exporter.lab.cli import main
+from exporter.lab.conf import LabConfig, Ports, slurm_conf
+from exporter.lab.demo import DEMO_JOBS
+from exporter.lab.lab import api_versions_from_openapi
+from exporter.lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
+from tests.lab_fixtures import LabEndpoint
+
+pytestmark = pytest.mark.lab
+
+
+# ----- pure parts (no lab needed) ------------------------------------------------------------------
+def test_slurm_conf_has_the_lab_partitions() -> None:
+    text = slurm_conf(LabConfig(cluster_name="lab2411", inner=Path("/lab"), ports=Ports(16800)))  # type: ignore[arg-type]
+    assert "SlurmctldPort=16800" in text
+    assert "PartitionName=cpu Nodes=c1,c2,c3 Default=YES MaxNodes=2" in text
+    assert "Nodeset=ns-dyn Feature=dyn" in text
+    assert "NodeName=p[1-12]" in text and "State=CLOUD" in text
+
+
+def test_api_versions_from_openapi_sorts_numerically() -> None:
+    doc = {"paths": {"/slurm/v0.0.42/jobs/": {}, "/slurm/v0.0.40/ping/": {}, "/slurmdb/v0.0.41/x": {}}}
+    assert api_versions_from_openapi(doc) == ["v0.0.40", "v0.0.42"]
+
+
+def test_parse_pipe_names_columns() -> None:
+    line = "3_[3-20%2]|3|3|3-20%2|PENDING|JobArrayTaskLimit|cpu|root|(null)|(null)|1|1|500M|N/A|30:00|1|"
+    (row,) = parse_pipe(line, SQUEUE_FIELDS)
+    assert row["array_task_id"] == "3-20%2" and row["reason"] == "JobArrayTaskLimit" and row["nodelist"] == ""
+
+
+# ----- against a running lab ----------------------------------------------------------------------
+def test_up_twice_is_idempotent(lab: Lab) -> None:
+    before = lab.status()
+    again = lab.up()
+    assert again.components == before.components
+    assert all(pid is not None for pid in again.components.values()), again.components
+
+
+def test_status_shows_release_and_api_versions(lab: Lab) -> None:
+    st = lab.status()
+    assert st.running and st.slurm_release is not None
+    assert st.slurm_release.startswith(lab.flavor.name)
+    assert st.api_versions and all(v.startswith("v0.0.") for v in st.api_versions)
+    assert st.url == f"http://127.0.0.1:{lab.ports.slurmrestd}"
+    assert st.unix_url is not None and st.unix_url.startswith("unix:/")
+    assert {"c1", "g1", "p1"} <= set(st.nodes)
+
+
+def test_cli_status_json(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["status", "--slurm", lab.flavor.name, "--json"]) == 0
+    (st,) = json.loads(capsys.readouterr().out)
+    assert st["running"] and st["token_file"] == str(lab.token_file)
+
+
+def test_token_file_and_fresh_token_work_on_every_version(lab_endpoint: LabEndpoint, lab: Lab) -> None:
+    for token in (lab_endpoint.token, lab.token(lifespan=60)):
+        for ver in lab_endpoint.api_versions:
+            resp = lab.get(f"/slurm/{ver}/ping/", token=token)
+            assert resp.status == 200, (ver, resp.body[:200])
+            assert json.loads(resp.body)["pings"][0]["responding"] is True
+
+
+def test_unix_socket_serves_local_auth(lab: Lab) -> None:
+    resp = lab.get("/openapi/v3", unix=True)
+    assert resp.status == 200
+    ver = api_versions_from_openapi(json.loads(resp.body))[-1]
+    nodes = json.loads(lab.get(f"/slurm/{ver}/nodes/", unix=True).body)["nodes"]
+    assert {"c1", "g1"} <= {n["name"] for n in nodes}
+
+
+def test_exec_runs_client_commands(lab: Lab, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["exec", "--slurm", lab.flavor.name, "--", "sinfo", "-h", "-o", "%P"]) == 0
+    assert "cpu*" in capsys.readouterr().out.split()
+
+
+def test_dynamic_node_joins_and_leaves(lab: Lab) -> None:
+    name = f"d{uuid.uuid4().hex[:4]}"
+    node = lab.add_node(name, dynamic=True, cpus=4, memory_mb=4000, gpus=1)
+    try:
+        assert node.dynamic
+        rows = {r["node"]: r for r in parse_pipe(lab.run(["sinfo", "-N", "-h", "-O", _sinfo()]), SINFO_FIELDS)}
+        assert rows[name]["partition"] == "dyn"
+        assert rows[name]["cpus"].endswith("/4")
+        assert rows[name]["gres"].startswith("gpu:1")
+    finally:
+        lab.remove_node(name)
+    assert name not in lab.node_states()
+
+
+def test_unknown_static_node_needs_dynamic(lab: Lab) -> None:
+    with pytest.raises(LabError, match="--dynamic"):
+        lab.add_node("nosuchnode")
+
+
+def test_demo_reaches_expected_states(lab_demo: tuple[Lab, dict[str, int]]) -> None:
+    lab, jobs = lab_demo
+    rows = parse_pipe(lab.run(["squeue", "-h", "-o", SQUEUE_FORMAT]), SQUEUE_FIELDS)
+    reasons = {r["reason"] for r in rows if r["state"] == "PENDING"}
+    assert {"Resources", "Priority", "JobHeldUser", "Dependency", "BeginTime", "PartitionNodeLimit",
+            "JobArrayTaskLimit"} <= reasons
+    assert set(jobs) >= {j.key for j in DEMO_JOBS if not j.optional}
+
+
+def test_record_writes_raw_payloads(lab_demo: tuple[Lab, dict[str, int]], tmp_path: Path) -> None:
+    lab, _ = lab_demo
+    out = record(lab, tmp_path)
+    meta = json.loads((out / "meta.json").read_text())
+    for ver in meta["api_versions"]:
+        body = (out / ver / "jobs.json").read_bytes()
+        assert json.loads(body)["jobs"]
+    assert (out / "squeue-r.txt").read_text().count("\n") > (out / "squeue.txt").read_text().count("\n")
+
+
+def test_port_in_use_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    monkeypatch.setenv("SLURM_KEDA_LAB_STATE", str(tmp_path))
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert main(["up", "--slurm", "24.11", "--port-base", str(port)]) == 1
+    err = capsys.readouterr().err
+    assert f"{port} (slurmctld)" in err and "in use" in err and err.count("\n") == 1
+
+
+def test_down_only_stops_its_own_processes(lab_2411: Lab) -> None:
+    lab = lab_2411
+    lab.up()
+    decoy = subprocess.Popen(["sleep", "300"])  # same name as the jobs' processes, outside the chroot
+    try:
+        lab_pids = [p for p in lab.status().components.values() if p is not None]
+        stopped = lab.down()
+        assert set(lab_pids) <= set(stopped)
+        assert decoy.poll() is None, "down() killed a process that is not the lab's"
+        assert not any(procs.alive(p) for p in lab_pids)
+        assert not procs.pids_under_root(lab.root)
+        assert not lab.is_running() and not lab.status().running
+    finally:
+        decoy.kill()
+        decoy.wait()
+        started = time.monotonic()
+        lab.up()
+        assert time.monotonic() - started < 60
+
+
+def _sinfo() -> str:
+    from exporter.lab.record import SINFO_FORMAT
+
+    return SINFO_FORMAT
