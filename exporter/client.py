@@ -206,6 +206,10 @@ class ClientConfig:
     chunk_bytes: int = 1 << 20
 
 
+class NotModified(Exception):
+    """HTTP 304: nothing changed since the ``update_time`` sent (not an error)."""
+
+
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
@@ -306,7 +310,8 @@ class SlurmClient:
     ) -> AsyncIterator[bytes]:
         """GET ``path`` and yield the body of a 2xx answer in chunks as it arrives.
 
-        Retries (with backoff) happen only before the first chunk is yielded. ``whole`` applies
+        A 304 answer (to ``update_time``) raises :class:`NotModified`. Retries (with backoff)
+        happen only before the first chunk is yielded. ``whole`` applies
         the small-request time limit instead of the streaming one.
         """
         attempt = 0
@@ -347,6 +352,8 @@ class SlurmClient:
             async with self._session.get(
                 self._base + path, params=params or None, headers=self._headers(), timeout=timeout
             ) as resp:
+                if resp.status == 304:
+                    raise NotModified(endpoint)
                 if not 200 <= resp.status < 300:
                     body = await resp.content.read(64 << 10)
                     check_status(resp.status, body, endpoint)

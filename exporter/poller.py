@@ -27,15 +27,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import versions
-from .client import ApiPaths, SlurmClient, choose_version
-from .errors import SlurmError, SlurmReportedError
+from .client import ApiPaths, NotModified, SlurmClient, choose_version
+from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Snapshot
 
 log = logging.getLogger(__name__)
 
-INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions"})
-"""Endpoints whose GET takes ``update_time`` and answers "no change" with an empty list."""
+INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"})
+"""Endpoints whose GET takes ``update_time``; "no change" is HTTP 304 (24.11+) or an empty list."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,9 @@ class EndpointState:
     last_error: str = ""
     last_error_kind: str = ""
     last_error_at: float | None = None
+    update_time_broken: bool = False
+    """Set when this server failed a request only because it carried ``update_time``
+    (Slurm 24.11's /nodes answers 500 "Unable to query partitions" instead of 304)."""
 
     def record_error(self, err: SlurmError, now: float) -> None:
         self.errors[err.kind] += 1
@@ -244,6 +247,7 @@ class Poller:
         incremental = (
             self.config.use_update_time
             and name in INCREMENTAL_ENDPOINTS
+            and not st.update_time_broken
             and st.envelope is not None
             and st.envelope.last_update
             and st.full_fetch_at is not None
@@ -254,14 +258,23 @@ class Poller:
             params["update_time"] = str(int(st.envelope.last_update))
         t0 = time.perf_counter()
         try:
-            if name == "jobs":
-                data, env, nbytes = await self._fetch_jobs(path, params)
-            else:
-                body = await self.client.get(path, endpoint=name, params=params)
-                nbytes = len(body)
-                data, env = _parse(self._adapter, name, body)
-            if env.errors:
-                raise SlurmReportedError("; ".join(env.errors), endpoint=name)
+            try:
+                data, env, nbytes = await self._get_parsed(name, path, params)
+            except HTTPStatusError as e:
+                if not params or e.status < 500:
+                    raise
+                st.update_time_broken = True
+                log.warning("%s: %s with update_time; fetching in full from now on", name, e)
+                params = {}
+                incremental = False
+                data, env, nbytes = await self._get_parsed(name, path, params)
+        except NotModified:
+            st.unchanged += 1
+            st.successes += 1
+            st.last_duration = time.perf_counter() - t0
+            st.last_bytes = 0
+            st.fetched_at = self._clock()
+            return True
         except SlurmError as e:
             st.record_error(e, self._clock())
             self.status.last_error = str(e)
@@ -280,6 +293,18 @@ class Poller:
         st.successes += 1
         st.fetched_at = finished
         return True
+
+    async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:
+        assert self._adapter is not None
+        if name == "jobs":
+            data, env, nbytes = await self._fetch_jobs(path, params)
+        else:
+            body = await self.client.get(path, endpoint=name, params=params)
+            nbytes = len(body)
+            data, env = _parse(self._adapter, name, body)
+        if env.errors:
+            raise SlurmReportedError("; ".join(env.errors), endpoint=name)
+        return data, env, nbytes
 
     async def _fetch_jobs(self, path: str, params: dict[str, str]) -> tuple[list[Any], Envelope, int]:
         """Stream /jobs, decoding batches of jobs as they arrive (bounded memory, no long stall)."""

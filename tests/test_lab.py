@@ -8,12 +8,12 @@ import socket
 import subprocess
 import time
 import uuid
-from pathlib import Path
+from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pytest
 
-from exporter.lab import Lab, LabError
-from exporter.lab import procs
+from exporter.lab import Lab, LabError, procs
 from exporter.lab.cli import main
 from exporter.lab.conf import LabConfig, Ports, slurm_conf
 from exporter.lab.demo import DEMO_JOBS
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.lab
 
 # ----- pure parts (no lab needed) ------------------------------------------------------------------
 def test_slurm_conf_has_the_lab_partitions() -> None:
-    text = slurm_conf(LabConfig(cluster_name="lab2411", inner=Path("/lab"), ports=Ports(16800)))  # type: ignore[arg-type]
+    text = slurm_conf(LabConfig(cluster_name="lab2411", inner=PurePosixPath("/lab"), ports=Ports(16800)))
     assert "SlurmctldPort=16800" in text
     assert "PartitionName=cpu Nodes=c1,c2,c3 Default=YES MaxNodes=2" in text
     assert "Nodeset=ns-dyn Feature=dyn" in text
@@ -34,7 +34,9 @@ def test_slurm_conf_has_the_lab_partitions() -> None:
 
 
 def test_api_versions_from_openapi_sorts_numerically() -> None:
-    doc = {"paths": {"/slurm/v0.0.42/jobs/": {}, "/slurm/v0.0.40/ping/": {}, "/slurmdb/v0.0.41/x": {}}}
+    doc: dict[str, Any] = {
+        "paths": {"/slurm/v0.0.42/jobs/": {}, "/slurm/v0.0.40/ping/": {}, "/slurmdb/v0.0.41/x": {}}
+    }
     assert api_versions_from_openapi(doc) == ["v0.0.40", "v0.0.42"]
 
 
@@ -94,7 +96,9 @@ def test_dynamic_node_joins_and_leaves(lab: Lab) -> None:
     node = lab.add_node(name, dynamic=True, cpus=4, memory_mb=4000, gpus=1)
     try:
         assert node.dynamic
-        rows = {r["node"]: r for r in parse_pipe(lab.run(["sinfo", "-N", "-h", "-O", _sinfo()]), SINFO_FIELDS)}
+        rows = {
+            r["node"]: r for r in parse_pipe(lab.run(["sinfo", "-N", "-h", "-O", _sinfo()]), SINFO_FIELDS)
+        }
         assert rows[name]["partition"] == "dyn"
         assert rows[name]["cpus"].endswith("/4")
         assert rows[name]["gres"].startswith("gpu:1")
@@ -112,8 +116,15 @@ def test_demo_reaches_expected_states(lab_demo: tuple[Lab, dict[str, int]]) -> N
     lab, jobs = lab_demo
     rows = parse_pipe(lab.run(["squeue", "-h", "-o", SQUEUE_FORMAT]), SQUEUE_FIELDS)
     reasons = {r["reason"] for r in rows if r["state"] == "PENDING"}
-    assert {"Resources", "Priority", "JobHeldUser", "Dependency", "BeginTime", "PartitionNodeLimit",
-            "JobArrayTaskLimit"} <= reasons
+    assert {
+        "Resources",
+        "Priority",
+        "JobHeldUser",
+        "Dependency",
+        "BeginTime",
+        "PartitionNodeLimit",
+        "JobArrayTaskLimit",
+    } <= reasons
     assert set(jobs) >= {j.key for j in DEMO_JOBS if not j.optional}
 
 
@@ -127,8 +138,9 @@ def test_record_writes_raw_payloads(lab_demo: tuple[Lab, dict[str, int]], tmp_pa
     assert (out / "squeue-r.txt").read_text().count("\n") > (out / "squeue.txt").read_text().count("\n")
 
 
-def test_port_in_use_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_port_in_use_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root")
     monkeypatch.setenv("SLURM_KEDA_LAB_STATE", str(tmp_path))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -29,22 +30,24 @@ def in_root(root: Path, argv: Sequence[str]) -> list[str]:
 
 
 def spawn(root: Path, argv: Sequence[str], log: Path, env: Mapping[str, str]) -> int:
-    """Start a long-running daemon in its own session, output appended to ``log``; returns its pid.
+    """Start a long-running daemon, detached (not our child), output appended to ``log``; returns its pid.
 
-    ``chroot`` execs the daemon, so the returned pid is the daemon's own.
+    A short-lived ``sh`` starts it in the background and prints ``$!``; ``chroot`` execs the daemon, so the
+    pid is the daemon's own. The daemon is reparented to init: no zombies, no Popen left to warn about.
     """
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            in_root(root, argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env={**BASE_ENV, **env},
-            start_new_session=True,
-            close_fds=True,
-        )
-    return proc.pid
+    script = f"{shlex.join(in_root(root, argv))} </dev/null >>{shlex.quote(str(log))} 2>&1 & echo $!"
+    result = subprocess.run(
+        ["/bin/sh", "-c", script],
+        env={**BASE_ENV, **env},
+        start_new_session=True,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0 or not result.stdout.strip().isdigit():
+        raise LabError(f"could not start {argv[0]}: {result.stderr.strip() or result.stdout.strip()}")
+    return int(result.stdout.strip())
 
 
 def _stat_state(pid: int) -> str | None:

@@ -72,9 +72,7 @@ def adapter_for(version: str) -> Adapter:
         adapter = v0040.Adapter040(version)
     else:
         supported = ", ".join(SUPPORTED_VERSIONS)
-        raise errors.VersionError(
-            f"unsupported slurmrestd API version {version!r} (supported: {supported})"
-        )
+        raise errors.VersionError(f"unsupported slurmrestd API version {version!r} (supported: {supported})")
     return _ADAPTERS.setdefault(version, adapter)
 
 

@@ -268,9 +268,7 @@ def convert_node(r: RawNode, caches: c.Caches) -> Node:
     key = (r.state, r.state_flags, alloc_cpus > 0)
     st = caches.nstates.get(key)
     if st is None:
-        st = caches.nstates[key] = slurmtext.node_state(
-            r.state, r.state_flags or (), alloc_cpus=alloc_cpus
-        )
+        st = caches.nstates[key] = slurmtext.node_state(r.state, r.state_flags or (), alloc_cpus=alloc_cpus)
     intern = caches.intern
     cpus = v(r.cpus) or 0
     return Node(

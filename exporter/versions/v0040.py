@@ -191,9 +191,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
 
         shared = r.shared
         excl = r.exclusive
-        exclusive = bool(
-            (shared is not None and "none" in shared) or (excl is not None and "true" in excl)
-        )
+        exclusive = bool((shared is not None and "none" in shared) or (excl is not None and "true" in excl))
         x = r.cpus_per_task
         cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
         x = r.tasks
