@@ -334,9 +334,7 @@ class SlurmClient:
                     raise
                 delay = self._rng.uniform(0, min(10.0, self.config.backoff * 2**attempt))
                 attempt += 1
-                log.warning(
-                    "%s: %s; retry %d/%d in %.2fs", endpoint, err, attempt, self.config.retries, delay
-                )
+                log.warning("%s; retry %d/%d in %.2fs", err, attempt, self.config.retries, delay)
                 await self._sleep(delay)
 
     async def _attempt(

@@ -150,6 +150,11 @@ class StreamingArrayDecoder(Generic[T]):
         self.fallback_scans = 0
         """Times the fast separator cut failed its proof and the full scan was used."""
 
+    @property
+    def found_array(self) -> bool:
+        """True once the ``[`` of ``key``'s array has been seen."""
+        return self._mode != "head"
+
     def feed(self, chunk: bytes) -> list[T]:
         """Add a chunk of the body; return the items it completes (possibly none)."""
         self.bytes_seen += len(chunk)
@@ -170,7 +175,10 @@ class StreamingArrayDecoder(Generic[T]):
         return self._cut(final=False)
 
     def finish(self) -> tuple[bytes, list[T]]:
-        """Mark the end of the body; return the envelope (array emptied) and the last items."""
+        """Mark the end of the body; return the envelope (array emptied) and the last items.
+
+        Without the array (an error answer, or ``key`` not an array) the envelope is the whole
+        body: see :attr:`found_array`."""
         if self._mode == "head":
             self._find_array()
         if self._mode == "head":

@@ -318,6 +318,9 @@ class Poller:
                 jobs.extend(got)
                 await asyncio.sleep(0)  # let scrapes and the gRPC scaler run between batches
         envelope_bytes, rest = decoder.finish()
+        if not decoder.found_array:  # no "jobs": [...] at all: let the full parser say why
+            whole, env = adapter.jobs(envelope_bytes)
+            return whole, env, decoder.bytes_seen
         jobs.extend(rest)
         env = adapter.envelope(envelope_bytes, "jobs")
         return jobs, env, decoder.bytes_seen

@@ -75,7 +75,9 @@ def test_token_file_and_fresh_token_work_on_every_version(lab_endpoint: LabEndpo
         for ver in lab_endpoint.api_versions:
             resp = lab.get(f"/slurm/{ver}/ping/", token=token)
             assert resp.status == 200, (ver, resp.body[:200])
-            assert json.loads(resp.body)["pings"][0]["responding"] is True
+            assert _ping_up(resp.body), (ver, resp.body[:300])
+    bad = lab.get(f"/slurm/{lab_endpoint.newest_version}/ping/", token="not-a-token")
+    assert not _ping_up(bad.body)
 
 
 def test_unix_socket_serves_local_auth(lab: Lab) -> None:
@@ -177,3 +179,13 @@ def _sinfo() -> str:
     from exporter.lab.record import SINFO_FORMAT
 
     return SINFO_FORMAT
+
+
+def _ping_up(body: bytes) -> bool:
+    """slurmctld answered: ``responding`` (v0.0.41+) or ``pinged == "UP"`` (v0.0.40)."""
+    try:
+        pings = json.loads(body).get("pings") or [{}]
+    except ValueError:
+        return False
+    ping = pings[0]
+    return bool(ping.get("responding", ping.get("pinged") == "UP"))

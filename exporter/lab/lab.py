@@ -306,6 +306,11 @@ class Lab:
     def up(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
         """Start the lab, or complete/confirm an already running one. Returns its status."""
         require_root()
+        if self.flavor.is_host:
+            raise LabError(
+                "the host flavor (this machine's own Slurm packages; 22.05 with auth/munge on Debian 12) "
+                "is not supported by the lab; use --slurm 24.11 or --slurm 26.05"
+            )
         saved_base = self._saved().get("port_base")
         if self.is_running():
             if self._requested_base is not None and saved_base not in (None, self._requested_base):
@@ -323,13 +328,11 @@ class Lab:
                 chroot.mount_all(self.root, self.state_dir)
             cfg = self._config()
             # A fresh start is a fresh cluster: no jobs, no dynamic nodes from an earlier run.
-            for stale in ("state/ctld", "state/slurmd", "nodes"):
+            for stale in ("state/ctld", "state/slurmd", "nodes", "log"):
                 _clear_dir(self.state_dir / stale)
             for name in ("demo.json", "token"):
                 (self.state_dir / name).unlink(missing_ok=True)
             self._write_files(cfg)
-            if cfg.legacy_munge:
-                self._ensure_munge()
             self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
         deadline = time.monotonic() + timeout
         self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
@@ -356,7 +359,8 @@ class Lab:
     def _wait(self, what: str, deadline: float, ready: Callable[[], bool], component: str) -> None:
         while True:
             for comp in self._components():
-                if self._pid(comp) is None and comp in ("slurmctld", component):
+                pid = procs.read_pid(self._pid_file(comp))
+                if comp in ("slurmctld", component) and (pid is None or not procs.alive(pid)):
                     raise LabError(f"{comp} of lab {self.flavor.name} exited: {self._why(comp)}")
             if ready():
                 return
@@ -401,12 +405,6 @@ class Lab:
             name, _, state = line.partition("|")
             states[name] = state
         return states
-
-    def _ensure_munge(self) -> None:
-        raise LabError(
-            "the host flavor (Slurm 22.05, auth/munge) is not supported by the lab; "
-            "use --slurm 24.11 or --slurm 26.05"
-        )
 
     def _start_slurmd(self, node: NodeRecord) -> int:
         argv = ["slurmd", "-D", "-N", node.name, "-f", self.slurm_conf_inner]

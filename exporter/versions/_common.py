@@ -37,7 +37,7 @@ def decode(decoder: msgspec.json.Decoder[T], body: Any, endpoint: str) -> T:
 def _not_json_message(msg: str, body: Any) -> str:
     try:
         head = bytes(body[:60]).decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - only for the message
+    except Exception:
         head = ""
     head = " ".join(head.split())
     return f"{msg} (body starts {head!r})" if head else msg
@@ -61,7 +61,7 @@ class Caches:
     that had the same text: treat every ``Mapping``/``tuple`` of a model record as read-only.
     """
 
-    __slots__ = ("strings", "tres", "gres", "arrays", "parts", "states", "nstates")
+    __slots__ = ("arrays", "gres", "nstates", "parts", "states", "strings", "tres")
 
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
@@ -162,10 +162,7 @@ def error_texts(items: Any) -> tuple[str, ...]:
         desc = (getattr(e, "description", None) or "").strip()
         err = (getattr(e, "error", None) or "").strip()
         num = getattr(e, "error_number", None)
-        if desc and err and err != desc:
-            text = f"{err}: {desc}"
-        else:
-            text = desc or err
+        text = f"{err}: {desc}" if desc and err and err != desc else desc or err
         if not text and num:
             text = f"error {num}"
         if text:

@@ -1,0 +1,63 @@
+# slurm-keda — the two commands: `make demo` and `make test` (Debian, as root).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages: the lab's chroot builder and the host's Slurm client tools/daemons.
+APT_PACKAGES := debootstrap slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin curl ca-certificates
+DEMO_SLURM ?= 26.05
+DEMO_PORT ?= 9341
+
+.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean
+
+deps: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "apt-get install:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+	@# the Debian packages enable their own daemons; the lab runs its own, so stop these
+	@for s in slurmctld slurmd slurmrestd munge; do systemctl disable --now $$s >/dev/null 2>&1 || true; done
+
+venv: $(BIN)/slurm-keda
+
+$(BIN)/slurm-keda: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+lab: deps
+	$(BIN)/slurm-keda lab up --slurm 24.11
+	$(BIN)/slurm-keda lab up --slurm 26.05
+
+lab-down:
+	-$(BIN)/slurm-keda lab down --all
+
+demo: deps
+	$(BIN)/slurm-keda lab up --slurm $(DEMO_SLURM) --demo
+	@$(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM)
+	@url=$$($(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["url"])'); \
+	tok=$$($(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["token_file"])'); \
+	echo; echo "== one poll, as a table (slurm-keda snapshot) =="; \
+	$(BIN)/slurm-keda snapshot --slurmrestd-url $$url --token-file $$tok; \
+	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot); Ctrl-C stops =="; \
+	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: deps lint typecheck
+	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python benchmarks/bench_decode.py
+
+clean: lab-down
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,32 @@
+"""Shared fixtures: the real Slurm lab plugin, recorded payloads, and a guard against leaked tasks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["tests.lab_fixtures"]
+
+RECORDED = Path(__file__).parent / "data" / "recorded"
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+def recorded_version_dirs() -> list[Path]:
+    """Every ``slurm-<release>/<api version>`` directory the lab recorded."""
+    return sorted(p for p in RECORDED.glob("slurm-*/v0.0.*") if p.is_dir())
+
+
+@pytest.fixture(autouse=True)
+async def no_leftover_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves asyncio tasks running behind it."""
+    before = asyncio.all_tasks()
+    yield
+    await asyncio.sleep(0)
+    left = [t for t in asyncio.all_tasks() - before if not t.done() and t is not asyncio.current_task()]
+    if left:
+        for t in left:
+            t.cancel()
+        pytest.fail(f"test left tasks running: {[t.get_name() for t in left]}")

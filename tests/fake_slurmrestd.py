@@ -1,0 +1,152 @@
+"""A real, in-process HTTP server that answers like slurmrestd, from the lab's recorded answers.
+
+It serves ``/openapi/v3`` listing the recorded API versions and ``/slurm/<v>/<endpoint>/`` with the
+recorded bytes, checks ``X-SLURM-USER-TOKEN`` against the current expected token, and can be told
+per endpoint to misbehave (``faults``) so tests see every error class through the real client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+Fault = str
+"""``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``
+(Content-Length promises more than is sent), ``"cut_json"`` (2xx, JSON cut short), ``"shape"``,
+``"hang"`` (never answers), ``"304"``, ``"empty_list"`` (valid answer with no records)."""
+
+
+@dataclass
+class FakeSlurmrestd:
+    data_dir: Path
+    """A recorded ``slurm-<release>`` directory (``v0.0.NN/<endpoint>.json`` inside)."""
+    token: str | None = "good-token"
+    """Expected token; None accepts anything."""
+    versions: list[str] = field(default_factory=list)
+    """Versions offered by /openapi/v3 (default: every recorded one)."""
+    faults: dict[str, Fault] = field(default_factory=dict)
+    """Endpoint (``jobs``, ``nodes``, ..., ``openapi``) → fault; missing means ok."""
+    requests: list[tuple[str, dict[str, str], dict[str, str]]] = field(default_factory=list)
+    """(path, query, headers) of every request seen."""
+    in_flight: dict[str, int] = field(default_factory=dict)
+    max_in_flight: dict[str, int] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds every answer waits before it is sent."""
+    override: dict[str, bytes] = field(default_factory=dict)
+    """Endpoint → body to send instead of the recorded one."""
+    fault_times: dict[str, int] = field(default_factory=dict)
+    """Endpoint → how many more requests get its fault (then it answers ok); missing = always."""
+    hang_seconds: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.versions:
+            self.versions = sorted(p.name for p in self.data_dir.glob("v0.0.*"))
+
+    def body(self, version: str, endpoint: str) -> bytes:
+        if endpoint in self.override:
+            return self.override[endpoint]
+        return (self.data_dir / version / f"{endpoint}.json").read_bytes()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/openapi/v3", self._openapi)
+        app.router.add_get(r"/slurm/{version}/{endpoint:[a-z]+}{slash:/?}", self._endpoint)
+        return app
+
+    def _auth(self, request: web.Request) -> web.Response | None:
+        if self.token is None or request.headers.get("X-SLURM-USER-TOKEN") == self.token:
+            return None
+        body = {"errors": [{"description": "Authentication failure", "error_number": 1007}]}
+        return web.json_response(body, status=401)
+
+    async def _openapi(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((request.path, dict(request.query), dict(request.headers)))
+        fault = self.faults.get("openapi", "ok")
+        if fault != "ok":
+            return await self._fault(request, fault, b"{}")
+        paths = {
+            f"/slurm/{v}/{e}/": {"get": {}}
+            for v in self.versions
+            for e in ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
+        }
+        return web.json_response({"openapi": "3.0.2", "paths": paths})
+
+    async def _endpoint(self, request: web.Request) -> web.StreamResponse:
+        endpoint = request.match_info["endpoint"]
+        version = request.match_info["version"]
+        self.requests.append((request.path, dict(request.query), dict(request.headers)))
+        self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
+        self.max_in_flight[endpoint] = max(self.max_in_flight.get(endpoint, 0), self.in_flight[endpoint])
+        try:
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            denied = self._auth(request)
+            if denied is not None:
+                return denied
+            if version not in self.versions:
+                return web.json_response({"errors": [{"description": "Unknown version"}]}, status=404)
+            body = self.body(version, endpoint)
+            fault = self.faults.get(endpoint, "ok")
+            if endpoint in self.fault_times:
+                if self.fault_times[endpoint] <= 0:
+                    fault = "ok"
+                self.fault_times[endpoint] -= 1
+            return await self._fault(request, fault, body)
+        finally:
+            self.in_flight[endpoint] -= 1
+
+    async def _fault(self, request: web.Request, fault: Fault, body: bytes) -> web.StreamResponse:
+        if fault == "ok":
+            return web.Response(body=body, content_type="application/json")
+        if fault.startswith("status:"):
+            _, code, *text = fault.split(":", 2)
+            errors = [{"description": text[0], "error_number": 9}] if text else []
+            return web.json_response({"errors": errors}, status=int(code))
+        if fault == "not_json":
+            return web.Response(body=b"<html>502 Bad Gateway</html>", content_type="text/html")
+        if fault == "cut_json":
+            return web.Response(body=body[: len(body) // 2], content_type="application/json")
+        if fault == "shape":
+            return web.json_response({"jobs": "not a list", "nodes": 7, "partitions": {"x": 1}})
+        if fault == "empty_list":
+            doc = json.loads(body)
+            for key in ("jobs", "nodes", "partitions", "reservations", "licenses"):
+                if key in doc:
+                    doc[key] = []
+            return web.json_response(doc)
+        if fault == "304":
+            return web.Response(status=304)
+        if fault == "hang":
+            await asyncio.sleep(self.hang_seconds)
+            return web.Response(body=body, content_type="application/json")
+        if fault == "truncate":
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.content_length = len(body)
+            await resp.prepare(request)
+            await resp.write(body[: len(body) // 2])
+            assert request.transport is not None
+            request.transport.close()
+            return resp
+        raise AssertionError(f"unknown fault {fault}")
+
+
+@asynccontextmanager
+async def serve(fake: FakeSlurmrestd) -> AsyncIterator[str]:
+    """Run ``fake`` on 127.0.0.1 (free port); yield its base URL."""
+    runner = web.AppRunner(fake.app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()

@@ -1,0 +1,245 @@
+"""The slurmrestd client against a real local HTTP server that misbehaves on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import pytest
+
+from exporter import errors
+from exporter.client import (
+    ClientConfig,
+    NotModified,
+    SlurmClient,
+    TokenSource,
+    check_status,
+    choose_version,
+    versions_from_openapi,
+)
+from tests.conftest import RECORDED
+from tests.fake_slurmrestd import FakeSlurmrestd, serve
+
+DATA = RECORDED / "slurm-26.05.5"
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+def _client(url: str, **kw: object) -> SlurmClient:
+    cfg = ClientConfig(base_url=url, token=TokenSource(token="good-token"), **kw)  # type: ignore[arg-type]
+    return SlurmClient(cfg, sleep=_no_sleep)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- pure parts --------------------------------------------------------------------------------
+
+
+def test_versions_from_openapi_keeps_server_paths() -> None:
+    doc = {
+        "paths": {
+            "/slurm/v0.0.42/jobs/": {},
+            "/slurm/v0.0.42/jobs/state/": {},
+            "/slurm/v0.0.42/job/{job_id}": {},
+            "/slurm/v0.0.38/nodes": {},
+            "/slurmdb/v0.0.42/jobs/": {},
+        }
+    }
+    got = versions_from_openapi(doc)
+    assert got == {"v0.0.42": {"jobs": "/slurm/v0.0.42/jobs/"}, "v0.0.38": {"nodes": "/slurm/v0.0.38/nodes"}}
+
+
+def test_choose_version_highest_common_and_forced() -> None:
+    offered = {"v0.0.40": {}, "v0.0.41": {}, "v0.0.42": {}, "v0.0.99": {}}
+    supported = ("v0.0.38", "v0.0.40", "v0.0.41", "v0.0.42", "v0.0.45")
+    assert choose_version(offered, supported, None) == "v0.0.42"
+    assert choose_version(offered, supported, "v0.0.40") == "v0.0.40"
+    with pytest.raises(errors.VersionError, match="not served"):
+        choose_version(offered, supported, "v0.0.45")
+    with pytest.raises(errors.VersionError, match="not supported"):
+        choose_version(offered, supported, "v0.0.39")
+    with pytest.raises(errors.VersionError, match=r"no common .* offers v0.0.37, v0.0.39"):
+        choose_version({"v0.0.37": {}, "v0.0.39": {}}, supported, None)
+
+
+def test_check_status_quotes_slurm_errors() -> None:
+    body = b'{"errors": [{"description": "Unable to query nodes", "error_number": -1}]}'
+    with pytest.raises(errors.HTTPStatusError) as info:
+        check_status(500, body, "nodes")
+    assert info.value.kind == "http_500"
+    assert str(info.value) == "nodes: HTTP 500: Unable to query nodes"
+    with pytest.raises(errors.AuthError):
+        check_status(401, b"", "jobs")
+    check_status(200, b"whatever", "jobs")
+
+
+# -- I/O -----------------------------------------------------------------------------------------
+
+
+async def test_get_sends_token_and_user_name() -> None:
+    fake = FakeSlurmrestd(DATA)
+    async with serve(fake) as url:
+        cfg = ClientConfig(base_url=url, token=TokenSource(token="good-token"), user_name="alice")
+        async with SlurmClient(cfg) as c:
+            body = await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert body == (DATA / "v0.0.45" / "ping.json").read_bytes()
+    _, _, headers = fake.requests[-1]
+    assert headers["X-SLURM-USER-TOKEN"] == "good-token"
+    assert headers["X-SLURM-USER-NAME"] == "alice"
+
+
+async def test_openapi_lists_versions() -> None:
+    fake = FakeSlurmrestd(DATA, versions=["v0.0.42", "v0.0.45"])
+    async with serve(fake) as url, _client(url) as c:
+        got = await c.openapi()
+    assert sorted(got) == ["v0.0.42", "v0.0.45"]
+    assert got["v0.0.45"]["jobs"] == "/slurm/v0.0.45/jobs/"
+
+
+async def test_unreachable_is_transport_error_after_retries() -> None:
+    url = f"http://127.0.0.1:{_free_port()}"
+    c = _client(url, retries=2)
+    async with c:
+        with pytest.raises(errors.TransportError, match="cannot reach slurmrestd") as info:
+            await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert info.value.kind == "unreachable"
+    assert c.requests_sent == 3
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "kind", "text"),
+    [
+        ("status:500:Unable to query jobs", errors.HTTPStatusError, "http_500", "Unable to query jobs"),
+        ("status:404", errors.HTTPStatusError, "http_404", "HTTP 404"),
+        ("truncate", errors.TruncatedError, "truncated", "body"),
+    ],
+)
+async def test_http_failures_are_typed(fault: str, error: type[Exception], kind: str, text: str) -> None:
+    fake = FakeSlurmrestd(DATA, faults={"jobs": fault})
+    async with serve(fake) as url, _client(url, retries=1) as c:
+        with pytest.raises(error, match=text) as info:
+            await c.get("/slurm/v0.0.45/jobs/", endpoint="jobs")
+    assert info.value.kind == kind  # type: ignore[attr-defined]
+
+
+async def test_retryable_status_is_retried_then_succeeds() -> None:
+    fake = FakeSlurmrestd(DATA, faults={"ping": "status:503"}, fault_times={"ping": 2})
+    async with serve(fake) as url:
+        c = _client(url, retries=3)
+        async with c:
+            body = await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert body.startswith(b"{")
+    assert c.requests_sent == 3
+
+
+async def test_client_error_is_not_retried() -> None:
+    fake = FakeSlurmrestd(DATA, faults={"ping": "status:400:bad"})
+    async with serve(fake) as url:
+        c = _client(url, retries=3)
+        async with c:
+            with pytest.raises(errors.HTTPStatusError):
+                await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert c.requests_sent == 1
+
+
+async def test_timeout_is_typed() -> None:
+    fake = FakeSlurmrestd(DATA, faults={"ping": "hang"})
+    async with serve(fake) as url, _client(url, timeout=0.3, retries=0) as c:
+        with pytest.raises(errors.RequestTimeout, match=r"0\.3s") as info:
+            await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert info.value.kind == "timeout"
+
+
+async def test_304_raises_not_modified() -> None:
+    fake = FakeSlurmrestd(DATA, faults={"nodes": "304"})
+    async with serve(fake) as url, _client(url) as c:
+        with pytest.raises(NotModified):
+            await c.get("/slurm/v0.0.45/nodes/", endpoint="nodes", params={"update_time": "5"})
+    assert fake.requests[-1][1] == {"update_time": "5"}
+
+
+async def test_401_rereads_token_file_once(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("old-token\n")
+    fake = FakeSlurmrestd(DATA, token="good-token")
+    async with serve(fake) as url:
+        cfg = ClientConfig(base_url=url, token=TokenSource(token_file=token_file))
+        async with SlurmClient(cfg, sleep=_no_sleep) as c:
+            token_file.write_text("old-token\n")  # unchanged content: 401 surfaces after one re-read
+            with pytest.raises(errors.AuthError, match="Authentication failure"):
+                await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+            # the Secret is rotated while a request is failing: the re-read picks it up at once
+            fake.token = "rotated"
+            token_file.write_text("SLURM_JWT=rotated\n")
+            body = await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
+    assert body.startswith(b"{")
+    assert fake.requests[-1][2]["X-SLURM-USER-TOKEN"] == "rotated"
+
+
+async def test_one_request_per_endpoint_in_flight() -> None:
+    fake = FakeSlurmrestd(DATA, delay=0.05)
+    async with serve(fake) as url, _client(url, max_concurrency=8) as c:
+        await asyncio.gather(
+            *(c.get("/slurm/v0.0.45/nodes/", endpoint="nodes") for _ in range(4)),
+            *(c.get("/slurm/v0.0.45/diag/", endpoint="diag") for _ in range(4)),
+        )
+    assert fake.max_in_flight == {"nodes": 1, "diag": 1}
+
+
+async def test_concurrency_cap_across_endpoints() -> None:
+    fake = FakeSlurmrestd(DATA, delay=0.05)
+    eps = ["nodes", "diag", "jobs", "partitions", "licenses", "reservations"]
+    async with serve(fake) as url, _client(url, max_concurrency=2) as c:
+        tasks = [asyncio.create_task(c.get(f"/slurm/v0.0.45/{e}/", endpoint=e)) for e in eps]
+        peak = 0
+        while not all(t.done() for t in tasks):
+            peak = max(peak, sum(fake.in_flight.values()))
+            await asyncio.sleep(0.005)
+        await asyncio.gather(*tasks)
+    assert 1 <= peak <= 2
+
+
+async def test_unix_socket(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    fake = FakeSlurmrestd(DATA, token=None)
+    runner = web.AppRunner(fake.app())
+    await runner.setup()
+    sock = tmp_path / "restd.sock"
+    site = web.UnixSite(runner, str(sock))
+    await site.start()
+    try:
+        async with SlurmClient(ClientConfig(base_url=f"unix:{sock}")) as c:
+            got = await c.openapi()
+    finally:
+        await runner.cleanup()
+    assert "v0.0.45" in got
+
+
+def test_bad_base_url() -> None:
+    with pytest.raises(ValueError, match="must start with"):
+        SlurmClient(ClientConfig(base_url="ftp://x"))
+
+
+def test_token_source_rereads_rotated_file(tmp_path: Path) -> None:
+    f = tmp_path / "jwt"
+    f.write_text("one\n")
+    src = TokenSource(token_file=f)
+    assert src.current() == "one"
+    f.write_text("two-longer\n")
+    assert src.current() == "two-longer"
+    # Kubernetes swaps a symlink to a new file
+    new = tmp_path / "jwt.new"
+    new.write_text("three\n")
+    f.unlink()
+    f.symlink_to(new)
+    assert src.current() == "three"
+    assert TokenSource(token=" fixed ").current() == "fixed"

@@ -1,0 +1,125 @@
+"""The streaming array decoder cuts /jobs bodies exactly, whatever the chunking."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from exporter.errors import NotJSONError, TruncatedError
+from exporter.jsonsplit import StreamingArrayDecoder, decode_whole
+from tests.conftest import recorded_version_dirs
+
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+def decode_to_dicts(batch: bytes) -> list[object]:
+    """A decoder with the contract the adapters follow: typed errors for non-arrays."""
+    try:
+        return [json.loads(bytes(r)) for r in _RAW.decode(batch)]
+    except msgspec.DecodeError as e:
+        if "truncated" in str(e):
+            raise TruncatedError(str(e)) from None
+        raise NotJSONError(str(e)) from None
+
+
+def stream(
+    body: bytes, chunk_sizes: list[int], min_batch: int
+) -> tuple[list[object], bytes, StreamingArrayDecoder[object]]:
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, min_batch_bytes=min_batch
+    )
+    items: list[object] = []
+    i = 0
+    k = 0
+    while i < len(body):
+        n = chunk_sizes[k % len(chunk_sizes)]
+        items += dec.feed(body[i : i + n])
+        i += n
+        k += 1
+    envelope, rest = dec.finish()
+    return items + rest, envelope, dec
+
+
+JOBS_FILES = [d / "jobs.json" for d in recorded_version_dirs()]
+
+
+@pytest.mark.parametrize("path", JOBS_FILES, ids=lambda p: f"{p.parent.parent.name}/{p.parent.name}")
+def test_recorded_jobs_any_chunking(path: Path) -> None:
+    body = path.read_bytes()
+    doc = json.loads(body)
+    rng = random.Random(path.name + path.parent.name)
+    for _ in range(25):
+        sizes = [rng.randint(1, 4000) for _ in range(7)]
+        items, envelope, _ = stream(body, sizes, rng.choice([1, 512, 20_000, 1 << 30]))
+        assert items == doc["jobs"]
+        env = json.loads(envelope)
+        assert env["jobs"] == []
+        assert {k: v for k, v in env.items() if k != "jobs"} == {k: v for k, v in doc.items() if k != "jobs"}
+
+
+def _tricky_body(jobs: list[object], indent: int | None) -> bytes:
+    doc = {
+        "meta": {"note": 'quote \\" and brackets ]}[{ "jobs": [', "deep": [[{"jobs": []}]]},
+        "errors": [{"description": "}],\\\\"}],
+        "jobs": jobs,
+        "warnings": [{"account": "x"}, {"account": "y"}],
+    }
+    sep = (",", ":") if indent is None else None
+    return json.dumps(doc, indent=indent, separators=sep).encode()
+
+
+@pytest.mark.parametrize("indent", [None, 2])
+def test_strings_escapes_and_nested_lookalikes(indent: int | None) -> None:
+    jobs: list[object] = [
+        {"account": "a", "comment": "ends in backslash \\", "x": [{"account": 1}, {"account": 2}]},
+        {"account": "b", "comment": '},{"account": "fake"}', "nested": {"jobs": [1, 2]}},
+        {"account": "c", "comment": '\\\\\\"', "y": {}},
+    ] * 40
+    body = _tricky_body(jobs, indent)
+    for sizes in ([1], [3, 7], [64], [10_000]):
+        for min_batch in (1, 300, 1 << 30):
+            items, envelope, _ = stream(body, sizes, min_batch)
+            assert items == jobs
+            assert json.loads(envelope)["warnings"][1] == {"account": "y"}
+
+
+def test_fast_path_learns_separator_and_falls_back_when_fooled() -> None:
+    # compact JSON where an inner array of objects starting with the same first key fools rfind
+    jobs = [{"account": str(i), "inner": [{"account": "i"}, {"account": "j"}]} for i in range(300)]
+    body = _tricky_body(jobs, None)
+    fallbacks = 0
+    for chunk in range(1000, 1060):
+        items, _, dec = stream(body, [chunk], 2000)
+        assert items == jobs
+        fallbacks += dec.fallback_scans
+    assert fallbacks > 0
+    pretty = _tricky_body(jobs, 2)
+    items, _, dec = stream(pretty, [2048], 4096)
+    assert items == jobs
+    assert dec.fallback_scans == 0  # the indented separator only matches element boundaries
+
+
+def test_truncated_bodies_raise() -> None:
+    body = _tricky_body([{"account": str(i)} for i in range(50)], 2)
+    mid = body.index(b'"account": "25"')
+    with pytest.raises(TruncatedError, match='inside the "jobs" array'):
+        decode_whole(body[:mid], b"jobs", decode_to_dicts)
+    with pytest.raises(TruncatedError, match="inside the JSON document"):
+        decode_whole(body[:12], b"jobs", decode_to_dicts)
+
+
+def test_body_without_the_array_is_all_envelope() -> None:
+    body = b'{"errors": [{"description": "Unable to query jobs"}], "jobs": "nope"}'
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(b"jobs", decode_to_dicts)
+    assert dec.feed(body) == []
+    envelope, items = dec.finish()
+    assert envelope == body and items == [] and not dec.found_array
+
+
+def test_garbage_between_elements_is_not_json() -> None:
+    with pytest.raises(NotJSONError):
+        decode_whole(b'{"jobs": [{"a": 1} oops {"a": 2}]}', b"jobs", decode_to_dicts)

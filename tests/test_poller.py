@@ -1,0 +1,223 @@
+"""The poller against a real local HTTP server serving the lab's recorded answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.poller import Poller, PollerConfig
+from exporter.versions import adapter_for
+from tests.conftest import RECORDED
+from tests.fake_slurmrestd import FakeSlurmrestd, serve
+
+DATA = RECORDED / "slurm-26.05.5"
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
+
+
+async def _no_sleep(_: float) -> None:
+    return None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+async def fake_url() -> AsyncIterator[tuple[FakeSlurmrestd, str]]:
+    fake = FakeSlurmrestd(DATA)
+    async with serve(fake) as url:
+        yield fake, url
+
+
+def _poller(url: str, clock: Clock, token_file: Path | None = None, **cfg: object) -> Poller:
+    token = TokenSource(token_file=token_file) if token_file else TokenSource(token="good-token")
+    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=0), sleep=_no_sleep)
+    return Poller(client, PollerConfig(**cfg), clock=clock)  # type: ignore[arg-type]
+
+
+async def test_first_poll_negotiates_highest_and_builds_snapshot(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    _fake, url = fake_url
+    clock = Clock()
+    p = _poller(url, clock)
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and p.snapshot is snap
+    assert snap.api_version == "v0.0.45"
+    assert p.status.offered_versions == ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+    jobs, env = adapter_for("v0.0.45").jobs((DATA / "v0.0.45" / "jobs.json").read_bytes())
+    assert list(snap.jobs) == jobs
+    assert snap.slurm_version == "26.05.5" and snap.cluster == env.cluster
+    assert len(snap.nodes) == len(adapter_for("v0.0.45").nodes((DATA / "v0.0.45/nodes.json").read_bytes())[0])
+    assert snap.diag is not None
+    assert snap.fetched_at == dict.fromkeys(
+        ("jobs", "nodes", "partitions", "diag", "licenses", "reservations"), clock.now
+    )
+    assert p.status.last_poll_ok
+
+
+async def test_forced_version(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    _, url = fake_url
+    p = _poller(url, Clock(), api_version="v0.0.42")
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and snap.api_version == "v0.0.42"
+
+
+async def test_unsupported_version_is_recorded_not_raised(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    fake.versions = ["v0.0.39"]
+    p = _poller(url, Clock())
+    async with p.client:
+        assert await p.poll_once() is None
+    assert p.status.negotiation.errors == {"version": 1}
+    assert "no common slurmrestd API version" in p.status.last_error
+    assert not p.status.last_poll_ok
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("status:500:Unable to query nodes", "http_500"),
+        ("not_json", "not_json"),
+        ("cut_json", "truncated"),
+        ("truncate", "truncated"),
+        ("shape", "shape"),
+    ],
+)
+async def test_failed_endpoint_keeps_last_good_data(
+    fake_url: tuple[FakeSlurmrestd, str], fault: str, kind: str
+) -> None:
+    fake, url = fake_url
+    clock = Clock()
+    p = _poller(url, clock, use_update_time=False)
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        fake.faults = {"nodes": fault, "jobs": fault}
+        clock.now += 5
+        second = await p.poll_once()
+        assert second is not None and second is not first
+        assert second.jobs == first.jobs and second.nodes == first.nodes
+        assert second.fetched_at["jobs"] == first.fetched_at["jobs"]  # staleness shows
+        assert second.fetched_at["diag"] == clock.now
+        assert p.status.endpoints["jobs"].errors == {kind: 1}
+        assert p.status.endpoints["nodes"].errors == {kind: 1}
+        # every endpoint failing: no new snapshot, the last good one stays
+        fake.faults = dict.fromkeys(
+            ("jobs", "nodes", "partitions", "diag", "licenses", "reservations"), fault
+        )
+        clock.now += 5
+        assert await p.poll_once() is None
+        assert p.snapshot is second and not p.status.last_poll_ok
+        # recovery
+        fake.faults = {}
+        clock.now += 5
+        third = await p.poll_once()
+        assert third is not None and third.fetched_at["jobs"] == clock.now
+
+
+async def test_slurm_errors_in_2xx_body_are_errors(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    fake.override["diag"] = b'{"errors": [{"description": "slurmctld is down", "error_number": 1}]}'
+    p = _poller(url, Clock())
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and snap.diag is None
+    assert p.status.endpoints["diag"].errors.keys() <= {"slurm_error", "shape"}
+    assert "slurmctld is down" in p.status.endpoints["diag"].last_error
+
+
+async def test_update_time_304_and_empty_list_reuse_held_data(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    clock = Clock()
+    p = _poller(url, clock, full_refresh=60.0)
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        fake.faults = {"nodes": "304", "jobs": "empty_list"}
+        clock.now += 5
+        second = await p.poll_once()
+    assert second is not None
+    assert second.nodes == first.nodes and second.jobs == first.jobs
+    assert second.fetched_at["nodes"] == clock.now
+    sent = {path.split("/")[3]: q for path, q, _ in fake.requests[-6:]}
+    lu = str(int(first.last_update["jobs"]))
+    assert sent["jobs"] == {"update_time": lu} and sent["nodes"] == {"update_time": lu}
+    assert sent["diag"] == {}
+    assert p.status.endpoints["nodes"].unchanged == 1 and p.status.endpoints["jobs"].unchanged == 1
+
+
+async def test_full_refresh_after_interval(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    clock = Clock()
+    p = _poller(url, clock, full_refresh=30.0)
+    async with p.client:
+        await p.poll_once()
+        clock.now += 31
+        await p.poll_once()
+    sent = {path.split("/")[3]: q for path, q, _ in fake.requests[-6:]}
+    assert sent["jobs"] == {} and sent["nodes"] == {}
+
+
+async def test_update_time_500_falls_back_to_full_fetch(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    clock = Clock()
+    p = _poller(url, clock)
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        fake.faults = {"nodes": "status:500:Unable to query partitions"}
+        fake.fault_times = {"nodes": 1}
+        clock.now += 5
+        second = await p.poll_once()
+        clock.now += 5
+        await p.poll_once()
+    assert second is not None and second.nodes == first.nodes
+    assert p.status.endpoints["nodes"].update_time_broken
+    node_queries = [q for path, q, _ in fake.requests if "/nodes" in path]
+    assert node_queries[-1] == {}  # later polls no longer send update_time to /nodes
+    assert p.status.endpoints["nodes"].errors == {}
+
+
+async def test_token_rotation_during_run(fake_url: tuple[FakeSlurmrestd, str], tmp_path: Path) -> None:
+    fake, url = fake_url
+    token_file = tmp_path / "token"
+    token_file.write_text("good-token")
+    p = _poller(url, Clock(), token_file=token_file)
+    async with p.client:
+        assert await p.poll_once() is not None
+        fake.token = "rotated-token"
+        token_file.write_text("rotated-token\n")
+        assert await p.poll_once() is not None
+    assert {h["X-SLURM-USER-TOKEN"] for _, _, h in fake.requests[-6:]} == {"rotated-token"}
+    assert all(not st.errors for st in p.status.endpoints.values())
+
+
+async def test_run_loop_wakes_waiters_and_never_overlaps(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    fake.delay = 0.02
+    p = _poller(url, Clock(), interval=0.01)
+    async with p.client:
+        task = asyncio.create_task(p.run(), name="poller")
+        try:
+            s1 = await asyncio.wait_for(p.wait_next(None), 5)
+            fake.faults = {"jobs": "not_json"}  # errors never stop the loop
+            s2 = await asyncio.wait_for(p.wait_next(s1), 5)
+            s3 = await asyncio.wait_for(p.wait_next(s2), 5)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+    assert s1 is not s2 is not s3
+    assert p.status.endpoints["jobs"].errors["not_json"] >= 1
+    assert max(fake.max_in_flight.values()) == 1
