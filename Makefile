@@ -3,8 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Debian packages: the lab's chroot builder and the host's Slurm client tools/daemons.
-APT_PACKAGES := debootstrap slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin curl ca-certificates
+# Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots.
+APT_PACKAGES := debootstrap ca-certificates
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 
@@ -18,8 +18,6 @@ apt:
 	  echo "apt-get install:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
-	@# the Debian packages enable their own daemons; the lab runs its own, so stop these
-	@for s in slurmctld slurmd slurmrestd munge; do systemctl disable --now $$s >/dev/null 2>&1 || true; done
 
 venv: $(BIN)/slurm-keda
 

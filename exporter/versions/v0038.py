@@ -168,14 +168,9 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         tpj = r.tres_per_job or ""
         gpn = gpus_of(tpn) if tpn else 0
         min_nodes = v(r.node_count) or 1
-        if alloc:
-            gpus = alloc_gpus
-        elif req_gpus:
-            gpus = req_gpus
-        elif tpj:
-            gpus = gpus_of(tpj)
-        else:
-            gpus = gpn * min_nodes
+        # TRES strings carry gres/gpu only when AccountingStorageTRES lists it: fall back to the
+        # per-job, then per-node request.
+        gpus = alloc_gpus or req_gpus or (gpus_of(tpj) if tpj else 0) or gpn * min_nodes
 
         append(
             Job(
