@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -103,35 +103,30 @@ _FIRST_KEY = re.compile(rb'\s*"(?:[^"\\]|\\.)*"\s*:')
 T = TypeVar("T")
 
 
-class StreamingArrayDecoder(Generic[T]):
-    """Decode the array under top-level ``key`` of a streamed JSON object, batch by batch.
+class Cut(NamedTuple):
+    """A run of complete array elements cut from the stream."""
 
-    ``decode_batch`` turns ``b"[{...},{...}]"`` into items; it must raise :class:`NotJSONError` or
-    :class:`TruncatedError` for text that is not a complete JSON array (and may raise anything
-    else, e.g. a shape error, which is passed on).
+    raw: bytes
+    """The exact stream bytes this cut consumed (separators included), so that the raws of
+    consecutive cuts plus the cutter's leftover are the stream again (see :meth:`ArrayCutter.rewind`)."""
+    array: bytes
+    """The elements as one JSON array, ``b"[{...},{...}]"``, ready for a decoder."""
+    proven: bool
+    """True when found by the structural scan (a real boundary); False for a fast separator cut,
+    which the decoder proves: a cut that is not an element boundary cannot decode as an array."""
 
-    Fast path: once the first two elements have been found by the vectorised scan, the exact bytes
-    between them (``}``, separator, ``{`` and the first key) are learnt; later cuts are found with
-    ``bytes.rfind`` of that separator and proven by the decoder itself — a cut that is not an
-    element boundary cannot decode as a JSON array. A failed proof falls back to the scan.
 
-    Usage::
+class ArrayCutter:
+    """Cut the array under top-level ``key`` of a streamed JSON object into :class:`Cut` batches.
 
-        dec = StreamingArrayDecoder(b"jobs", adapter.job_array)
-        for chunk in body_chunks:
-            items += dec.feed(chunk)
-        envelope, last = dec.finish()     # envelope = the object with "jobs": []
+    Fast path: once the structural scan has found two elements, the exact bytes between them
+    (``}``, separator, ``{`` and the first key) are learnt; later cuts use ``bytes.rfind`` of that
+    separator and are returned unproven. If such a cut fails to decode, hand its bytes (and those of
+    any later cut) to :meth:`rewind`, which cuts them again by scan.
     """
 
-    def __init__(
-        self,
-        key: bytes,
-        decode_batch: Callable[[bytes], list[T]],
-        *,
-        min_batch_bytes: int = 4 << 20,
-    ) -> None:
+    def __init__(self, key: bytes, *, min_batch_bytes: int = 4 << 20) -> None:
         self._key = key
-        self._decode = decode_batch
         self._min_batch = min_batch_bytes
         self._buf = b""
         self._pending: list[bytes] = []
@@ -145,18 +140,18 @@ class StreamingArrayDecoder(Generic[T]):
         self._separator: bytes | None = None
         self.bytes_seen = 0
         """Bytes fed so far."""
-        self.items_decoded = 0
-        """Array elements decoded so far."""
-        self.fallback_scans = 0
-        """Times the fast separator cut failed its proof and the full scan was used."""
+        self.elements = 0
+        """Array elements cut so far by proven cuts (unproven cuts are not counted)."""
+        self.rewinds = 0
+        """Times an unproven cut failed and the bytes were cut again by scan."""
 
     @property
     def found_array(self) -> bool:
         """True once the ``[`` of ``key``'s array has been seen."""
         return self._mode != "head"
 
-    def feed(self, chunk: bytes) -> list[T]:
-        """Add a chunk of the body; return the items it completes (possibly none)."""
+    def feed(self, chunk: bytes) -> list[Cut]:
+        """Add a chunk of the body; return the cuts it allows (possibly none)."""
         self.bytes_seen += len(chunk)
         if self._mode == "tail":
             self._tail.append(chunk)
@@ -174,8 +169,8 @@ class StreamingArrayDecoder(Generic[T]):
         self._join_pending()
         return self._cut(final=False)
 
-    def finish(self) -> tuple[bytes, list[T]]:
-        """Mark the end of the body; return the envelope (array emptied) and the last items.
+    def finish(self) -> tuple[bytes, list[Cut]]:
+        """Mark the end of the body; return the envelope (array emptied) and the last cuts.
 
         Without the array (an error answer, or ``key`` not an array) the envelope is the whole
         body: see :attr:`found_array`."""
@@ -185,13 +180,26 @@ class StreamingArrayDecoder(Generic[T]):
             if self._depth != 0 or self._in_string or not self._buf.strip():
                 raise TruncatedError(f"body ended inside the JSON document ({self.bytes_seen} bytes)")
             return self._buf, []
-        items: list[T] = []
+        cuts: list[Cut] = []
         if self._mode == "array":
             self._join_pending()
-            items = self._cut(final=True)
+            cuts = self._cut_by_scan(final=True)
         envelope = self._head + b"".join(self._tail)
         self._tail = []
-        return envelope, items
+        return envelope, cuts
+
+    def rewind(self, raw: bytes) -> list[Cut]:
+        """Put back the bytes of failed unproven cut(s) and cut them again by the structural scan.
+
+        ``raw`` must be the concatenated ``raw`` of the failed cut and of every cut made after it,
+        in order; together with what the cutter still holds they are the rest of the stream."""
+        self.rewinds += 1
+        rest = b"".join(self._tail) if self._mode == "tail" else b"".join((self._buf, *self._pending))
+        self._buf = raw + rest
+        self._pending, self._pending_len = [], 0
+        self._tail = []
+        self._mode = "array"
+        return self._cut_by_scan(final=False)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -200,12 +208,6 @@ class StreamingArrayDecoder(Generic[T]):
             self._buf = b"".join((self._buf, *self._pending))
             self._pending = []
             self._pending_len = 0
-
-    def _truncated(self) -> TruncatedError:
-        return TruncatedError(
-            f'body ended inside the "{self._key.decode()}" array '
-            f"({self.bytes_seen} bytes, {self.items_decoded} elements read)"
-        )
 
     def _find_array(self) -> None:
         """In head mode: scan for the ``[`` that opens ``key``'s array at depth 1."""
@@ -229,31 +231,23 @@ class StreamingArrayDecoder(Generic[T]):
         if br.depth.size:
             self._depth = int(br.depth[-1])
 
-    def _decode_span(self, buf: bytes, last: int) -> list[T]:
-        """Decode the elements in ``buf[:last + 1]`` (``last`` = a closing ``}``)."""
+    def _make_cut(self, buf: bytes, last: int, consumed: int, proven: bool) -> Cut:
+        """The cut of the elements in ``buf[:last + 1]``, having consumed ``buf[:consumed]``."""
         first = 0
         while first <= last and buf[first] in _WS_COMMA:
             first += 1
-        items = self._decode(b"".join((b"[", buf[first : last + 1], b"]")))
-        self.items_decoded += len(items)
-        return items
+        return Cut(buf[:consumed], b"".join((b"[", buf[first : last + 1], b"]")), proven)
 
-    def _cut(self, *, final: bool) -> list[T]:
-        """In array mode: decode every complete element; keep the partial one."""
+    def _cut(self, *, final: bool) -> list[Cut]:
         buf = self._buf
         if not final and self._separator is not None:
             p = buf.rfind(self._separator)
             if p > 0:
-                try:
-                    items = self._decode_span(buf, p)
-                except (NotJSONError, TruncatedError):
-                    self.fallback_scans += 1
-                else:
-                    self._buf = buf[p + 1 :]
-                    return items
+                self._buf = buf[p + 1 :]
+                return [self._make_cut(buf, p, p + 1, proven=False)]
         return self._cut_by_scan(final=final)
 
-    def _cut_by_scan(self, *, final: bool) -> list[T]:
+    def _cut_by_scan(self, *, final: bool) -> list[Cut]:
         buf = self._buf
         end = _scan_end(buf, 0)
         br, _ = _scan(buf, 0, end, 2, False)
@@ -265,24 +259,30 @@ class StreamingArrayDecoder(Generic[T]):
             close_pos = close_pos[close_pos < limit]
         if self._separator is None and close_pos.size >= 2:
             self._learn_separator(buf, int(close_pos[0]))
-        items: list[T] = []
         rest_from = 0
         if close_pos.size:
-            last = int(close_pos[-1])
-            items = self._decode_span(buf, last)
-            rest_from = last + 1
+            rest_from = int(close_pos[-1]) + 1
+        if array_end.size and buf[rest_from:limit].strip(_WS_COMMA):
+            raise NotJSONError(
+                f'unexpected text in the "{self._key.decode()}" array: {buf[rest_from:limit][:40]!r}'
+            )
+        consumed = limit if array_end.size else rest_from
+        cuts: list[Cut] = []
+        if close_pos.size:
+            cuts.append(self._make_cut(buf, rest_from - 1, consumed, proven=True))
+            self.elements += int(close_pos.size)
         if array_end.size:
-            between = buf[rest_from:limit].strip(_WS_COMMA)
-            if between:
-                raise NotJSONError(f'unexpected text in the "{self._key.decode()}" array: {between[:40]!r}')
             self._mode = "tail"
             self._tail = [buf[limit:]]
             self._buf = b""
         else:
             self._buf = buf[rest_from:]
             if final:
-                raise self._truncated()
-        return items
+                raise TruncatedError(
+                    f'body ended inside the "{self._key.decode()}" array '
+                    f"({self.bytes_seen} bytes, {self.elements} elements read)"
+                )
+        return cuts
 
     def _learn_separator(self, buf: bytes, close: int) -> None:
         """Remember the exact bytes from an element's ``}`` through the next element's first key."""
@@ -293,6 +293,58 @@ class StreamingArrayDecoder(Generic[T]):
             m = _FIRST_KEY.match(buf, nxt + 1)
             if m is not None:
                 self._separator = buf[close : m.end()]
+
+
+class StreamingArrayDecoder(Generic[T]):
+    """Decode the array under top-level ``key`` of a streamed JSON object, batch by batch, in the
+    calling thread (see :mod:`exporter.decodepool` for the multi-process variant).
+
+    ``decode_batch`` turns ``b"[{...},{...}]"`` into items; it must raise :class:`NotJSONError` or
+    :class:`TruncatedError` for text that is not a complete JSON array (and may raise anything
+    else, e.g. a shape error, which is passed on).
+
+    Usage::
+
+        dec = StreamingArrayDecoder(b"jobs", adapter.job_array)
+        for chunk in body_chunks:
+            items += dec.feed(chunk)
+        envelope, last = dec.finish()     # envelope = the object with "jobs": []
+    """
+
+    def __init__(
+        self, key: bytes, decode_batch: Callable[[bytes], list[T]], *, min_batch_bytes: int = 4 << 20
+    ) -> None:
+        self.cutter = ArrayCutter(key, min_batch_bytes=min_batch_bytes)
+        self._decode = decode_batch
+
+    @property
+    def found_array(self) -> bool:
+        return self.cutter.found_array
+
+    @property
+    def bytes_seen(self) -> int:
+        return self.cutter.bytes_seen
+
+    def feed(self, chunk: bytes) -> list[T]:
+        """Add a chunk of the body; return the items it completes (possibly none)."""
+        return self._decode_cuts(self.cutter.feed(chunk))
+
+    def finish(self) -> tuple[bytes, list[T]]:
+        """Mark the end of the body; return the envelope (array emptied) and the last items."""
+        envelope, cuts = self.cutter.finish()
+        return envelope, self._decode_cuts(cuts)
+
+    def _decode_cuts(self, cuts: list[Cut]) -> list[T]:
+        out: list[T] = []
+        for i, cut in enumerate(cuts):
+            try:
+                out += self._decode(cut.array)
+            except (NotJSONError, TruncatedError):
+                if cut.proven:
+                    raise
+                out += self._decode_cuts(self.cutter.rewind(b"".join(c.raw for c in cuts[i:])))
+                break
+        return out
 
 
 def decode_whole(body: bytes, key: bytes, decode_batch: Callable[[bytes], list[T]]) -> tuple[bytes, list[T]]:

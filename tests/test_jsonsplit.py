@@ -95,12 +95,12 @@ def test_fast_path_learns_separator_and_falls_back_when_fooled() -> None:
     for chunk in range(1000, 1060):
         items, _, dec = stream(body, [chunk], 2000)
         assert items == jobs
-        fallbacks += dec.fallback_scans
+        fallbacks += dec.cutter.rewinds
     assert fallbacks > 0
     pretty = _tricky_body(jobs, 2)
     items, _, dec = stream(pretty, [2048], 4096)
     assert items == jobs
-    assert dec.fallback_scans == 0  # the indented separator only matches element boundaries
+    assert dec.cutter.rewinds == 0  # the indented separator only matches element boundaries
 
 
 def test_truncated_bodies_raise() -> None:
