@@ -380,9 +380,9 @@ def node_state(
             out.append(w)
     if not base:
         base = "UNKNOWN"
-    if "DRAIN" in out and "DRAINING" not in out:
-        if base in _BUSY or "COMPLETING" in out or alloc_cpus > 0:
-            out.insert(out.index("DRAIN") + 1, "DRAINING")
+    busy = base in _BUSY or "COMPLETING" in out or alloc_cpus > 0
+    if busy and "DRAIN" in out and "DRAINING" not in out:
+        out.insert(out.index("DRAIN") + 1, "DRAINING")
     return base, tuple(out)
 
 

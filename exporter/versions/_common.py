@@ -24,7 +24,10 @@ def decode(decoder: msgspec.json.Decoder[T], body: Any, endpoint: str) -> T:
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        raise errors.ShapeError(str(exc), endpoint=endpoint) from None
+        msg = str(exc)
+        if " - at `" not in msg:
+            msg += " - at `$`"
+        raise errors.ShapeError(msg, endpoint=endpoint) from None
     except msgspec.DecodeError as exc:
         msg = str(exc)
         if "truncated" in msg:

@@ -210,7 +210,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 start_time=epoch(r.start_time),
                 end_time=epoch(r.end_time),
                 eligible_time=epoch(r.eligible_time),
-                nodes=r.nodes or "",
+                nodes=intern(r.nodes, r.nodes) if r.nodes else "",
                 required_nodes=r.required_nodes or "",
                 excluded_nodes=r.excluded_nodes or "",
                 features=intern(r.features, r.features) if r.features else "",

@@ -6,11 +6,17 @@ Shape: numbers are ``{"set": bool, "infinite": bool, "number": N}``; ``job_state
 
 Per-version differences that matter here (checked in the OpenAPI documents of 24.11.5/26.05.5):
 
-* job ``exclusive`` (``["true"]``) exists only in v0.0.40/v0.0.41; all versions carry ``shared``
-  (``["none"]`` = exclusive node use). v0.0.45 documents ``shared`` as ignored on input.
+* job ``exclusive`` (``["true"]``) exists only in v0.0.40/v0.0.41; v0.0.40–v0.0.44 carry
+  ``shared`` (``["none"]`` = exclusive node use). v0.0.45 (26.05) reports ``shared: []`` even for
+  an ``--exclusive`` job (seen in the lab: scontrol says ``Exclusive=NODE``) and has no other job
+  field for it, so ``Job.exclusive`` is always False there.
 * partition ``flags`` (``["DEFAULT", ...]``) exists only in v0.0.45; in v0.0.40–v0.0.44 the API
   does not say which partition is the default (``is_default`` stays False).
 * diag ``bf_cycle_max`` is missing in v0.0.40.
+
+All versions: ``tres_req_str``/``tres_alloc_str`` list ``gres/gpu`` only when
+AccountingStorageTRES includes it (not in the lab), so ``Job.gpus`` falls back to
+``tres_per_job`` and then ``tres_per_node`` × nodes.
 
 Raw schemas declare ONLY the fields we use; msgspec skips the rest (e.g. ``job_resources``).
 """
@@ -246,7 +252,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 start_time=start,
                 end_time=end,
                 eligible_time=elig,
-                nodes=r.nodes or "",
+                nodes=intern(r.nodes, r.nodes) if r.nodes else "",
                 required_nodes=r.required_nodes or "",
                 excluded_nodes=r.excluded_nodes or "",
                 features=intern(r.features, r.features) if r.features else "",
