@@ -293,10 +293,17 @@ class SlurmClient:
         async with lock, self._limit:
             yield
 
-    async def get(self, path: str, *, endpoint: str, params: Mapping[str, str] | None = None) -> bytes:
+    async def get(
+        self,
+        path: str,
+        *,
+        endpoint: str,
+        params: Mapping[str, str] | None = None,
+        retries: int | None = None,
+    ) -> bytes:
         """GET ``path`` and return the whole body of a 2xx answer."""
         chunks: list[bytes] = []
-        async for chunk in self.stream(path, endpoint=endpoint, params=params, whole=True):
+        async for chunk in self.stream(path, endpoint=endpoint, params=params, whole=True, retries=retries):
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -307,13 +314,16 @@ class SlurmClient:
         endpoint: str,
         params: Mapping[str, str] | None = None,
         whole: bool = False,
+        retries: int | None = None,
     ) -> AsyncIterator[bytes]:
         """GET ``path`` and yield the body of a 2xx answer in chunks as it arrives.
 
         A 304 answer (to ``update_time``) raises :class:`NotModified`. Retries (with backoff)
         happen only before the first chunk is yielded. ``whole`` applies
-        the small-request time limit instead of the streaming one.
+        the small-request time limit instead of the streaming one; ``retries`` overrides the
+        configured number of extra attempts.
         """
+        max_retries = self.config.retries if retries is None else retries
         attempt = 0
         reauthed = False
         while True:
@@ -330,11 +340,11 @@ class SlurmClient:
                 reauthed = True
                 log.info("%s: token refused; re-read the token file, retrying once", endpoint)
             except SlurmError as err:
-                if started or attempt >= self.config.retries or not _retryable(err):
+                if started or attempt >= max_retries or not _retryable(err):
                     raise
                 delay = self._rng.uniform(0, min(10.0, self.config.backoff * 2**attempt))
                 attempt += 1
-                log.warning("%s; retry %d/%d in %.2fs", err, attempt, self.config.retries, delay)
+                log.warning("%s; retry %d/%d in %.2fs", err, attempt, max_retries, delay)
                 await self._sleep(delay)
 
     async def _attempt(

@@ -38,6 +38,12 @@ INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"
 """Endpoints whose GET takes ``update_time``; "no change" is HTTP 304 (24.11+) or an empty list."""
 
 
+UPDATE_TIME_REJECTED = frozenset({400, 422, 500})
+"""Statuses that, for a request carrying ``update_time``, mean "this server can't do update_time":
+Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestamp failed": 422 on
+/jobs, 500 elsewhere) and its v0.0.42 /nodes answers 500 "Unable to query partitions" instead of 304."""
+
+
 @dataclass(frozen=True)
 class PollerConfig:
     interval: float = 5.0
@@ -75,7 +81,7 @@ class EndpointState:
     last_error_at: float | None = None
     update_time_broken: bool = False
     """Set when this server failed a request only because it carried ``update_time``
-    (Slurm 24.11's /nodes answers 500 "Unable to query partitions" instead of 304)."""
+    (see :data:`UPDATE_TIME_REJECTED`); the endpoint is then always fetched in full."""
 
     def record_error(self, err: SlurmError, now: float) -> None:
         self.errors[err.kind] += 1
@@ -261,13 +267,13 @@ class Poller:
             try:
                 data, env, nbytes = await self._get_parsed(name, path, params)
             except HTTPStatusError as e:
-                if not params or e.status < 500:
+                if not params or e.status not in UPDATE_TIME_REJECTED:
                     raise
-                st.update_time_broken = True
-                log.warning("%s: %s with update_time; fetching in full from now on", name, e)
                 params = {}
                 incremental = False
                 data, env, nbytes = await self._get_parsed(name, path, params)
+                st.update_time_broken = True  # the same request without update_time worked
+                log.warning("%s: %s with update_time; fetching in full from now on", name, e)
         except NotModified:
             st.unchanged += 1
             st.successes += 1
@@ -295,11 +301,14 @@ class Poller:
         return True
 
     async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:
+        """GET and translate one endpoint; a request with ``update_time`` is not retried (a
+        failure falls back to a full fetch, which is)."""
         assert self._adapter is not None
         if name == "jobs":
             data, env, nbytes = await self._fetch_jobs(path, params)
         else:
-            body = await self.client.get(path, endpoint=name, params=params)
+            retries = 0 if params else None
+            body = await self.client.get(path, endpoint=name, params=params, retries=retries)
             nbytes = len(body)
             data, env = _parse(self._adapter, name, body)
         if env.errors:
@@ -312,7 +321,8 @@ class Poller:
         adapter = self._adapter
         decoder = StreamingArrayDecoder(b"jobs", adapter.job_array)
         jobs: list[Any] = []
-        async for chunk in self.client.stream(path, endpoint="jobs", params=params):
+        retries = 0 if params else None
+        async for chunk in self.client.stream(path, endpoint="jobs", params=params, retries=retries):
             got = decoder.feed(chunk)
             if got:
                 jobs.extend(got)
