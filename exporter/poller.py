@@ -62,7 +62,7 @@ class EndpointState:
 
     name: str
     data: Any = None
-    """The last good, translated data (list of records, or Diag); None until the first success."""
+    """The last good, translated data (tuple of records, or Diag); None until the first success."""
     envelope: Envelope | None = None
     fetched_at: float | None = None
     """When data was last fetched or confirmed unchanged, epoch seconds."""
@@ -222,7 +222,7 @@ class Poller:
 
         def items(name: str) -> tuple[Any, ...]:
             st = eps.get(name)
-            return tuple(st.data) if st is not None and st.data is not None else ()
+            return st.data if st is not None and isinstance(st.data, tuple) else ()
 
         return Snapshot(
             taken_at=self._clock(),
@@ -293,7 +293,7 @@ class Poller:
         if incremental and _is_empty(data) and st.data is not None and _unchanged(st.envelope, env):
             st.unchanged += 1
         else:
-            st.data = data
+            st.data = tuple(data) if isinstance(data, list) else data  # shared by every later snapshot
             st.full_fetch_at = finished
             st.envelope = env
         st.successes += 1
@@ -341,7 +341,7 @@ def _vkey(v: str) -> tuple[int, ...]:
 
 
 def _is_empty(data: Any) -> bool:
-    return isinstance(data, list) and not data
+    return isinstance(data, list | tuple) and not data
 
 
 def _unchanged(held: Envelope | None, got: Envelope) -> bool:
