@@ -3,8 +3,9 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots.
-APT_PACKAGES := debootstrap ca-certificates
+# Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots;
+# prometheus gives promtool (metric and rule checks) and a real server for scrape tests.
+APT_PACKAGES := debootstrap ca-certificates prometheus
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 

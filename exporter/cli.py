@@ -152,7 +152,14 @@ async def run_serve(s: Settings) -> int:
 
     async with SlurmClient(client_config(s)) as client:
         poller = Poller(client, poller_config(s))
-        runner = web.AppRunner(make_app(poller), access_log=None)
+        app = make_app(
+            poller,
+            per_node=s.metrics_per_node,
+            per_user=s.metrics_per_user,
+            per_account=s.metrics_per_account,
+            node_reasons=s.metrics_node_reasons,
+        )
+        runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, s.listen_address, s.listen_port)
         await site.start()

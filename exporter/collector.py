@@ -2,19 +2,29 @@
 
 :class:`SnapshotCollector` builds fresh families on every ``collect()`` from the poller's current
 snapshot and status; it is registered in a private ``CollectorRegistry``. The metric surface is
-deliberately small here (health and headline counts); the full surface is built on top of the
-same functions.
+built from small pure functions (snapshot → families), each documented with the rules it applies:
+
+* units are base units: bytes, seconds, epoch seconds;
+* state and flag label values are lower case; pending reasons keep Slurm's spelling (Resources...);
+* jobs count tasks: a pending array record counts ``task_count`` jobs, and its per-task CPUs,
+  memory, GPUs and nodes are multiplied by ``task_count`` in the pending-demand families;
+* a whole-node memory request counts the memory of the partition's largest node per node requested;
+* counters that slurmctld resets (``sdiag``) are gauges, and their HELP says so.
+
+Cardinality: per-node series are on by default, per-user/per-account series and node reasons off.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import math
 from collections.abc import Callable, Iterable
+from operator import attrgetter
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .model import Snapshot
+from .model import Diag, Job, License, Node, Reservation, Snapshot
 from .poller import PollStatus
 
 
@@ -69,42 +79,697 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
     yield info
 
 
-def headline_families(snap: Snapshot) -> Iterable[Metric]:
-    """Jobs by partition and state (array tasks counted as tasks), nodes by base state."""
+# ------------------------------------------------------------------------------------------------ jobs
+
+ALLOCATED_JOB_STATES = frozenset({"RUNNING", "SUSPENDED"})
+"""Base states whose job holds an allocation (a job with the COMPLETING flag holds one too)."""
+
+UNAVAILABLE_NODE_FLAGS = frozenset({"DRAIN", "FAIL"})
+"""Flags that make a node's free resources "other" rather than idle (as ``sinfo`` CPUsState does)."""
+
+UNAVAILABLE_NODE_STATES = frozenset({"DOWN"})
+
+_NO_PARTITION: tuple[str, ...] = ("",)
+_RESOURCES = ("cpus", "memory_bytes", "gpus", "nodes")
+
+
+def request_memory_bytes(job: Job) -> int:
+    """Memory one task of ``job`` asks for (or holds) across all its nodes, in bytes.
+
+    The TRES figure (``memory_bytes``) when Slurm gave one, else ``--mem`` × nodes or
+    ``--mem-per-cpu`` × CPUs. Whole-node requests of pending jobs are resolved per partition (see
+    :func:`aggregate_jobs`).
+    """
+    if job.memory_bytes:
+        return job.memory_bytes
+    if job.memory_per_node_bytes:
+        return job.memory_per_node_bytes * max(job.min_nodes, 1)
+    if job.memory_per_cpu_bytes:
+        return job.memory_per_cpu_bytes * job.cpus
+    return 0
+
+
+def partition_node_memory(snap: Snapshot) -> dict[str, int]:
+    """Partition → memory of its largest node, bytes (for whole-node memory requests)."""
+    out: dict[str, int] = {}
+    for n in snap.nodes:
+        for p in n.partitions:
+            if n.memory_bytes > out.get(p, 0):
+                out[p] = n.memory_bytes
+    return out
+
+
+Sums = dict[str, list[float]]
+"""Key → ``[cpus, memory_bytes, gpus, nodes]``."""
+
+
+class JobAggregates:
+    """Everything the job families need, from ONE pass over the job records.
+
+    * ``jobs[(partition, STATE)]``: jobs (pending array tasks counted one each);
+    * ``reasons[(partition, reason)]``: pending jobs by Slurm's reason;
+    * ``allocated[partition]`` / ``pending[partition]``: ``[cpus, memory_bytes, gpus, nodes]``;
+    * ``account_jobs[(account, STATE)]``, ``account_allocated``/``account_pending[account]`` and the
+      same for users, filled only when asked for.
+    """
+
+    __slots__ = (
+        "account_allocated",
+        "account_jobs",
+        "account_pending",
+        "allocated",
+        "jobs",
+        "pending",
+        "reasons",
+        "user_allocated",
+        "user_jobs",
+        "user_pending",
+    )
+
+    def __init__(self) -> None:
+        self.jobs: dict[tuple[str, str], float] = {}
+        self.reasons: dict[tuple[str, str], float] = {}
+        self.allocated: Sums = {}
+        self.pending: Sums = {}
+        self.account_jobs: dict[tuple[str, str], float] = {}
+        self.account_allocated: Sums = {}
+        self.account_pending: Sums = {}
+        self.user_jobs: dict[tuple[str, str], float] = {}
+        self.user_allocated: Sums = {}
+        self.user_pending: Sums = {}
+
+
+_GROUP = attrgetter("partitions", "state", "reason", "state_flags", "whole_node_memory")
+_GROUP_ACCOUNT = attrgetter("account", "partitions", "state", "state_flags", "whole_node_memory")
+_GROUP_USER = attrgetter("user", "partitions", "state", "state_flags", "whole_node_memory")
+
+
+def _sum_by(jobs: Iterable[Job], key: Callable[[Job], tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]]:
+    """The hot loop: ``key(job)`` → ``[tasks, cpus, memory_bytes, gpus, nodes]`` summed, where each
+    record counts ``task_count`` times (a pending array record stands for its pending tasks)."""
+    acc: dict[tuple[Any, ...], list[int]] = {}
+    get = acc.get
+    mem_of = request_memory_bytes
+    for j in jobs:
+        k = key(j)
+        a = get(k)
+        if j.array_task_string and j.array_task_id is None:  # pending array record: × its tasks
+            n = j.array_pending_tasks
+            vals = (n, j.cpus * n, (j.memory_bytes or mem_of(j)) * n, j.gpus * n, j.min_nodes * n)
+            if a is None:
+                acc[k] = list(vals)
+            else:
+                for i, v in enumerate(vals):
+                    a[i] += v
+        elif a is None:
+            acc[k] = [1, j.cpus, j.memory_bytes or mem_of(j), j.gpus, j.min_nodes]
+        else:
+            a[0] += 1
+            a[1] += j.cpus
+            a[2] += j.memory_bytes or mem_of(j)
+            a[3] += j.gpus
+            a[4] += j.min_nodes
+    return acc
+
+
+def _add(d: Sums, key: str, cpus: float, mem: float, gpus: float, nodes: float) -> None:
+    acc = d.get(key)
+    if acc is None:
+        d[key] = [cpus, mem, gpus, nodes]
+    else:
+        acc[0] += cpus
+        acc[1] += mem
+        acc[2] += gpus
+        acc[3] += nodes
+
+
+def aggregate_jobs(snap: Snapshot, *, per_account: bool = False, per_user: bool = False) -> JobAggregates:
+    """Counts, allocations and pending demand of ``snap.jobs`` by partition (and account/user).
+
+    Rules:
+
+    * a pending array record stands for ``task_count`` tasks: it counts ``task_count`` jobs, and its
+      CPUs, memory, GPUs and nodes — those of ONE task — are multiplied by ``task_count`` (the ``%N``
+      throttle is not applied: throttled tasks are still requested);
+    * pending memory of a whole-node request (``--mem=0`` or no default): the memory of the
+      partition's largest node × nodes requested; Slurm's own TRES figure when the partition has no
+      node in the snapshot. Other requests: the TRES memory (see :func:`request_memory_bytes`);
+    * a job pending in several partitions counts, with its whole request, in each of them;
+    * allocated: jobs RUNNING or SUSPENDED, or with the COMPLETING flag (they still hold nodes);
+      their TRES allocation (memory across all nodes; nodes summed over jobs);
+    * per account/user, each record counts once; a whole-node request uses its first partition.
+
+    Cost: one tight loop over the records, grouping them by (partitions, state, reason, flags,
+    whole-node) in one dict; only the distinct groups are then spread over partitions. The optional
+    account and user aggregates take one more such loop each.
+    """
+    agg = AggregatesBuilder(partition_node_memory(snap))
+    for (ps, st, reason, flags, whole), sums in _sum_by(snap.jobs, _GROUP).items():
+        for p in ps or _NO_PARTITION:
+            agg.add(agg.out.jobs, agg.out.allocated, agg.out.pending, p, p, st, flags, whole, sums)
+            if st == "PENDING":
+                k = (p, reason)
+                agg.out.reasons[k] = agg.out.reasons.get(k, 0.0) + sums[0]
+    out = agg.out
+    for wanted, key, djobs, dalloc, dpend in (
+        (per_account, _GROUP_ACCOUNT, out.account_jobs, out.account_allocated, out.account_pending),
+        (per_user, _GROUP_USER, out.user_jobs, out.user_allocated, out.user_pending),
+    ):
+        if wanted:
+            for (who, ps, st, flags, whole), sums in _sum_by(snap.jobs, key).items():
+                agg.add(djobs, dalloc, dpend, who, ps[0] if ps else "", st, flags, whole, sums)
+    return agg.out
+
+
+class AggregatesBuilder:
+    """Spreads grouped sums into :class:`JobAggregates` (pending vs allocated, whole-node memory)."""
+
+    def __init__(self, node_memory: dict[str, int]) -> None:
+        self.out = JobAggregates()
+        self.node_memory = node_memory
+
+    def add(
+        self,
+        jobs: dict[tuple[str, str], float],
+        allocated: Sums,
+        pending: Sums,
+        key: str,
+        partition: str,
+        state: str,
+        flags: tuple[str, ...],
+        whole: bool,
+        sums: list[int],
+    ) -> None:
+        n, cpus, mem, gpus, nodes = sums
+        k = (key, state)
+        jobs[k] = jobs.get(k, 0.0) + n
+        if state == "PENDING":
+            pm = self.node_memory.get(partition) if whole else None
+            _add(pending, key, cpus, nodes * pm if pm else mem, gpus, nodes)
+        elif state in ALLOCATED_JOB_STATES or "COMPLETING" in flags:
+            _add(allocated, key, cpus, mem, gpus, nodes)
+
+
+_JOB_RESOURCE_HELP = {
+    "cpus": ("CPUs", ""),
+    "memory_bytes": ("Memory", " in bytes"),
+    "gpus": ("GPUs", ""),
+    "nodes": ("Nodes", " (summed over jobs: a node shared by two jobs counts twice)"),
+}
+
+
+def _resource_families(
+    prefix: str,
+    label: str,
+    allocated: Sums,
+    pending: Sums,
+    keys: Iterable[str],
+    what: str,
+) -> Iterable[Metric]:
+    """``<prefix>_allocated_<res>`` and ``<prefix>_pending_<res>`` gauges, one series per key."""
+    keys = sorted(set(keys) | allocated.keys() | pending.keys())
+    zero = (0.0, 0.0, 0.0, 0.0)
+    for i, res in enumerate(_RESOURCES):
+        noun, unit = _JOB_RESOURCE_HELP[res]
+        fam = GaugeMetricFamily(
+            f"{prefix}_allocated_{res}",
+            f"{noun} allocated to running, suspended and completing jobs{unit}, by {what}",
+            labels=[label],
+        )
+        for k in keys:
+            fam.add_metric([k], float(allocated.get(k, zero)[i]))
+        yield fam
+    pend_help = {
+        "cpus": "CPUs requested by pending jobs, by {w}; a pending array counts each pending task",
+        "memory_bytes": (
+            "Memory requested by pending jobs in bytes, by {w}; a pending array counts each pending task; "
+            "a whole-node request (--mem=0) counts the memory of the partition's largest node per node"
+        ),
+        "gpus": "GPUs requested by pending jobs, by {w}; a pending array counts each pending task",
+        "nodes": (
+            "Nodes (minimum) requested by pending jobs, by {w}; a pending array counts each pending task"
+        ),
+    }
+    for i, res in enumerate(_RESOURCES):
+        fam = GaugeMetricFamily(f"{prefix}_pending_{res}", pend_help[res].format(w=what), labels=[label])
+        for k in keys:
+            fam.add_metric([k], float(pending.get(k, zero)[i]))
+        yield fam
+
+
+def job_families(snap: Snapshot, *, per_account: bool = False, per_user: bool = False) -> Iterable[Metric]:
+    """Jobs by partition × state and pending reason, allocated and pending resources by partition;
+    optionally the same by account and by user."""
+    agg = aggregate_jobs(snap, per_account=per_account, per_user=per_user)
+    known = [p.name for p in snap.partitions]
     jobs = GaugeMetricFamily(
         "slurm_jobs",
-        "Jobs by partition and base state; pending array tasks count one each",
+        "Jobs by partition and base state (lower case); a pending array counts each pending task; "
+        "a job pending in several partitions counts in each",
         labels=["partition", "state"],
     )
-    counts: Counter[tuple[str, str]] = Counter()
-    for j in snap.jobs:
-        for p in j.partitions or ("",):
-            counts[(p, j.state.lower())] += j.task_count
+    counts = dict(agg.jobs)
+    for p in known:  # pending and running always present for known partitions
+        counts.setdefault((p, "PENDING"), 0)
+        counts.setdefault((p, "RUNNING"), 0)
     for (p, s), n in sorted(counts.items()):
-        jobs.add_metric([p, s], float(n))
+        jobs.add_metric([p, s.lower()], float(n))
     yield jobs
-    nodes = GaugeMetricFamily("slurm_nodes", "Nodes by base state", labels=["state"])
-    ncounts = Counter(n.state.lower() for n in snap.nodes)
-    for s, n in sorted(ncounts.items()):
-        nodes.add_metric([s], float(n))
-    yield nodes
+    reasons = GaugeMetricFamily(
+        "slurm_jobs_pending",
+        "Pending jobs by partition and Slurm's pending reason (Resources, Priority, Dependency, ...); "
+        "a pending array counts each pending task",
+        labels=["partition", "reason"],
+    )
+    for (p, r), n in sorted(agg.reasons.items()):
+        reasons.add_metric([p, r], float(n))
+    yield reasons
+    yield from _resource_families("slurm_jobs", "partition", agg.allocated, agg.pending, known, "partition")
+    for wanted, label, djobs, dalloc, dpend in (
+        (per_account, "account", agg.account_jobs, agg.account_allocated, agg.account_pending),
+        (per_user, "user", agg.user_jobs, agg.user_allocated, agg.user_pending),
+    ):
+        if not wanted:
+            continue
+        fam = GaugeMetricFamily(
+            f"slurm_{label}_jobs",
+            f"Jobs by {label} and base state (lower case); a pending array counts each pending task",
+            labels=[label, "state"],
+        )
+        for (k, s), n in sorted(djobs.items()):
+            fam.add_metric([k, s.lower()], float(n))
+        yield fam
+        yield from _resource_families(f"slurm_{label}", label, dalloc, dpend, (), label)
+
+
+# ----------------------------------------------------------------------------------------------- nodes
+
+
+def node_available(node: Node) -> bool:
+    """False for a node whose free resources are not schedulable: base DOWN, or DRAIN/FAIL flagged
+    (``sinfo`` counts their free CPUs as "other", not idle). Powered-down cloud nodes are available."""
+    return node.state not in UNAVAILABLE_NODE_STATES and not UNAVAILABLE_NODE_FLAGS.intersection(node.flags)
+
+
+def node_families(snap: Snapshot, *, per_node: bool = True, node_reasons: bool = False) -> Iterable[Metric]:
+    """Nodes by partition × base state and × flag, partitions' resources, and per-node series."""
+    by_state: dict[tuple[str, str], int] = {}
+    by_flag: dict[tuple[str, str], int] = {}
+    # partition → [cpus, alloc cpus, idle cpus, mem, alloc mem, idle mem, gpus, alloc gpus, idle gpus, nodes]
+    res: dict[str, list[int]] = {}
+    for n in snap.nodes:
+        avail = node_available(n)
+        idle_cpus = max((n.effective_cpus or n.cpus) - n.alloc_cpus, 0) if avail else 0
+        idle_mem = max(n.memory_bytes - n.alloc_memory_bytes, 0) if avail else 0
+        idle_gpus = max(n.gpus - n.gpus_used, 0) if avail else 0
+        state = n.state.lower()
+        flags = [f.lower() for f in n.flags]
+        for p in n.partitions or _NO_PARTITION:
+            k = (p, state)
+            by_state[k] = by_state.get(k, 0) + 1
+            for f in flags:
+                k = (p, f)
+                by_flag[k] = by_flag.get(k, 0) + 1
+            r = res.get(p)
+            if r is None:
+                r = res[p] = [0] * 10
+            r[0] += n.cpus
+            r[1] += n.alloc_cpus
+            r[2] += idle_cpus
+            r[3] += n.memory_bytes
+            r[4] += n.alloc_memory_bytes
+            r[5] += idle_mem
+            r[6] += n.gpus
+            r[7] += n.gpus_used
+            r[8] += idle_gpus
+            r[9] += 1
+
+    fam = GaugeMetricFamily(
+        "slurm_nodes",
+        "Nodes by partition and base state (idle, mixed, allocated, down, ...; lower case); "
+        "a node in several partitions counts in each",
+        labels=["partition", "state"],
+    )
+    for (p, s), c in sorted(by_state.items()):
+        fam.add_metric([p, s], float(c))
+    yield fam
+    fam = GaugeMetricFamily(
+        "slurm_nodes_flagged",
+        "Nodes by partition and state flag (drain, draining, maintenance, reserved, not_responding, "
+        "powered_down, planned, cloud, ...; lower case); a node has any number of flags",
+        labels=["partition", "flag"],
+    )
+    for (p, f), c in sorted(by_flag.items()):
+        fam.add_metric([p, f], float(c))
+    yield fam
+    yield from partition_families(snap, res)
+    if per_node:
+        yield from per_node_families(snap)
+    if node_reasons:
+        yield from node_reason_families(snap)
+
+
+def partition_families(snap: Snapshot, res: dict[str, list[int]]) -> Iterable[Metric]:
+    """Partition resources: CPUs/memory/GPUs total, allocated, idle; nodes; limits; state.
+
+    CPU and node totals come from the partition record (configured); memory and GPU totals, and
+    every allocated/idle figure, are sums over the partition's nodes. Idle = usable minus allocated
+    on available nodes (not DOWN, not DRAIN/FAIL), like ``sinfo``'s CPUsState "I".
+    """
+    parts = {p.name: p for p in snap.partitions}
+    names = sorted(parts.keys() | (res.keys() - {""}))
+    zero = [0] * 10
+    specs = (
+        ("slurm_partition_cpus", "CPUs configured in the partition", None),
+        ("slurm_partition_allocated_cpus", "CPUs allocated on the partition's nodes", 1),
+        (
+            "slurm_partition_idle_cpus",
+            "CPUs idle on the partition's available nodes (not down, drained or failed)",
+            2,
+        ),
+        ("slurm_partition_memory_bytes", "Memory (RealMemory) of the partition's nodes in bytes", 3),
+        ("slurm_partition_allocated_memory_bytes", "Memory allocated on the partition's nodes in bytes", 4),
+        (
+            "slurm_partition_idle_memory_bytes",
+            "Memory not allocated on the partition's available nodes (not down, drained or failed) in bytes",
+            5,
+        ),
+        ("slurm_partition_gpus", "GPUs of the partition's nodes", 6),
+        ("slurm_partition_allocated_gpus", "GPUs in use on the partition's nodes", 7),
+        (
+            "slurm_partition_idle_gpus",
+            "GPUs not in use on the partition's available nodes (not down, drained or failed)",
+            8,
+        ),
+    )
+    for name, doc, idx in specs:
+        fam = GaugeMetricFamily(name, doc, labels=["partition"])
+        for p in names:
+            r = res.get(p, zero)
+            if idx is None:
+                rec = parts.get(p)
+                value = rec.total_cpus if rec is not None and rec.total_cpus else r[0]
+            else:
+                value = r[idx]
+            fam.add_metric([p], float(value))
+        yield fam
+    fam = GaugeMetricFamily(
+        "slurm_partition_nodes", "Nodes configured in the partition", labels=["partition"]
+    )
+    for p in names:
+        rec = parts.get(p)
+        fam.add_metric(
+            [p], float(rec.total_nodes if rec is not None and rec.total_nodes else res.get(p, zero)[9])
+        )
+    yield fam
+    fam = GaugeMetricFamily(
+        "slurm_partition_max_nodes_per_job",
+        "Most nodes one job may use in the partition (MaxNodes); +Inf when unlimited",
+        labels=["partition"],
+    )
+    for p in names:
+        rec = parts.get(p)
+        if rec is not None:
+            mx = rec.max_nodes_per_job
+            fam.add_metric([p], math.inf if mx is None else float(mx))
+    yield fam
+    fam = GaugeMetricFamily(
+        "slurm_partition_state",
+        "Partition state (up, down, drain, inactive): 1 on the series of the current state",
+        labels=["partition", "state"],
+    )
+    for p in names:
+        rec = parts.get(p)
+        if rec is not None:
+            fam.add_metric([p, rec.state.lower()], 1.0)
+    yield fam
+
+
+def per_node_families(snap: Snapshot) -> Iterable[Metric]:
+    """One series per node: CPUs, memory, GPUs, base state and flags."""
+
+    def g(name: str, doc: str, labels: tuple[str, ...] = ("node",)) -> GaugeMetricFamily:
+        return GaugeMetricFamily(name, doc, labels=list(labels))
+
+    cpus = g("slurm_node_cpus", "CPUs of the node (CPUTot)")
+    alloc_cpus = g("slurm_node_allocated_cpus", "CPUs allocated on the node (CPUAlloc)")
+    eff_cpus = g(
+        "slurm_node_effective_cpus", "CPUs usable by jobs on the node (CPUEfctv: minus specialised cores)"
+    )
+    mem = g("slurm_node_memory_bytes", "Memory of the node (RealMemory) in bytes")
+    alloc_mem = g("slurm_node_allocated_memory_bytes", "Memory allocated on the node (AllocMem) in bytes")
+    free_mem = g(
+        "slurm_node_free_memory_bytes",
+        "Free memory the node's slurmd reported (FreeMem) in bytes; absent when unknown",
+    )
+    gpus = g("slurm_node_gpus", "GPUs of the node (from its Gres)")
+    gpus_used = g("slurm_node_allocated_gpus", "GPUs in use on the node (from its GresUsed)")
+    state = g(
+        "slurm_node_state",
+        "Node base state (idle, mixed, allocated, down, error, future, unknown): "
+        "one series per node, value 1, on its current state",
+        ("node", "state"),
+    )
+    flag = g(
+        "slurm_node_flag",
+        "Node state flags (drain, draining, maintenance, not_responding, powered_down, ...): "
+        "one series per flag set, value 1",
+        ("node", "flag"),
+    )
+    for n in snap.nodes:
+        lv = [n.name]
+        cpus.add_metric(lv, float(n.cpus))
+        alloc_cpus.add_metric(lv, float(n.alloc_cpus))
+        eff_cpus.add_metric(lv, float(n.effective_cpus))
+        mem.add_metric(lv, float(n.memory_bytes))
+        alloc_mem.add_metric(lv, float(n.alloc_memory_bytes))
+        if n.free_memory_bytes is not None:
+            free_mem.add_metric(lv, float(n.free_memory_bytes))
+        gpus.add_metric(lv, float(n.gpus))
+        gpus_used.add_metric(lv, float(n.gpus_used))
+        state.add_metric([n.name, n.state.lower()], 1.0)
+        for f in n.flags:
+            flag.add_metric([n.name, f.lower()], 1.0)
+    yield from (cpus, alloc_cpus, eff_cpus, mem, alloc_mem, free_mem, gpus, gpus_used, state, flag)
+
+
+def node_reason_families(snap: Snapshot) -> Iterable[Metric]:
+    """Why a node is drained/down: an info series per node that has a reason, and when it was set."""
+    info = InfoMetricFamily(
+        "slurm_node_reason",
+        "Reason an administrator or Slurm gave for a node's drain/down state, and who set it",
+        labels=["node"],
+    )
+    since = GaugeMetricFamily(
+        "slurm_node_reason_timestamp_seconds",
+        "When the node's reason was set (epoch seconds)",
+        labels=["node"],
+    )
+    for n in snap.nodes:
+        if n.reason:
+            info.add_metric([n.name], {"reason": n.reason, "set_by": n.reason_set_by})
+            if n.reason_time is not None:
+                since.add_metric([n.name], n.reason_time)
+    yield info
+    yield since
+
+
+# ------------------------------------------------------------------------------------ scheduler, rest
+
+_RESET_NOTE = "; slurmctld resets it (at midnight and on sdiag --reset), so it is a gauge, not a counter"
+
+
+def diag_families(diag: Diag) -> Iterable[Metric]:
+    """Scheduler statistics (``sdiag``)."""
+    specs: tuple[tuple[str, str, float], ...] = (
+        (
+            "slurm_scheduler_cycle_last_seconds",
+            "Duration of the last main scheduling cycle",
+            diag.schedule_cycle_last_seconds,
+        ),
+        (
+            "slurm_scheduler_cycle_mean_seconds",
+            "Mean main scheduling cycle duration" + _RESET_NOTE,
+            diag.schedule_cycle_mean_seconds,
+        ),
+        (
+            "slurm_scheduler_cycle_max_seconds",
+            "Longest main scheduling cycle" + _RESET_NOTE,
+            diag.schedule_cycle_max_seconds,
+        ),
+        ("slurm_scheduler_cycles", "Main scheduling cycles run" + _RESET_NOTE, diag.schedule_cycle_count),
+        (
+            "slurm_scheduler_mean_depth",
+            "Mean jobs examined per main scheduling cycle" + _RESET_NOTE,
+            diag.schedule_cycle_mean_depth,
+        ),
+        (
+            "slurm_scheduler_queue_length",
+            "Jobs pending in the main scheduler's queue",
+            diag.schedule_queue_length,
+        ),
+        (
+            "slurm_backfill_cycle_last_seconds",
+            "Duration of the last backfill cycle",
+            diag.backfill_cycle_last_seconds,
+        ),
+        (
+            "slurm_backfill_cycle_mean_seconds",
+            "Mean backfill cycle duration" + _RESET_NOTE,
+            diag.backfill_cycle_mean_seconds,
+        ),
+        (
+            "slurm_backfill_cycle_max_seconds",
+            "Longest backfill cycle" + _RESET_NOTE,
+            diag.backfill_cycle_max_seconds,
+        ),
+        ("slurm_backfill_cycles", "Backfill cycles run" + _RESET_NOTE, diag.backfill_cycle_count),
+        ("slurm_backfill_last_depth", "Jobs examined in the last backfill cycle", diag.backfill_last_depth),
+        (
+            "slurm_backfill_mean_depth",
+            "Mean jobs examined per backfill cycle" + _RESET_NOTE,
+            diag.backfill_mean_depth,
+        ),
+        (
+            "slurm_backfill_queue_length",
+            "Jobs pending in the backfill scheduler's queue",
+            diag.backfill_queue_length,
+        ),
+        ("slurm_backfill_jobs", "Jobs started by backfill" + _RESET_NOTE, diag.backfilled_jobs),
+        ("slurm_scheduler_jobs_submitted", "Jobs submitted" + _RESET_NOTE, diag.jobs_submitted),
+        ("slurm_scheduler_jobs_started", "Jobs started" + _RESET_NOTE, diag.jobs_started),
+        ("slurm_scheduler_jobs_completed", "Jobs completed" + _RESET_NOTE, diag.jobs_completed),
+        ("slurm_scheduler_jobs_canceled", "Jobs canceled" + _RESET_NOTE, diag.jobs_canceled),
+        ("slurm_scheduler_jobs_failed", "Jobs failed" + _RESET_NOTE, diag.jobs_failed),
+        ("slurm_scheduler_server_threads", "slurmctld server threads in use", diag.server_thread_count),
+        (
+            "slurm_scheduler_agent_queue_size",
+            "RPCs queued for slurmctld's agent threads",
+            diag.agent_queue_size,
+        ),
+        ("slurm_scheduler_dbd_agent_queue_size", "Messages queued for slurmdbd", diag.dbd_agent_queue_size),
+    )
+    for name, doc, value in specs:
+        fam = GaugeMetricFamily(name, doc)
+        fam.add_metric([], float(value))
+        yield fam
+    fam = GaugeMetricFamily(
+        "slurm_scheduler_stats_reset_timestamp_seconds",
+        "When slurmctld last reset its scheduler statistics (epoch seconds)",
+    )
+    if diag.stats_reset_time is not None:
+        fam.add_metric([], diag.stats_reset_time)
+    yield fam
+
+
+def license_families(licenses: Iterable[License]) -> Iterable[Metric]:
+    """Licenses configured, in use, free and reserved, by license name."""
+    lics = sorted(licenses, key=lambda x: x.name)
+    for name, doc, attr in (
+        ("slurm_licenses", "Licenses configured, by license", "total"),
+        ("slurm_licenses_used", "Licenses in use by jobs, by license", "used"),
+        ("slurm_licenses_free", "Licenses free, by license", "free"),
+        ("slurm_licenses_reserved", "Licenses held by reservations, by license", "reserved"),
+    ):
+        fam = GaugeMetricFamily(name, doc, labels=["license"])
+        for lic in lics:
+            fam.add_metric([lic.name], float(getattr(lic, attr)))
+        yield fam
+
+
+def reservation_families(reservations: Iterable[Reservation]) -> Iterable[Metric]:
+    """Reservations: an info series (nodes, partition, flags, users, accounts), node and core counts,
+    start and end times."""
+    resv = sorted(reservations, key=lambda x: x.name)
+    info = InfoMetricFamily(
+        "slurm_reservation",
+        "A reservation's node list, partition, flags (lower case), users and accounts",
+        labels=["reservation"],
+    )
+    nodes = GaugeMetricFamily("slurm_reservation_nodes", "Nodes in the reservation", labels=["reservation"])
+    cores = GaugeMetricFamily("slurm_reservation_cores", "Cores in the reservation", labels=["reservation"])
+    start = GaugeMetricFamily(
+        "slurm_reservation_start_timestamp_seconds",
+        "When the reservation starts (epoch seconds)",
+        labels=["reservation"],
+    )
+    end = GaugeMetricFamily(
+        "slurm_reservation_end_timestamp_seconds",
+        "When the reservation ends (epoch seconds); absent when it has no end",
+        labels=["reservation"],
+    )
+    for r in resv:
+        info.add_metric(
+            [r.name],
+            {
+                "nodes": r.nodes,
+                "partition": r.partition,
+                "flags": ",".join(f.lower() for f in r.flags),
+                "users": r.users,
+                "accounts": r.accounts,
+            },
+        )
+        nodes.add_metric([r.name], float(r.node_count))
+        cores.add_metric([r.name], float(r.core_count))
+        if r.start_time is not None:
+            start.add_metric([r.name], r.start_time)
+        if r.end_time is not None:
+            end.add_metric([r.name], r.end_time)
+    yield from (info, nodes, cores, start, end)
+
+
+def snapshot_families(
+    snap: Snapshot,
+    *,
+    per_node: bool = True,
+    per_user: bool = False,
+    per_account: bool = False,
+    node_reasons: bool = False,
+) -> Iterable[Metric]:
+    """Every Slurm family of one snapshot (health families aside)."""
+    yield from job_families(snap, per_account=per_account, per_user=per_user)
+    yield from node_families(snap, per_node=per_node, node_reasons=node_reasons)
+    if snap.diag is not None:
+        yield from diag_families(snap.diag)
+    yield from license_families(snap.licenses)
+    yield from reservation_families(snap.reservations)
 
 
 class SnapshotCollector(Collector):
-    """Prometheus collector over a snapshot source; register it in a private registry."""
+    """Prometheus collector over a snapshot source; register it in a private registry.
+
+    Cardinality guards (keyword options): ``per_node`` (default on) emits one series per node and
+    per node flag; ``per_user`` / ``per_account`` (default off) add job families by user / account;
+    ``node_reasons`` (default off) adds the drain/down reason of each node as an info series.
+    """
 
     def __init__(
         self,
         snapshot: Callable[[], Snapshot | None],
         status: Callable[[], PollStatus],
         clock: Callable[[], float],
+        *,
+        per_node: bool = True,
+        per_user: bool = False,
+        per_account: bool = False,
+        node_reasons: bool = False,
     ) -> None:
         self._snapshot = snapshot
         self._status = status
         self._clock = clock
+        self._per_node = per_node
+        self._per_user = per_user
+        self._per_account = per_account
+        self._node_reasons = node_reasons
 
     def collect(self) -> Iterable[Metric]:
         snap = self._snapshot()
         yield from health_families(snap, self._status(), self._clock())
         if snap is not None:
-            yield from headline_families(snap)
+            yield from snapshot_families(
+                snap,
+                per_node=self._per_node,
+                per_user=self._per_user,
+                per_account=self._per_account,
+                node_reasons=self._node_reasons,
+            )

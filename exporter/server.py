@@ -35,10 +35,29 @@ class _MetricsCache:
 CACHE: web.AppKey[_MetricsCache] = web.AppKey("metrics_cache", _MetricsCache)
 
 
-def make_app(poller: Poller, *, clock: Callable[[], float] = time.time) -> web.Application:
+def make_app(
+    poller: Poller,
+    *,
+    clock: Callable[[], float] = time.time,
+    per_node: bool = True,
+    per_user: bool = False,
+    per_account: bool = False,
+    node_reasons: bool = False,
+) -> web.Application:
+    """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector)."""
     app = web.Application()
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(SnapshotCollector(lambda: poller.snapshot, lambda: poller.status, clock))
+    registry.register(
+        SnapshotCollector(
+            lambda: poller.snapshot,
+            lambda: poller.status,
+            clock,
+            per_node=per_node,
+            per_user=per_user,
+            per_account=per_account,
+            node_reasons=node_reasons,
+        )
+    )
     app[POLLER] = poller
     app[REGISTRY] = registry
     app[CACHE] = _MetricsCache()

@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     listen_address: str = Field("0.0.0.0", description="address the HTTP server listens on")
     listen_port: int = Field(9341, ge=0, le=65535, description="port of the HTTP server (/metrics)")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    metrics_per_node: bool = Field(True, description="export one series per node (CPUs, memory, GPUs, state)")
+    metrics_per_user: bool = Field(False, description="export job counts and resources per user")
+    metrics_per_account: bool = Field(False, description="export job counts and resources per account")
+    metrics_node_reasons: bool = Field(
+        False, description="export each node's drain/down reason as an info series"
+    )
 
     @field_validator("slurmrestd_url")
     @classmethod
