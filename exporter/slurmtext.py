@@ -63,45 +63,34 @@ def _split_top(expr: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
-def _range_items(body: str) -> list[str]:
-    """``1-3,05,7`` → ``['1','2','3','05','7']`` keeping zero padding of each range."""
-    out: list[str] = []
+def _range_bounds(body: str) -> list[tuple[str, str]]:
+    """``1-3,05,7`` → ``[('1','3'), ('05',''), ('7','')]``: validated digit texts of each item."""
+    out: list[tuple[str, str]] = []
     for item in body.split(","):
         item = item.strip()
         if not item:
             continue
         lo, sep, hi = item.partition("-")
-        if not sep:
-            if not lo.isdigit():
-                raise ValueError(f"bad host-list range {item!r}")
+        if not lo.isdigit() or (sep and (not hi.isdigit() or int(hi) < int(lo))):
+            raise ValueError(f"bad host-list range {item!r}")
+        out.append((lo, hi))
+    return out
+
+
+def _range_items(body: str) -> list[str]:
+    """``1-3,05,7`` → ``['1','2','3','05','7']`` keeping zero padding of each range."""
+    out: list[str] = []
+    for lo, hi in _range_bounds(body):
+        if not hi:
             out.append(lo)
             continue
-        if not (lo.isdigit() and hi.isdigit()):
-            raise ValueError(f"bad host-list range {item!r}")
-        a, b = int(lo), int(hi)
-        if b < a:
-            raise ValueError(f"bad host-list range {item!r}")
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
-        out.extend(str(n).zfill(width) for n in range(a, b + 1))
+        out.extend(str(n).zfill(width) for n in range(int(lo), int(hi) + 1))
     return out
 
 
 def _range_count(body: str) -> int:
-    count = 0
-    for item in body.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        lo, sep, hi = item.partition("-")
-        if not sep:
-            if not lo.isdigit():
-                raise ValueError(f"bad host-list range {item!r}")
-            count += 1
-            continue
-        if not (lo.isdigit() and hi.isdigit()) or int(hi) < int(lo):
-            raise ValueError(f"bad host-list range {item!r}")
-        count += int(hi) - int(lo) + 1
-    return count
+    return sum(int(hi) - int(lo) + 1 if hi else 1 for lo, hi in _range_bounds(body))
 
 
 _BRACKET = re.compile(r"\[([^\]]*)\]")

@@ -6,6 +6,10 @@ One module per API generation:
 * :mod:`.v0040` — v0.0.40 … v0.0.45 (Slurm 23.11 … 26.05): ``{set, infinite, number}`` numbers,
   list states; the few per-version differences are handled inside (see its module doc).
 
+What does not depend on the generation lives in :mod:`._common`: the adapter class itself
+(each generation plugs in a ``Schema`` of its decoders and converters), the envelope, /diag,
+/licenses and /reservations structs and conversions, and the caches.
+
 v0.0.37 and v0.0.39 are not supported (no recorded answers to verify against).
 
 Usage::

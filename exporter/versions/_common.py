@@ -1,16 +1,27 @@
-"""Helpers shared by every API-generation module: decoding with typed errors, caches, envelope."""
+"""Helpers shared by every API-generation module: decoding with typed errors, caches, envelope,
+the raw structs and conversions whose shape is the same in every generation, and the adapter.
+
+A generation plugs into :class:`Adapter` through a :class:`Schema`: its decoders, its record
+converters and ``num``, which unwraps one of its JSON numbers (a plain int in v0.0.38, a
+``{set, infinite, number}`` struct in v0.0.40+). Structs whose only difference is that number
+type are generic in it (:class:`RawStats`, :class:`RawReservation`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, TypeVar
 
 import msgspec
+from msgspec import UNSET, Struct
 
 from exporter import errors, slurmtext
-from exporter.model import MIB, Envelope
+from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, Reservation
 
 T = TypeVar("T")
+Num = TypeVar("Num")
+"""A generation's JSON number: ``int`` (v0.0.38) or the ``{set, infinite, number}`` struct."""
 
 NO_VAL = 0xFFFFFFFE
 """Slurm's 32-bit "not set"; INFINITE is 0xFFFFFFFF. Anything at or above is not a real value."""
@@ -158,6 +169,18 @@ def usec(n: int | None) -> float:
     return (n or 0) / 1_000_000
 
 
+def pos_mb(n: int | None) -> int | None:
+    """MiB → bytes of an already unwrapped number; 0/None → None."""
+    return n * MIB if n else None
+
+
+def node_cpu_load(n: int | None) -> float | None:
+    """Node ``cpu_load`` (load × 100) → load; None/negative/NO_VAL-ish → None."""
+    if n is None or n < 0 or n >= NO_VAL:
+        return None
+    return n / 100
+
+
 def error_texts(items: Any) -> tuple[str, ...]:
     """``errors[]`` entries → texts: ``description`` and/or ``error`` (and the number)."""
     out: list[str] = []
@@ -185,3 +208,279 @@ def guarded(endpoint: str, what: str, fn: Callable[[], T]) -> T:
         raise
     except (ValueError, TypeError, AttributeError, KeyError, IndexError, OverflowError) as exc:
         raise convert_failed(endpoint, what, exc) from None
+
+
+# ------------------------------------------------------------------------------------ envelope
+
+
+class RawError(Struct, gc=False):
+    """An ``errors[]`` entry: ``{error, error_number}`` (v0.0.38) or with ``description`` (v0.0.40+)."""
+
+    description: str | None = None
+    error: str | None = None
+    error_number: int | None = None
+
+
+class RawWarning(Struct, gc=False):
+    description: str | None = None
+
+
+class RawSlurm(Struct, gc=False):
+    """``meta.slurm`` (``meta.Slurm`` in v0.0.38)."""
+
+    release: str | None = None
+    cluster: str | None = None
+
+
+def envelope(
+    slurm: RawSlurm | None,
+    last_update: int | None,
+    errs: Sequence[RawError] | None,
+    warns: Sequence[RawWarning] | None,
+) -> Envelope:
+    """The model envelope from a generation's already unwrapped envelope fields."""
+    return Envelope(
+        last_update=epoch(last_update),
+        errors=error_texts(errs),
+        warnings=warning_texts(warns),
+        slurm_version=(slurm.release or "") if slurm is not None else "",
+        cluster=(slurm.cluster or "") if slurm is not None else "",
+    )
+
+
+# ----------------------------------------------------------------------------------------- diag
+
+
+class RawStats(Struct, Generic[Num], gc=False):
+    """``statistics`` of /diag; only ``req_time``/``req_time_start`` differ between generations."""
+
+    req_time: Num | None = None
+    req_time_start: Num | None = None
+    server_thread_count: int = 0
+    agent_queue_size: int = 0
+    agent_count: int = 0
+    agent_thread_count: int = 0
+    dbd_agent_queue_size: int = 0
+    jobs_submitted: int = 0
+    jobs_started: int = 0
+    jobs_completed: int = 0
+    jobs_canceled: int = 0
+    jobs_failed: int = 0
+    jobs_pending: int = 0
+    jobs_running: int = 0
+    schedule_cycle_last: int = 0
+    schedule_cycle_max: int = 0
+    schedule_cycle_mean: int = 0
+    schedule_cycle_total: int = 0
+    schedule_cycle_mean_depth: int = 0
+    schedule_queue_length: int = 0
+    bf_cycle_last: int = 0
+    bf_cycle_max: int = 0
+    bf_cycle_mean: int = 0
+    bf_cycle_counter: int = 0
+    bf_last_depth: int = 0
+    bf_last_depth_try: int = 0
+    bf_depth_mean: int = 0
+    bf_queue_len: int = 0
+    bf_backfilled_jobs: int = 0
+    bf_last_backfilled_jobs: int = 0
+    bf_active: bool = False
+
+
+def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> Diag:
+    return Diag(
+        server_thread_count=s.server_thread_count,
+        agent_queue_size=s.agent_queue_size,
+        agent_count=s.agent_count,
+        agent_thread_count=s.agent_thread_count,
+        dbd_agent_queue_size=s.dbd_agent_queue_size,
+        jobs_submitted=s.jobs_submitted,
+        jobs_started=s.jobs_started,
+        jobs_completed=s.jobs_completed,
+        jobs_canceled=s.jobs_canceled,
+        jobs_failed=s.jobs_failed,
+        jobs_pending=s.jobs_pending,
+        jobs_running=s.jobs_running,
+        schedule_cycle_last_seconds=usec(s.schedule_cycle_last),
+        schedule_cycle_max_seconds=usec(s.schedule_cycle_max),
+        schedule_cycle_mean_seconds=usec(s.schedule_cycle_mean),
+        schedule_cycle_count=s.schedule_cycle_total,
+        schedule_cycle_mean_depth=float(s.schedule_cycle_mean_depth),
+        schedule_queue_length=s.schedule_queue_length,
+        backfill_cycle_last_seconds=usec(s.bf_cycle_last),
+        backfill_cycle_max_seconds=usec(s.bf_cycle_max),
+        backfill_cycle_mean_seconds=usec(s.bf_cycle_mean),
+        backfill_cycle_count=s.bf_cycle_counter,
+        backfill_last_depth=s.bf_last_depth,
+        backfill_last_depth_try=s.bf_last_depth_try,
+        backfill_mean_depth=float(s.bf_depth_mean),
+        backfill_queue_length=s.bf_queue_len,
+        backfilled_jobs=s.bf_backfilled_jobs,
+        last_backfilled_jobs=s.bf_last_backfilled_jobs,
+        backfill_active=bool(s.bf_active),
+        stats_time=epoch(num(s.req_time)),
+        stats_reset_time=epoch(num(s.req_time_start)),
+    )
+
+
+# ----------------------------------------------------------------------------- licenses & resv
+
+
+class RawLicense(Struct, gc=False):
+    LicenseName: str
+    Total: int = 0
+    Used: int = 0
+    Free: int = 0
+    Reserved: int = 0
+    Remote: bool = False
+
+
+def convert_license(r: RawLicense) -> License:
+    return License(
+        name=r.LicenseName,
+        total=r.Total,
+        used=r.Used,
+        free=r.Free,
+        reserved=r.Reserved,
+        remote=r.Remote,
+    )
+
+
+class RawReservation(Struct, Generic[Num], gc=False):
+    name: str
+    node_list: str | None = None
+    node_count: int | None = None
+    core_count: int | None = None
+    start_time: Num | None = None
+    end_time: Num | None = None
+    partition: str | None = None
+    flags: tuple[str, ...] | None = None
+    users: str | None = None
+    accounts: str | None = None
+
+
+def convert_reservation(
+    r: RawReservation[Num],
+    num: Callable[[Num | None], int | None],
+    count: Callable[[int | None], int | None],
+) -> Reservation:
+    """``count`` cleans ``node_count``/``core_count`` (plain ints in every generation)."""
+    return Reservation(
+        name=r.name,
+        nodes=r.node_list or "",
+        node_count=count(r.node_count) or 0,
+        core_count=count(r.core_count) or 0,
+        start_time=epoch(num(r.start_time)),
+        end_time=epoch(num(r.end_time)),
+        partition=r.partition or "",
+        flags=tuple(f.upper() for f in r.flags or ()),
+        users=r.users or "",
+        accounts=r.accounts or "",
+    )
+
+
+# -------------------------------------------------------------------------------------- adapter
+
+
+@dataclass(frozen=True, slots=True)
+class Schema:
+    """One API generation as :class:`Adapter` needs it.
+
+    Each ``*_decoder`` decodes a whole answer into a struct with the envelope fields (see
+    ``to_envelope``) and the endpoint's data field, UNSET when absent; ``job_array_decoder``
+    decodes a bare JSON array of jobs. ``num`` unwraps the generation's JSON number and
+    ``count`` cleans a field that is a plain int in every generation.
+    """
+
+    versions: tuple[str, ...]
+    to_envelope: Callable[[Any], Envelope]
+    num: Callable[[Any], int | None]
+    count: Callable[[int | None], int | None]
+    envelope_decoder: msgspec.json.Decoder[Any]
+    jobs_decoder: msgspec.json.Decoder[Any]
+    job_array_decoder: msgspec.json.Decoder[Any]
+    convert_jobs: Callable[[Any, Caches], list[Job]]
+    nodes_decoder: msgspec.json.Decoder[Any]
+    convert_node: Callable[[Any, Caches], Node]
+    partitions_decoder: msgspec.json.Decoder[Any]
+    convert_partition: Callable[[Any], Partition]
+    diag_decoder: msgspec.json.Decoder[Any]
+    licenses_decoder: msgspec.json.Decoder[Any]
+    reservations_decoder: msgspec.json.Decoder[Any]
+
+
+class Adapter:
+    """Translator of one API version (satisfies ``exporter.versions.Adapter``).
+
+    A generation subclasses it and sets :attr:`schema`; the translation caches are per instance.
+    """
+
+    schema: ClassVar[Schema]
+
+    def __init__(self, version: str) -> None:
+        if version not in self.schema.versions:
+            raise errors.VersionError(f"unsupported API version {version!r}")
+        self.version = version
+        self._caches = Caches()
+
+    def __repr__(self) -> str:
+        return f"<slurmrestd adapter {self.version}>"
+
+    def _data(
+        self, decoder: msgspec.json.Decoder[Any], body: bytes, endpoint: str, field: str
+    ) -> tuple[Any, Envelope]:
+        """Decode ``body``; return (its ``field``, its envelope), or raise :func:`missing`."""
+        raw = decode(decoder, body, endpoint)
+        env = self.schema.to_envelope(raw)
+        data = getattr(raw, field)
+        if data is UNSET:
+            raise missing(endpoint, field, env)
+        return data, env
+
+    def envelope(self, body: bytes, endpoint: str) -> Envelope:
+        return self.schema.to_envelope(decode(self.schema.envelope_decoder, body, endpoint))
+
+    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]:
+        schema = self.schema
+        jobs, env = self._data(schema.jobs_decoder, body, "jobs", "jobs")
+        caches = self._caches
+        caches.trim()
+        return guarded("jobs", "job", lambda: schema.convert_jobs(jobs, caches)), env
+
+    def job_array(self, array_text: bytes) -> list[Job]:
+        schema = self.schema
+        raw = decode(schema.job_array_decoder, array_text, "jobs")
+        caches = self._caches
+        caches.trim()
+        return guarded("jobs", "job", lambda: schema.convert_jobs(raw, caches))
+
+    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
+        convert = self.schema.convert_node
+        items, env = self._data(self.schema.nodes_decoder, body, "nodes", "nodes")
+        caches = self._caches
+        caches.trim()
+        return guarded("nodes", "node", lambda: [convert(r, caches) for r in items]), env
+
+    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]:
+        convert = self.schema.convert_partition
+        items, env = self._data(self.schema.partitions_decoder, body, "partitions", "partitions")
+        return guarded("partitions", "partition", lambda: [convert(r) for r in items]), env
+
+    def diag(self, body: bytes) -> tuple[Diag, Envelope]:
+        num = self.schema.num
+        s, env = self._data(self.schema.diag_decoder, body, "diag", "statistics")
+        return guarded("diag", "statistics", lambda: convert_diag(s, num)), env
+
+    def licenses(self, body: bytes) -> tuple[list[License], Envelope]:
+        items, env = self._data(self.schema.licenses_decoder, body, "licenses", "licenses")
+        return [convert_license(r) for r in items], env
+
+    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]:
+        num, count = self.schema.num, self.schema.count
+        items, env = self._data(self.schema.reservations_decoder, body, "reservations", "reservations")
+        return (
+            guarded(
+                "reservations", "reservation", lambda: [convert_reservation(r, num, count) for r in items]
+            ),
+            env,
+        )

@@ -23,11 +23,10 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from exporter import errors, slurmtext
-from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, Reservation
+from exporter import slurmtext
+from exporter.model import MIB, Envelope, Job, Node, Partition
 
 from . import _common as c
-from .v0040 import RawLicense, convert_diag, convert_license, node_cpu_load
 
 VERSIONS = ("v0.0.38",)
 NO_VAL = c.NO_VAL
@@ -46,25 +45,14 @@ def _num(x: int | str | None) -> int | None:
     return v(x)
 
 
-class RawError(Struct, gc=False):
-    error: str | None = None
-    error_number: int | None = None
-    description: str | None = None
-
-
-class RawSlurm(Struct, gc=False):
-    release: str | None = None
-    cluster: str | None = None
-
-
 class RawMeta(Struct, gc=False):
-    Slurm: RawSlurm | None = None
-    slurm: RawSlurm | None = None
+    Slurm: c.RawSlurm | None = None
+    slurm: c.RawSlurm | None = None
 
 
 class RawEnvelope(Struct, gc=False):
     meta: RawMeta | None = None
-    errors: list[RawError] | None = None
+    errors: list[c.RawError] | None = None
     last_update: int | None = None
 
 
@@ -72,13 +60,7 @@ def to_envelope(r: RawEnvelope) -> Envelope:
     s = None
     if r.meta is not None:
         s = r.meta.Slurm if r.meta.Slurm is not None else r.meta.slurm
-    return Envelope(
-        last_update=c.epoch(r.last_update),
-        errors=c.error_texts(r.errors),
-        warnings=(),
-        slurm_version=(s.release or "") if s is not None else "",
-        cluster=(s.cluster or "") if s is not None else "",
-    )
+    return c.envelope(s, r.last_update, r.errors, None)
 
 
 # ----------------------------------------------------------------------------------------- jobs
@@ -127,10 +109,6 @@ class RawJob(Struct, gc=False):
 
 class RawJobs(RawEnvelope, gc=False):
     jobs: list[RawJob] | UnsetType = UNSET
-
-
-_JOBS = msgspec.json.Decoder(RawJobs)
-_JOB_ARRAY = msgspec.json.Decoder(list[RawJob])
 
 
 def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
@@ -255,9 +233,6 @@ class RawNodes(RawEnvelope, gc=False):
     nodes: list[RawNode] | UnsetType = UNSET
 
 
-_NODES = msgspec.json.Decoder(RawNodes)
-
-
 def convert_node(r: RawNode, caches: c.Caches) -> Node:
     alloc_cpus = v(r.alloc_cpus) or 0
     key = (r.state, r.state_flags, alloc_cpus > 0)
@@ -289,7 +264,7 @@ def convert_node(r: RawNode, caches: c.Caches) -> Node:
         address=r.address or "",
         hostname=r.hostname or "",
         weight=r.weight if r.weight is not None else 1,
-        cpu_load=node_cpu_load(r.cpu_load),
+        cpu_load=c.node_cpu_load(r.cpu_load),
         boot_time=c.epoch(r.boot_time),
         last_busy=c.epoch(r.last_busy),
     )
@@ -323,14 +298,6 @@ class RawPartitions(RawEnvelope, gc=False):
     partitions: list[RawPartition] | UnsetType = UNSET
 
 
-_PARTITIONS = msgspec.json.Decoder(RawPartitions)
-
-
-def _pos_mb(x: int | None) -> int | None:
-    y = v(x)
-    return y * MIB if y else None
-
-
 def convert_partition(r: RawPartition) -> Partition:
     min_nodes = r.min_nodes_per_job if r.min_nodes_per_job is not None else r.min_nodes_per_job_spaced
     return Partition(
@@ -344,174 +311,51 @@ def convert_partition(r: RawPartition) -> Partition:
         max_time_seconds=c.minutes(r.max_time_limit),
         default_time_seconds=c.minutes(r.default_time_limit),
         max_cpus_per_node=v(r.maximum_cpus_per_node),
-        default_memory_per_cpu_bytes=_pos_mb(r.default_memory_per_cpu),
-        default_memory_per_node_bytes=_pos_mb(r.default_memory_per_node),
-        max_memory_per_cpu_bytes=_pos_mb(r.maximum_memory_per_cpu),
-        max_memory_per_node_bytes=_pos_mb(r.maximum_memory_per_node),
+        default_memory_per_cpu_bytes=c.pos_mb(v(r.default_memory_per_cpu)),
+        default_memory_per_node_bytes=c.pos_mb(v(r.default_memory_per_node)),
+        max_memory_per_cpu_bytes=c.pos_mb(v(r.maximum_memory_per_cpu)),
+        max_memory_per_node_bytes=c.pos_mb(v(r.maximum_memory_per_node)),
         is_default=any(f.upper() == "DEFAULT" for f in r.flags or ()),
         priority_tier=r.priority_tier or 0,
         tres=r.tres or "",
     )
 
 
-# ----------------------------------------------------------------------------------------- diag
-
-
-class RawStats(Struct, gc=False):
-    req_time: int | None = None
-    req_time_start: int | None = None
-    server_thread_count: int = 0
-    agent_queue_size: int = 0
-    agent_count: int = 0
-    agent_thread_count: int = 0
-    dbd_agent_queue_size: int = 0
-    jobs_submitted: int = 0
-    jobs_started: int = 0
-    jobs_completed: int = 0
-    jobs_canceled: int = 0
-    jobs_failed: int = 0
-    jobs_pending: int = 0
-    jobs_running: int = 0
-    schedule_cycle_last: int = 0
-    schedule_cycle_max: int = 0
-    schedule_cycle_mean: int = 0
-    schedule_cycle_total: int = 0
-    schedule_cycle_mean_depth: int = 0
-    schedule_queue_length: int = 0
-    bf_cycle_last: int = 0
-    bf_cycle_max: int = 0
-    bf_cycle_mean: int = 0
-    bf_cycle_counter: int = 0
-    bf_last_depth: int = 0
-    bf_last_depth_try: int = 0
-    bf_depth_mean: int = 0
-    bf_queue_len: int = 0
-    bf_backfilled_jobs: int = 0
-    bf_last_backfilled_jobs: int = 0
-    bf_active: bool = False
+# ------------------------------------------------------------------- diag, licenses, reservations
 
 
 class RawDiag(RawEnvelope, gc=False):
-    statistics: RawStats | UnsetType = UNSET
-
-
-_DIAG = msgspec.json.Decoder(RawDiag)
+    statistics: c.RawStats[int] | UnsetType = UNSET
 
 
 class RawLicenses(RawEnvelope, gc=False):
-    licenses: list[RawLicense] | UnsetType = UNSET
-
-
-_LICENSES = msgspec.json.Decoder(RawLicenses)
-
-
-class RawReservation(Struct, gc=False):
-    name: str
-    node_list: str | None = None
-    node_count: int | None = None
-    core_count: int | None = None
-    start_time: int | None = None
-    end_time: int | None = None
-    partition: str | None = None
-    flags: tuple[str, ...] | None = None
-    users: str | None = None
-    accounts: str | None = None
+    licenses: list[c.RawLicense] | UnsetType = UNSET
 
 
 class RawReservations(RawEnvelope, gc=False):
-    reservations: list[RawReservation] | UnsetType = UNSET
+    reservations: list[c.RawReservation[int]] | UnsetType = UNSET
 
 
-_RESERVATIONS = msgspec.json.Decoder(RawReservations)
+# -------------------------------------------------------------------------------------- adapter
 
 
-def convert_reservation(r: RawReservation) -> Reservation:
-    return Reservation(
-        name=r.name,
-        nodes=r.node_list or "",
-        node_count=v(r.node_count) or 0,
-        core_count=v(r.core_count) or 0,
-        start_time=c.epoch(r.start_time),
-        end_time=c.epoch(r.end_time),
-        partition=r.partition or "",
-        flags=tuple(f.upper() for f in r.flags or ()),
-        users=r.users or "",
-        accounts=r.accounts or "",
-    )
-
-
-_ENVELOPE = msgspec.json.Decoder(RawEnvelope)
-
-
-class Adapter038:
+class Adapter038(c.Adapter):
     """Translator for v0.0.38."""
 
-    def __init__(self, version: str = "v0.0.38") -> None:
-        if version not in VERSIONS:
-            raise errors.VersionError(f"unsupported API version {version!r}")
-        self.version = version
-        self._caches = c.Caches()
-
-    def __repr__(self) -> str:
-        return f"<slurmrestd adapter {self.version}>"
-
-    def envelope(self, body: bytes, endpoint: str) -> Envelope:
-        return to_envelope(c.decode(_ENVELOPE, body, endpoint))
-
-    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]:
-        raw = c.decode(_JOBS, body, "jobs")
-        env = to_envelope(raw)
-        if raw.jobs is UNSET:
-            raise c.missing("jobs", "jobs", env)
-        jobs = raw.jobs
-        self._caches.trim()
-        return c.guarded("jobs", "job", lambda: convert_jobs(jobs, self._caches)), env
-
-    def job_array(self, array_text: bytes) -> list[Job]:
-        raw = c.decode(_JOB_ARRAY, array_text, "jobs")
-        self._caches.trim()
-        return c.guarded("jobs", "job", lambda: convert_jobs(raw, self._caches))
-
-    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
-        raw = c.decode(_NODES, body, "nodes")
-        env = to_envelope(raw)
-        if raw.nodes is UNSET:
-            raise c.missing("nodes", "nodes", env)
-        items = raw.nodes
-        caches = self._caches
-        caches.trim()
-        return c.guarded("nodes", "node", lambda: [convert_node(r, caches) for r in items]), env
-
-    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]:
-        raw = c.decode(_PARTITIONS, body, "partitions")
-        env = to_envelope(raw)
-        if raw.partitions is UNSET:
-            raise c.missing("partitions", "partitions", env)
-        items = raw.partitions
-        return c.guarded("partitions", "partition", lambda: [convert_partition(r) for r in items]), env
-
-    def diag(self, body: bytes) -> tuple[Diag, Envelope]:
-        raw = c.decode(_DIAG, body, "diag")
-        env = to_envelope(raw)
-        if raw.statistics is UNSET:
-            raise c.missing("diag", "statistics", env)
-        s = raw.statistics
-        return c.guarded("diag", "statistics", lambda: convert_diag(s, s.req_time, s.req_time_start)), env
-
-    def licenses(self, body: bytes) -> tuple[list[License], Envelope]:
-        raw = c.decode(_LICENSES, body, "licenses")
-        env = to_envelope(raw)
-        if raw.licenses is UNSET:
-            raise c.missing("licenses", "licenses", env)
-        return [convert_license(r) for r in raw.licenses], env
-
-    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]:
-        raw = c.decode(_RESERVATIONS, body, "reservations")
-        env = to_envelope(raw)
-        if raw.reservations is UNSET:
-            raise c.missing("reservations", "reservations", env)
-        items = raw.reservations
-        return (
-            c.guarded("reservations", "reservation", lambda: [convert_reservation(r) for r in items]),
-            env,
-        )
+    schema = c.Schema(
+        versions=VERSIONS,
+        to_envelope=to_envelope,
+        num=v,
+        count=v,
+        envelope_decoder=msgspec.json.Decoder(RawEnvelope),
+        jobs_decoder=msgspec.json.Decoder(RawJobs),
+        job_array_decoder=msgspec.json.Decoder(list[RawJob]),
+        convert_jobs=convert_jobs,
+        nodes_decoder=msgspec.json.Decoder(RawNodes),
+        convert_node=convert_node,
+        partitions_decoder=msgspec.json.Decoder(RawPartitions),
+        convert_partition=convert_partition,
+        diag_decoder=msgspec.json.Decoder(RawDiag),
+        licenses_decoder=msgspec.json.Decoder(RawLicenses),
+        reservations_decoder=msgspec.json.Decoder(RawReservations),
+    )

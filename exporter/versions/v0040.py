@@ -23,13 +23,11 @@ Raw schemas declare ONLY the fields we use; msgspec skips the rest (e.g. ``job_r
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from exporter import errors, slurmtext
-from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, Reservation
+from exporter import slurmtext
+from exporter.model import MIB, Envelope, Job, Node, Partition
 
 from . import _common as c
 
@@ -54,41 +52,20 @@ def n(x: N | None) -> int | None:
 # ------------------------------------------------------------------------------------ envelope
 
 
-class RawError(Struct, gc=False):
-    description: str | None = None
-    error: str | None = None
-    error_number: int | None = None
-
-
-class RawWarning(Struct, gc=False):
-    description: str | None = None
-
-
-class RawSlurm(Struct, gc=False):
-    release: str | None = None
-    cluster: str | None = None
-
-
 class RawMeta(Struct, gc=False):
-    slurm: RawSlurm | None = None
+    slurm: c.RawSlurm | None = None
 
 
 class RawEnvelope(Struct, gc=False):
     last_update: N | None = None
     meta: RawMeta | None = None
-    errors: list[RawError] | None = None
-    warnings: list[RawWarning] | None = None
+    errors: list[c.RawError] | None = None
+    warnings: list[c.RawWarning] | None = None
 
 
 def to_envelope(r: RawEnvelope) -> Envelope:
     s = r.meta.slurm if r.meta is not None else None
-    return Envelope(
-        last_update=c.epoch(n(r.last_update)),
-        errors=c.error_texts(r.errors),
-        warnings=c.warning_texts(r.warnings),
-        slurm_version=(s.release or "") if s is not None else "",
-        cluster=(s.cluster or "") if s is not None else "",
-    )
+    return c.envelope(s, n(r.last_update), r.errors, r.warnings)
 
 
 # ----------------------------------------------------------------------------------------- jobs
@@ -138,10 +115,6 @@ class RawJob(Struct, gc=False):
 
 class RawJobs(RawEnvelope, gc=False):
     jobs: list[RawJob] | UnsetType = UNSET
-
-
-_JOBS = msgspec.json.Decoder(RawJobs)
-_JOB_ARRAY = msgspec.json.Decoder(list[RawJob])
 
 
 def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
@@ -297,15 +270,6 @@ class RawNodes(RawEnvelope, gc=False):
     nodes: list[RawNode] | UnsetType = UNSET
 
 
-_NODES = msgspec.json.Decoder(RawNodes)
-
-
-def node_cpu_load(v: int | None) -> float | None:
-    if v is None or v < 0 or v >= c.NO_VAL:
-        return None
-    return v / 100
-
-
 def convert_node(r: RawNode, caches: c.Caches) -> Node:
     alloc_cpus = r.alloc_cpus or 0
     key = (r.state, alloc_cpus > 0)
@@ -337,7 +301,7 @@ def convert_node(r: RawNode, caches: c.Caches) -> Node:
         address=r.address or "",
         hostname=r.hostname or "",
         weight=r.weight if r.weight is not None else 1,
-        cpu_load=node_cpu_load(r.cpu_load),
+        cpu_load=c.node_cpu_load(r.cpu_load),
         boot_time=c.epoch(n(r.boot_time)),
         last_busy=c.epoch(n(r.last_busy)),
     )
@@ -402,14 +366,6 @@ class RawPartitions(RawEnvelope, gc=False):
     partitions: list[RawPartition] | UnsetType = UNSET
 
 
-_PARTITIONS = msgspec.json.Decoder(RawPartitions)
-
-
-def _pos_mb(x: N | None) -> int | None:
-    v = n(x)
-    return v * MIB if v else None
-
-
 def convert_partition(r: RawPartition) -> Partition:
     nd = r.nodes or RawPartNodes()
     de = r.defaults or RawPartDefaults()
@@ -426,239 +382,56 @@ def convert_partition(r: RawPartition) -> Partition:
         max_time_seconds=c.minutes(n(mx.time)),
         default_time_seconds=c.minutes(n(de.time)),
         max_cpus_per_node=n(mx.cpus_per_node),
-        default_memory_per_cpu_bytes=_pos_mb(de.partition_memory_per_cpu),
-        default_memory_per_node_bytes=_pos_mb(de.partition_memory_per_node),
-        max_memory_per_cpu_bytes=_pos_mb(mx.partition_memory_per_cpu),
-        max_memory_per_node_bytes=_pos_mb(mx.partition_memory_per_node),
+        default_memory_per_cpu_bytes=c.pos_mb(n(de.partition_memory_per_cpu)),
+        default_memory_per_node_bytes=c.pos_mb(n(de.partition_memory_per_node)),
+        max_memory_per_cpu_bytes=c.pos_mb(n(mx.partition_memory_per_cpu)),
+        max_memory_per_node_bytes=c.pos_mb(n(mx.partition_memory_per_node)),
         is_default=bool(r.flags) and any(f.upper() == "DEFAULT" for f in r.flags or ()),
         priority_tier=(r.priority.tier or 0) if r.priority is not None else 0,
         tres=(r.tres.configured or "") if r.tres is not None else "",
     )
 
 
-# ----------------------------------------------------------------------------------------- diag
-
-
-class RawStats(Struct, gc=False):
-    req_time: N | None = None
-    req_time_start: N | None = None
-    server_thread_count: int = 0
-    agent_queue_size: int = 0
-    agent_count: int = 0
-    agent_thread_count: int = 0
-    dbd_agent_queue_size: int = 0
-    jobs_submitted: int = 0
-    jobs_started: int = 0
-    jobs_completed: int = 0
-    jobs_canceled: int = 0
-    jobs_failed: int = 0
-    jobs_pending: int = 0
-    jobs_running: int = 0
-    schedule_cycle_last: int = 0
-    schedule_cycle_max: int = 0
-    schedule_cycle_mean: int = 0
-    schedule_cycle_total: int = 0
-    schedule_cycle_mean_depth: int = 0
-    schedule_queue_length: int = 0
-    bf_cycle_last: int = 0
-    bf_cycle_max: int = 0
-    bf_cycle_mean: int = 0
-    bf_cycle_counter: int = 0
-    bf_last_depth: int = 0
-    bf_last_depth_try: int = 0
-    bf_depth_mean: int = 0
-    bf_queue_len: int = 0
-    bf_backfilled_jobs: int = 0
-    bf_last_backfilled_jobs: int = 0
-    bf_active: bool = False
+# ------------------------------------------------------------------- diag, licenses, reservations
 
 
 class RawDiag(RawEnvelope, gc=False):
-    statistics: RawStats | UnsetType = UNSET
-
-
-_DIAG = msgspec.json.Decoder(RawDiag)
-
-
-def convert_diag(s: Any, req_time: int | None, req_time_start: int | None) -> Diag:
-    """Shared by every version: ``s`` has the counter attributes of :class:`RawStats`."""
-    return Diag(
-        server_thread_count=s.server_thread_count,
-        agent_queue_size=s.agent_queue_size,
-        agent_count=s.agent_count,
-        agent_thread_count=s.agent_thread_count,
-        dbd_agent_queue_size=s.dbd_agent_queue_size,
-        jobs_submitted=s.jobs_submitted,
-        jobs_started=s.jobs_started,
-        jobs_completed=s.jobs_completed,
-        jobs_canceled=s.jobs_canceled,
-        jobs_failed=s.jobs_failed,
-        jobs_pending=s.jobs_pending,
-        jobs_running=s.jobs_running,
-        schedule_cycle_last_seconds=c.usec(s.schedule_cycle_last),
-        schedule_cycle_max_seconds=c.usec(s.schedule_cycle_max),
-        schedule_cycle_mean_seconds=c.usec(s.schedule_cycle_mean),
-        schedule_cycle_count=s.schedule_cycle_total,
-        schedule_cycle_mean_depth=float(s.schedule_cycle_mean_depth),
-        schedule_queue_length=s.schedule_queue_length,
-        backfill_cycle_last_seconds=c.usec(s.bf_cycle_last),
-        backfill_cycle_max_seconds=c.usec(s.bf_cycle_max),
-        backfill_cycle_mean_seconds=c.usec(s.bf_cycle_mean),
-        backfill_cycle_count=s.bf_cycle_counter,
-        backfill_last_depth=s.bf_last_depth,
-        backfill_last_depth_try=s.bf_last_depth_try,
-        backfill_mean_depth=float(s.bf_depth_mean),
-        backfill_queue_length=s.bf_queue_len,
-        backfilled_jobs=s.bf_backfilled_jobs,
-        last_backfilled_jobs=s.bf_last_backfilled_jobs,
-        backfill_active=bool(s.bf_active),
-        stats_time=c.epoch(req_time),
-        stats_reset_time=c.epoch(req_time_start),
-    )
-
-
-# ----------------------------------------------------------------------------- licenses & resv
-
-
-class RawLicense(Struct, gc=False):
-    LicenseName: str
-    Total: int = 0
-    Used: int = 0
-    Free: int = 0
-    Reserved: int = 0
-    Remote: bool = False
+    statistics: c.RawStats[N] | UnsetType = UNSET
 
 
 class RawLicenses(RawEnvelope, gc=False):
-    licenses: list[RawLicense] | UnsetType = UNSET
-
-
-_LICENSES = msgspec.json.Decoder(RawLicenses)
-
-
-def convert_license(r: RawLicense) -> License:
-    return License(
-        name=r.LicenseName,
-        total=r.Total,
-        used=r.Used,
-        free=r.Free,
-        reserved=r.Reserved,
-        remote=r.Remote,
-    )
-
-
-class RawReservation(Struct, gc=False):
-    name: str
-    node_list: str | None = None
-    node_count: int | None = None
-    core_count: int | None = None
-    start_time: N | None = None
-    end_time: N | None = None
-    partition: str | None = None
-    flags: tuple[str, ...] | None = None
-    users: str | None = None
-    accounts: str | None = None
+    licenses: list[c.RawLicense] | UnsetType = UNSET
 
 
 class RawReservations(RawEnvelope, gc=False):
-    reservations: list[RawReservation] | UnsetType = UNSET
-
-
-_RESERVATIONS = msgspec.json.Decoder(RawReservations)
-
-
-def convert_reservation(r: RawReservation) -> Reservation:
-    return Reservation(
-        name=r.name,
-        nodes=r.node_list or "",
-        node_count=r.node_count or 0,
-        core_count=r.core_count or 0,
-        start_time=c.epoch(n(r.start_time)),
-        end_time=c.epoch(n(r.end_time)),
-        partition=r.partition or "",
-        flags=tuple(f.upper() for f in r.flags or ()),
-        users=r.users or "",
-        accounts=r.accounts or "",
-    )
+    reservations: list[c.RawReservation[N]] | UnsetType = UNSET
 
 
 # -------------------------------------------------------------------------------------- adapter
 
-_ENVELOPE = msgspec.json.Decoder(RawEnvelope)
+
+def _count(x: int | None) -> int | None:
+    """Plain counts are taken as they are (no NO_VAL check, unlike v0.0.38)."""
+    return x
 
 
-class Adapter040:
+class Adapter040(c.Adapter):
     """Translator for one of :data:`VERSIONS` (the generations share one shape)."""
 
-    def __init__(self, version: str) -> None:
-        if version not in VERSIONS:
-            raise errors.VersionError(f"unsupported API version {version!r}")
-        self.version = version
-        self._caches = c.Caches()
-
-    def __repr__(self) -> str:
-        return f"<slurmrestd adapter {self.version}>"
-
-    def envelope(self, body: bytes, endpoint: str) -> Envelope:
-        return to_envelope(c.decode(_ENVELOPE, body, endpoint))
-
-    def jobs(self, body: bytes) -> tuple[list[Job], Envelope]:
-        raw = c.decode(_JOBS, body, "jobs")
-        env = to_envelope(raw)
-        if raw.jobs is UNSET:
-            raise c.missing("jobs", "jobs", env)
-        jobs = raw.jobs
-        self._caches.trim()
-        return c.guarded("jobs", "job", lambda: convert_jobs(jobs, self._caches)), env
-
-    def job_array(self, array_text: bytes) -> list[Job]:
-        raw = c.decode(_JOB_ARRAY, array_text, "jobs")
-        self._caches.trim()
-        return c.guarded("jobs", "job", lambda: convert_jobs(raw, self._caches))
-
-    def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
-        raw = c.decode(_NODES, body, "nodes")
-        env = to_envelope(raw)
-        if raw.nodes is UNSET:
-            raise c.missing("nodes", "nodes", env)
-        items = raw.nodes
-        caches = self._caches
-        caches.trim()
-        return c.guarded("nodes", "node", lambda: [convert_node(r, caches) for r in items]), env
-
-    def partitions(self, body: bytes) -> tuple[list[Partition], Envelope]:
-        raw = c.decode(_PARTITIONS, body, "partitions")
-        env = to_envelope(raw)
-        if raw.partitions is UNSET:
-            raise c.missing("partitions", "partitions", env)
-        items = raw.partitions
-        return c.guarded("partitions", "partition", lambda: [convert_partition(r) for r in items]), env
-
-    def diag(self, body: bytes) -> tuple[Diag, Envelope]:
-        raw = c.decode(_DIAG, body, "diag")
-        env = to_envelope(raw)
-        if raw.statistics is UNSET:
-            raise c.missing("diag", "statistics", env)
-        s = raw.statistics
-        return (
-            c.guarded("diag", "statistics", lambda: convert_diag(s, n(s.req_time), n(s.req_time_start))),
-            env,
-        )
-
-    def licenses(self, body: bytes) -> tuple[list[License], Envelope]:
-        raw = c.decode(_LICENSES, body, "licenses")
-        env = to_envelope(raw)
-        if raw.licenses is UNSET:
-            raise c.missing("licenses", "licenses", env)
-        return [convert_license(r) for r in raw.licenses], env
-
-    def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]:
-        raw = c.decode(_RESERVATIONS, body, "reservations")
-        env = to_envelope(raw)
-        if raw.reservations is UNSET:
-            raise c.missing("reservations", "reservations", env)
-        items = raw.reservations
-        return (
-            c.guarded("reservations", "reservation", lambda: [convert_reservation(r) for r in items]),
-            env,
-        )
+    schema = c.Schema(
+        versions=VERSIONS,
+        to_envelope=to_envelope,
+        num=n,
+        count=_count,
+        envelope_decoder=msgspec.json.Decoder(RawEnvelope),
+        jobs_decoder=msgspec.json.Decoder(RawJobs),
+        job_array_decoder=msgspec.json.Decoder(list[RawJob]),
+        convert_jobs=convert_jobs,
+        nodes_decoder=msgspec.json.Decoder(RawNodes),
+        convert_node=convert_node,
+        partitions_decoder=msgspec.json.Decoder(RawPartitions),
+        convert_partition=convert_partition,
+        diag_decoder=msgspec.json.Decoder(RawDiag),
+        licenses_decoder=msgspec.json.Decoder(RawLicenses),
+        reservations_decoder=msgspec.json.Decoder(RawReservations),
+    )
