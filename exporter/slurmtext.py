@@ -375,12 +375,33 @@ def node_state(
     return base, tuple(out)
 
 
+JOB_FLAG_IMPLIED_BASE: dict[str, str] = {
+    "CONFIGURING": "RUNNING",
+    "RESIZING": "RUNNING",
+    "SIGNALING": "RUNNING",
+    "STOPPED": "RUNNING",
+    "COMPLETING": "COMPLETED",
+    "STAGE_OUT": "COMPLETED",
+    "REQUEUED": "PENDING",
+    "REQUEUE_HOLD": "PENDING",
+    "REQUEUE_FED": "PENDING",
+    "SPECIAL_EXIT": "PENDING",
+    "RESV_DEL_HOLD": "PENDING",
+    "REVOKED": "CANCELLED",
+}
+"""v0.0.38 reports a job's state as ONE word, and Slurm's ``job_state_string()`` prints the flag
+instead of the base when one is set (``CONFIGURING`` for a running job still booting its nodes,
+``COMPLETING`` for a finished job still on its nodes). v0.0.40+ list base and flags. For a flag
+word with no base, this is the base Slurm keeps beside that flag, so both API generations give
+the same ``(base, flags)``: e.g. ``"CONFIGURING"`` → ``("RUNNING", ("CONFIGURING",))``."""
+
+
 def job_state(states: str | Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """Normalise a job state (v0.0.38 string or v0.0.40+ list) to ``(BASE, flags)``.
 
-    The base is the first word from :data:`JOB_BASE_STATES`; when there is none, the first word
-    is used as base (so an unknown future state stays visible). Raises ``ValueError`` for an
-    empty state.
+    The base is the first word from :data:`JOB_BASE_STATES`; with none, a known flag word implies
+    its base (:data:`JOB_FLAG_IMPLIED_BASE`); otherwise the first word is used as base (so an
+    unknown future state stays visible). Raises ``ValueError`` for an empty state.
     """
     words = _words(states)
     if not words:
@@ -391,6 +412,9 @@ def job_state(states: str | Sequence[str]) -> tuple[str, tuple[str, ...]]:
             base = w
             break
     if not base:
+        implied = JOB_FLAG_IMPLIED_BASE.get(words[0])
+        if implied is not None:
+            return implied, tuple(words)
         base = words[0]
     return base, tuple(w for w in words if w != base)
 

@@ -41,24 +41,7 @@ def _ids(dirs: list[Path]) -> list[str]:
     return [f"{d.parent.name}/{d.name}" for d in dirs]
 
 
-CONFIGURING_AS_BASE = pytest.mark.xfail(
-    strict=True,
-    reason="exporter.versions v0.0.38 reports a configuring job's state as base CONFIGURING; the model "
-    "says base RUNNING + flag CONFIGURING (as v0.0.40+ do). Remove this mark when the adapter is fixed.",
-)
-
-
-def _with_known_bugs(dirs: list[Path]) -> list[Any]:
-    """Version dirs, the v0.0.38 one marked with the adapter bug that the job-state tests catch."""
-    return [
-        pytest.param(
-            d, id=f"{d.parent.name}/{d.name}", marks=[CONFIGURING_AS_BASE] if d.name == "v0.0.38" else []
-        )
-        for d in dirs
-    ]
-
-
-STATE_DIRS = _with_known_bugs(VERSION_DIRS)
+STATE_DIRS = [pytest.param(d, id=f"{d.parent.name}/{d.name}") for d in VERSION_DIRS]
 ACTIVE = ("pending", "running", "suspended")
 """States plain squeue lists (finished jobs are left out without ``-t all``)."""
 

@@ -178,6 +178,10 @@ def test_node_state(
         ("RUNNING", ("RUNNING", ())),
         ("timeout", ("TIMEOUT", ())),
         (["SOMETHING_NEW"], ("SOMETHING_NEW", ())),
+        # v0.0.38 prints the flag instead of the base: the same (base, flags) as v0.0.40+
+        ("CONFIGURING", ("RUNNING", ("CONFIGURING",))),
+        ("COMPLETING", ("COMPLETED", ("COMPLETING",))),
+        ("REQUEUE_HOLD", ("PENDING", ("REQUEUE_HOLD",))),
     ],
 )
 def test_job_state(states: list[str] | str, expected: tuple[str, tuple[str, ...]]) -> None:
