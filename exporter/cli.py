@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, get_args
 
 import msgspec
-from aiohttp import web
 
 from . import __version__
 from .client import ClientConfig, SlurmClient, TokenSource
@@ -56,7 +55,18 @@ POLL_FIELDS = [
     "use_update_time",
     "log_level",
 ]
-SERVE_FIELDS = [*POLL_FIELDS, "poll_interval", "full_refresh", "listen_address", "listen_port"]
+SERVE_FIELDS = [
+    *POLL_FIELDS,
+    "poll_interval",
+    "full_refresh",
+    "listen_address",
+    "listen_port",
+    "web_config_file",
+    "metrics_per_node",
+    "metrics_per_user",
+    "metrics_per_account",
+    "metrics_node_reasons",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -148,8 +158,15 @@ def format_table(snap: Snapshot) -> str:
 
 
 async def run_serve(s: Settings) -> int:
-    from .server import make_app
+    """Poll and serve until SIGINT/SIGTERM; 2 when the web config (TLS, basic auth) is bad."""
+    from .server import RENDERER, bound_urls, make_app, start
+    from .webconfig import WebConfig, load_web_config
 
+    try:
+        web_config = load_web_config(s.web_config_file) if s.web_config_file else WebConfig()
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
     async with SlurmClient(client_config(s)) as client:
         poller = Poller(client, poller_config(s))
         app = make_app(
@@ -158,14 +175,20 @@ async def run_serve(s: Settings) -> int:
             per_user=s.metrics_per_user,
             per_account=s.metrics_per_account,
             node_reasons=s.metrics_node_reasons,
+            web_config=web_config,
         )
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, s.listen_address, s.listen_port)
-        await site.start()
-        log.info("serving on http://%s:%d/ (metrics at /metrics)", s.listen_address, s.listen_port)
         try:
-            return await supervise({"poller": poller.run()})
+            runner = await start(app, s.listen_address, s.listen_port)
+        except ConfigError as e:  # certificate or key that won't load
+            print(f"slurm-keda: {e}", file=sys.stderr)
+            return 2
+        log.info(
+            "serving on %s (metrics at /metrics%s)",
+            ", ".join(bound_urls(runner)),
+            ", basic auth" if web_config.basic_auth_users else "",
+        )
+        try:
+            return await supervise({"poller": poller.run(), "metrics-warm": app[RENDERER].warm()})
         finally:
             await runner.cleanup()
 

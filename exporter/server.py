@@ -1,38 +1,248 @@
 """The HTTP side of ``slurm-keda serve``: an aiohttp app built around one poller, no global state.
 
-Routes: ``/metrics`` (rendered from the current snapshot, never calling slurmrestd; the body is
-cached per snapshot), ``/healthz`` (process alive), ``/readyz`` (200 after the first good poll),
-``/snapshot`` (the current snapshot as JSON) and ``/`` (a small status page).
+Routes: ``/metrics`` (rendered from the current snapshot, never calling slurmrestd), ``/healthz``
+(process alive), ``/readyz`` (200 after the first good poll), ``/snapshot`` (the current snapshot as
+JSON) and ``/`` (a small status page).
+
+``/metrics`` speaks Prometheus text 0.0.4 by default and OpenMetrics 1.0 when ``Accept`` asks for
+``application/openmetrics-text`` (:func:`prometheus_client.exposition.choose_encoder`), gzipped
+when ``Accept-Encoding`` allows. The body is two parts (see :class:`MetricsRenderer`): the Slurm
+families, which depend only on the snapshot and are rendered ONCE per snapshot and format (in a
+thread, and ahead of the first scrape by :meth:`MetricsRenderer.warm`), and the small exporter
+health block (``slurm_up``, poll durations and errors, snapshot age...), rendered per scrape. The
+two never share a family name, so their concatenation is one valid exposition; OpenMetrics gets a
+single ``# EOF`` at the very end. With gzip, the Slurm part is kept as a sync-flushed raw deflate
+stream with its CRC-32, so a scrape only deflates the health block and writes one gzip member
+(header + cached deflate + health deflate + trailer) — no per-scrape compression of the big part.
+
+A web-config file (:mod:`exporter.webconfig`) adds basic auth to every route except the kubelet
+probes ``/healthz`` and ``/readyz``, and extra response headers; TLS is set on the listening site
+(:func:`start`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import html
+import logging
+import struct
 import time
-from collections.abc import Callable
+import zlib
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 
 import msgspec
 from aiohttp import web
-from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
 from . import __version__
-from .collector import SnapshotCollector
+from .collector import health_families, snapshot_families
+from .model import Snapshot
 from .poller import Poller
+from .webconfig import BasicAuth, WebConfig, ssl_context
+
+log = logging.getLogger(__name__)
+
+OPENMETRICS_EOF = b"# EOF\n"
+UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
+"""Kubelet probes: never behind basic auth."""
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, mtime 0, OS unknown
+
+
+class _Families(Collector):
+    """A registry stand-in for the encoders: yields the given families once."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self._families
+
+
+@dataclass(frozen=True)
+class _Format:
+    """One exposition format as chosen from an ``Accept`` header."""
+
+    encoder: Callable[[Collector], bytes]
+    content_type: str
+
+    @property
+    def openmetrics(self) -> bool:
+        return self.content_type.startswith("application/openmetrics-text")
+
+    def render(self, families: Iterable[Metric]) -> bytes:
+        """Families → exposition text without OpenMetrics' ``# EOF`` (added once by the caller)."""
+        body = self.encoder(_Families(families))
+        if self.openmetrics and body.endswith(OPENMETRICS_EOF):
+            body = body[: -len(OPENMETRICS_EOF)]
+        return body
+
+
+def negotiate(accept: str) -> _Format:
+    encoder, content_type = choose_encoder(accept)
+    return _Format(encoder, content_type)
+
+
+@dataclass(frozen=True)
+class _Deflated:
+    """A body as a raw deflate stream that is sync-flushed (byte-aligned, not final), so more
+    deflate data can follow it, with its CRC-32 and length for the gzip trailer."""
+
+    data: bytes
+    crc: int
+    size: int
+
+    @classmethod
+    def of(cls, body: bytes, level: int = 6) -> _Deflated:
+        c = zlib.compressobj(level, zlib.DEFLATED, -zlib.MAX_WBITS)
+        return cls(c.compress(body) + c.flush(zlib.Z_SYNC_FLUSH), zlib.crc32(body), len(body))
+
+
+def gzip_join(head: _Deflated, tail: bytes) -> bytes:
+    """One gzip member whose content is ``head``'s body followed by ``tail``; only ``tail`` is
+    compressed here."""
+    c = zlib.compressobj(1, zlib.DEFLATED, -zlib.MAX_WBITS)
+    crc = zlib.crc32(tail, head.crc)
+    size = (head.size + len(tail)) & 0xFFFFFFFF
+    return b"".join(
+        (_GZIP_HEADER, head.data, c.compress(tail), c.flush(), struct.pack("<II", crc & 0xFFFFFFFF, size))
+    )
+
+
+_Part = bytes | _Deflated
+_PartKey = tuple[str, bool]
+"""(content type, gzipped)."""
+
+
+class MetricsRenderer:
+    """The /metrics body: Slurm families cached per snapshot and format, health block per scrape.
+
+    ``renders`` counts renders of the Slurm families by content type (``on_render`` is called with
+    the content type after each), so tests can see N scrapes of one snapshot cost one render.
+    """
+
+    MAX_WARM = 8
+    """Most (format, gzip) variants pre-rendered when a new snapshot arrives."""
+
+    def __init__(
+        self,
+        poller: Poller,
+        clock: Callable[[], float] = time.time,
+        *,
+        per_node: bool = True,
+        per_user: bool = False,
+        per_account: bool = False,
+        node_reasons: bool = False,
+        on_render: Callable[[str], None] | None = None,
+    ) -> None:
+        self.poller = poller
+        self.clock = clock
+        self.flags = {
+            "per_node": per_node,
+            "per_user": per_user,
+            "per_account": per_account,
+            "node_reasons": node_reasons,
+        }
+        self.on_render = on_render
+        self.renders: Counter[str] = Counter()
+        self.last_render_seconds = 0.0
+        self._snap: Snapshot | None = None
+        self._parts: dict[_PartKey, asyncio.Future[_Part]] = {}
+        self._wanted: dict[_PartKey, _Format] = {}
+
+    # -- the Slurm part, cached ----------------------------------------------------------------
+
+    def _render(self, snap: Snapshot, fmt: _Format) -> bytes:
+        t0 = time.perf_counter()
+        body = fmt.render(snapshot_families(snap, **self.flags))
+        self.last_render_seconds = time.perf_counter() - t0
+        log.debug(
+            "rendered %d bytes of %s in %.1f ms", len(body), fmt.content_type, self.last_render_seconds * 1e3
+        )
+        return body
+
+    async def _render_plain(self, snap: Snapshot, fmt: _Format) -> _Part:
+        body = await asyncio.to_thread(self._render, snap, fmt)
+        self.renders[fmt.content_type] += 1
+        if self.on_render is not None:
+            self.on_render(fmt.content_type)
+        return body
+
+    @staticmethod
+    async def _deflate(plain: asyncio.Future[_Part]) -> _Part:
+        body = await asyncio.shield(plain)
+        assert isinstance(body, bytes)
+        return await asyncio.to_thread(_Deflated.of, body)
+
+    def _future(self, snap: Snapshot, fmt: _Format, gz: bool) -> asyncio.Future[_Part]:
+        """The (shared) future of one part of ``snap``; the gzip part reuses the plain one."""
+        if snap is not self._snap:
+            self._snap, self._parts = snap, {}
+        key = (fmt.content_type, gz)
+        parts = self._parts
+        fut = parts.get(key)
+        if fut is None:
+            coro = self._deflate(self._future(snap, fmt, False)) if gz else self._render_plain(snap, fmt)
+            fut = parts[key] = asyncio.ensure_future(coro)
+
+            def forget_failure(f: asyncio.Future[_Part]) -> None:
+                if not f.cancelled() and f.exception() is not None and parts.get(key) is f:
+                    del parts[key]  # the next scrape tries again
+
+            fut.add_done_callback(forget_failure)
+        return fut
+
+    async def part(self, snap: Snapshot, fmt: _Format, gz: bool) -> _Part:
+        """The Slurm families of ``snap`` in ``fmt`` (plain bytes, or deflated when ``gz``),
+        rendered at most once however many scrapes ask at the same time."""
+        key = (fmt.content_type, gz)
+        if key not in self._wanted and len(self._wanted) < self.MAX_WARM:
+            self._wanted[key] = fmt
+        return await asyncio.shield(self._future(snap, fmt, gz))
+
+    async def warm(self) -> None:
+        """Forever: when a new snapshot arrives, render the variants scrapes asked for so far
+        (text 0.0.4 before any scrape), so the next scrape finds its body ready."""
+        last: Snapshot | None = None
+        while True:
+            snap = await self.poller.wait_next(last)
+            last = snap
+            wanted = list(self._wanted.items()) or [((negotiate("").content_type, False), negotiate(""))]
+            for (_, gz), fmt in wanted:
+                if snap is not self.poller.snapshot:
+                    break  # a newer one arrived meanwhile: warm that instead
+                try:
+                    await self.part(snap, fmt, gz)
+                except Exception:
+                    log.exception("rendering /metrics for a new snapshot failed")
+
+    # -- per scrape --------------------------------------------------------------------------------
+
+    def health(self, snap: Snapshot | None, fmt: _Format) -> bytes:
+        return fmt.render(health_families(snap, self.poller.status, self.clock()))
+
+    async def body(self, accept: str, gzip: bool) -> tuple[bytes, str]:
+        """(body, content type) of one scrape; the body is gzip-encoded when ``gzip``."""
+        fmt = negotiate(accept)
+        snap = self.poller.snapshot
+        eof = OPENMETRICS_EOF if fmt.openmetrics else b""
+        if snap is None:
+            body = self.health(None, fmt) + eof
+            return (zlib.compress(body, 6, 16 + zlib.MAX_WBITS) if gzip else body), fmt.content_type
+        part = await self.part(snap, fmt, gzip)
+        tail = self.health(snap, fmt) + eof
+        if isinstance(part, _Deflated):
+            return gzip_join(part, tail), fmt.content_type
+        return part + tail, fmt.content_type
+
 
 POLLER: web.AppKey[Poller] = web.AppKey("poller", Poller)
-REGISTRY: web.AppKey[CollectorRegistry] = web.AppKey("registry", CollectorRegistry)
-
-
-class _MetricsCache:
-    """Rendered /metrics body per snapshot: N scrapes of one snapshot cost one render."""
-
-    def __init__(self) -> None:
-        self.key: object = None
-        self.body = b""
-
-
-CACHE: web.AppKey[_MetricsCache] = web.AppKey("metrics_cache", _MetricsCache)
+RENDERER: web.AppKey[MetricsRenderer] = web.AppKey("renderer", MetricsRenderer)
+AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
+WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
 
 
 def make_app(
@@ -43,24 +253,30 @@ def make_app(
     per_user: bool = False,
     per_account: bool = False,
     node_reasons: bool = False,
+    web_config: WebConfig | None = None,
+    on_render: Callable[[str], None] | None = None,
 ) -> web.Application:
-    """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector)."""
-    app = web.Application()
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(
-        SnapshotCollector(
-            lambda: poller.snapshot,
-            lambda: poller.status,
-            clock,
-            per_node=per_node,
-            per_user=per_user,
-            per_account=per_account,
-            node_reasons=node_reasons,
-        )
-    )
+    """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector).
+
+    ``web_config`` adds basic auth and response headers (TLS is the site's: see :func:`start`);
+    ``on_render`` is called with the content type whenever the Slurm families are rendered.
+    """
+    wc = web_config or WebConfig()
+    app = web.Application(middlewares=[_auth_middleware])
     app[POLLER] = poller
-    app[REGISTRY] = registry
-    app[CACHE] = _MetricsCache()
+    app[RENDERER] = MetricsRenderer(
+        poller,
+        clock,
+        per_node=per_node,
+        per_user=per_user,
+        per_account=per_account,
+        node_reasons=node_reasons,
+        on_render=on_render,
+    )
+    app[AUTH] = BasicAuth(wc.basic_auth_users)
+    app[WEB_CONFIG] = wc
+    if wc.headers:
+        app.on_response_prepare.append(_add_headers)
     app.router.add_get("/metrics", _metrics)
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
@@ -69,15 +285,75 @@ def make_app(
     return app
 
 
+async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Set up and start the app on ``host:port`` (TLS when the app's web config has it); the
+    caller cleans the runner up. Raises ConfigError when the certificate or key won't load."""
+    tls = app[WEB_CONFIG].tls
+    ctx = ssl_context(tls) if tls is not None else None
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
+def bound_urls(runner: web.AppRunner) -> list[str]:
+    """``http(s)://host:port`` of every listening socket (the real port when 0 was asked for)."""
+    scheme = "https" if runner.app[WEB_CONFIG].tls is not None else "http"
+    out = []
+    for addr in runner.addresses:
+        host, port = addr[0], addr[1]
+        out.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
+    return out
+
+
+@web.middleware
+async def _auth_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    auth = request.app[AUTH]
+    if not auth.users or request.path in UNAUTHENTICATED_PATHS:
+        return await handler(request)
+    if await auth.check(request.headers.get("Authorization")) is None:
+        return web.Response(
+            status=401,
+            text="401 Unauthorized\n",
+            headers={"WWW-Authenticate": 'Basic realm="slurm-keda", charset="UTF-8"'},
+        )
+    return await handler(request)
+
+
+async def _add_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for k, v in request.app[WEB_CONFIG].headers.items():
+        response.headers[k] = v
+
+
 async def _metrics(request: web.Request) -> web.Response:
-    poller = request.app[POLLER]
-    cache = request.app[CACHE]
-    # health families change with every poll (and age with time): key on poll count and second
-    key = (poller.snapshot, poller.status.polls, int(time.time()))
-    if cache.key != key:
-        cache.body = generate_latest(request.app[REGISTRY])
-        cache.key = key
-    return web.Response(body=cache.body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    gz = _accepts_gzip(request.headers.get("Accept-Encoding", ""))
+    body, content_type = await request.app[RENDERER].body(request.headers.get("Accept", ""), gz)
+    headers = {"Content-Type": content_type, "Vary": "Accept, Accept-Encoding"}
+    if gz:
+        headers["Content-Encoding"] = "gzip"
+    return web.Response(body=body, headers=headers)
+
+
+def _accepts_gzip(accept_encoding: str) -> bool:
+    for item in accept_encoding.split(","):
+        name, _, params = item.strip().partition(";")
+        if name.strip().lower() in ("gzip", "x-gzip"):
+            q = params.strip().replace(" ", "")
+            return not (q.startswith("q=") and _float(q[2:]) == 0.0)
+    return False
+
+
+def _float(s: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        return 1.0
 
 
 async def _healthz(request: web.Request) -> web.Response:
@@ -114,9 +390,17 @@ async def _index(request: web.Request) -> web.Response:
         if snap
         else "no snapshot yet"
     )
+    last_poll = (
+        f"last poll {time.time() - st.last_poll_finished:.1f}s ago "
+        f"({'ok' if st.last_poll_ok else 'failed'}, {st.last_poll_duration * 1000:.0f} ms)"
+        if st.last_poll_finished is not None
+        else "no poll finished yet"
+    )
+    error = f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>
 <h1>slurm-keda {__version__}</h1>
 <p>API version {html.escape(st.api_version or "not negotiated")}; {summary}</p>
+<p>{last_poll}</p>{error}
 <p><a href="/metrics">/metrics</a> · <a href="/snapshot">/snapshot</a> ·
 <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <table border="1"><tr><th>endpoint</th><th>ok</th><th>errors</th><th>last duration</th>

@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     tls_insecure: bool = Field(False, description="do not verify slurmrestd's TLS certificate")
     listen_address: str = Field("0.0.0.0", description="address the HTTP server listens on")
     listen_port: int = Field(9341, ge=0, le=65535, description="port of the HTTP server (/metrics)")
+    web_config_file: Path | None = Field(
+        None,
+        description="Prometheus exporter-toolkit web config YAML: TLS (tls_server_config) and basic auth "
+        "(basic_auth_users, bcrypt hashes) of the HTTP server",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     metrics_per_node: bool = Field(True, description="export one series per node (CPUs, memory, GPUs, state)")
     metrics_per_user: bool = Field(False, description="export job counts and resources per user")
