@@ -186,7 +186,7 @@ class Poller:
         self.status.polls += 1
         started = self._clock()
         self.status.last_poll_started = started
-        self.status.last_poll_ok = False
+        ok = False  # last_poll_ok changes only when a poll ends: slurm_up must not dip during a poll
         t0 = time.perf_counter()
         try:
             if self._adapter is None:
@@ -202,9 +202,10 @@ class Poller:
                 return None
             snap = self._build(wanted)
             self._swap(snap)
-            self.status.last_poll_ok = True
+            ok = True
             return snap
         finally:
+            self.status.last_poll_ok = ok
             self.status.last_poll_finished = self._clock()
             self.status.last_poll_duration = time.perf_counter() - t0
 

@@ -1,0 +1,903 @@
+"""The metric surface of ``slurm-keda serve`` against the live Slurm labs (issue 3), the way users run it.
+
+* The real console script runs as a subprocess against a lab's slurmrestd; its ``/metrics`` scrape is
+  compared, family by family, with what ``squeue``/``sinfo``/``scontrol`` say at the same moment (labs
+  24.11 and 26.05, demo workload settled).
+* ``promtool check metrics`` on that real scrape prints nothing.
+* A real Prometheus (Debian package) on loopback scrapes ``serve`` every second; PromQL answers equal the
+  tools' figures.
+* Process checks: ``/readyz`` stays 503 (``/healthz`` 200) while slurmrestd is unreachable; a bad
+  ``--web-config-file`` makes ``serve`` exit 2 with one line.
+
+One *sample* = the CLI views, a scrape whose snapshot was fetched after the first view began, the CLI views
+again; the figures the views imply must be equal before and after (else the workload moved: the sample is
+retried, a bounded number of times, immediately). Parsing of the tools' output is shared with
+``tests/test_live_lab.py`` (``exporter.lab.record``, ``tests.lab_compare``); the expected figures below are
+derived from the tools only, never from the snapshot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.lab import Lab, LabError
+from exporter.lab.record import (
+    SINFO_ARGS,
+    SINFO_FIELDS,
+    SQUEUE_FIELDS,
+    SQUEUE_FORMAT,
+    parse_pipe,
+    parse_scontrol_oneliners,
+)
+from tests.lab_compare import (
+    DERIVED_NODE_FLAGS,
+    JOB_FLAG_PRECEDENCE,
+    Diffs,
+    gres_gpus,
+    is_null,
+    mb_to_bytes,
+    parse_tres,
+    scontrol_node_state,
+    time_limit_seconds,
+    tres_per_node_gpus,
+)
+from tests.lab_fixtures import require_lab
+
+LABS = [pytest.param("24.11", id="slurm24.11"), pytest.param("26.05", id="slurm26.05")]
+SAMPLE_ATTEMPTS = 5
+FRESH_SCRAPE_TIMEOUT = 10.0
+"""Seconds to wait for a snapshot fetched after a sample began (serve polls every second)."""
+START_TIMEOUT = 20.0
+PROMETHEUS_UP_TIMEOUT = 30.0
+STOP_TIMEOUT = 5.0
+PROMTOOL = Path("/usr/bin/promtool")
+PROMETHEUS = Path("/usr/bin/prometheus")
+
+SQUEUE_R = ("squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT)
+"""One line per job and per array task, pending tasks included; finished jobs too (slurmrestd lists them
+until MinJobAge)."""
+SCONTROL_NODES_D = ("scontrol", "-d", "show", "node", "-o")
+"""``-d``: adds ``GresUsed``."""
+SCONTROL_JOBS = ("scontrol", "show", "job", "-o")
+SCONTROL_PARTITIONS = ("scontrol", "show", "partition", "-o")
+SCONTROL_LICENSES = ("scontrol", "show", "license", "-o")
+SCONTROL_RESERVATIONS = ("scontrol", "show", "reservation", "-o")
+
+BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED"})
+ALLOCATED_JOB_STATES = frozenset({"RUNNING", "SUSPENDED"})
+CLI_WORD_BASE_STATE = {"CONFIGURING": "RUNNING"}
+"""squeue prints CONFIGURING for a RUNNING job whose (cloud) nodes boot. The other flag words
+(COMPLETING, REQUEUED, ...) hide the base state: a sample showing one is retried."""
+FRESH_ENDPOINTS = ("jobs", "nodes", "partitions")
+
+Labels = tuple[tuple[str, str], ...]
+Values = dict[str, dict[Labels, float]]
+"""Sample name → {sorted labels → value}."""
+
+
+def series(**labels: str) -> Labels:
+    return tuple(sorted(labels.items()))
+
+
+def fmt_series(name: str, labels: Labels) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
+
+
+# ----- processes and HTTP ---------------------------------------------------------------------------------
+
+
+def need_binary(path: Path) -> None:
+    """Skip when a tool is missing, or fail under ``SLURM_KEDA_REQUIRE_LAB=1``."""
+    if path.exists():
+        return
+    if require_lab():
+        pytest.fail(f"{path} is required (SLURM_KEDA_REQUIRE_LAB=1): apt-get install -y prometheus")
+    pytest.skip(f"{path} not installed (apt-get install -y prometheus)")
+
+
+def console_script() -> list[str]:
+    script = Path(sys.executable).parent / "slurm-keda"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "exporter.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> tuple[int, str]:
+    """(status, body); status 0 when nothing answers."""
+    req = urllib.request.Request(url, headers=dict(headers or {}))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as e:
+        with e:
+            return e.code, e.read().decode()
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+        return 0, str(e)
+
+
+@dataclass
+class Proc:
+    """A child process whose output goes to a log file; ``stop`` always reaps it."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+    log: IO[bytes]
+
+    @classmethod
+    def start(cls, name: str, argv: list[str], log_path: Path) -> Proc:
+        log = log_path.open("wb")
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        except BaseException:
+            log.close()
+            raise
+        return cls(name, proc, log_path, log)
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")[-4000:]
+
+    def check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}", pytrace=False)
+
+    def stop(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(STOP_TIMEOUT)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait(STOP_TIMEOUT)
+        finally:
+            self.log.close()
+
+
+@dataclass
+class Serve:
+    """A running ``slurm-keda serve``."""
+
+    proc: Proc
+    port: int
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
+        return http_get(self.base + path, headers)
+
+    def wait_status(self, path: str, status: int, timeout: float = START_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        got: tuple[int, str] = (0, "")
+        while time.monotonic() < deadline:
+            self.proc.check_alive()
+            got = self.get(path)
+            if got[0] == status:
+                return
+            time.sleep(0.1)
+        pytest.fail(
+            f"{path} never answered {status} within {timeout:.0f} s (last: {got[0]} {got[1][:200]!r}):\n"
+            + self.proc.output(),
+            pytrace=False,
+        )
+
+
+def start_serve(url: str, token_file: Path, workdir: Path, *extra: str) -> Serve:
+    port = free_port()
+    argv = [
+        *console_script(),
+        "serve",
+        "--slurmrestd-url",
+        url,
+        "--token-file",
+        str(token_file),
+        "--listen-address",
+        "127.0.0.1",
+        "--listen-port",
+        str(port),
+        "--poll-interval",
+        "1",
+        *extra,
+    ]
+    return Serve(Proc.start("slurm-keda serve", argv, workdir / f"serve-{port}.log"), port)
+
+
+class ServePool:
+    """One ``serve`` per lab, started on first use and stopped at the end of the module."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.serves: dict[str, Serve] = {}
+
+    def of(self, lab: Lab) -> Serve:
+        serve = self.serves.get(lab.flavor.name)
+        if serve is not None and serve.proc.proc.poll() is None:
+            return serve
+        serve = start_serve(lab.url, lab.token_file, self.workdir)
+        self.serves[lab.flavor.name] = serve
+        serve.wait_status("/readyz", 200)
+        return serve
+
+    def stop(self) -> None:
+        for serve in self.serves.values():
+            serve.proc.stop()
+
+
+@pytest.fixture(scope="module")
+def serves(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServePool]:
+    pool = ServePool(tmp_path_factory.mktemp("serve"))
+    try:
+        yield pool
+    finally:
+        pool.stop()
+
+
+_demo_failures: dict[str, str] = {}
+
+
+@pytest.fixture()
+def demo(request: pytest.FixtureRequest, lab: Lab) -> tuple[Lab, dict[str, int]]:
+    """``lab_demo``, but a lab whose demo did not settle fails this module's later tests at once (one
+    ``DEMO_TIMEOUT`` wait per lab, not one per test)."""
+    if lab.flavor.name in _demo_failures:
+        pytest.fail(f"(as before) {_demo_failures[lab.flavor.name]}", pytrace=False)
+    try:
+        result: tuple[Lab, dict[str, int]] = request.getfixturevalue("lab_demo")
+    except pytest.fail.Exception as e:
+        _demo_failures[lab.flavor.name] = str(e)
+        raise
+    return result
+
+
+# ----- what Slurm's tools say ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CliView:
+    squeue_r: list[dict[str, str]]
+    sinfo: list[dict[str, str]]
+    nodes: list[dict[str, str]]
+    jobs: list[dict[str, str]]
+    partitions: list[dict[str, str]]
+    licenses: list[dict[str, str]]
+    reservations: list[dict[str, str]]
+
+
+def cli_view(lab: Lab) -> CliView:
+    return CliView(
+        squeue_r=parse_pipe(lab.run(SQUEUE_R), SQUEUE_FIELDS),
+        sinfo=parse_pipe(lab.run(SINFO_ARGS), SINFO_FIELDS),
+        nodes=parse_scontrol_oneliners(lab.run(SCONTROL_NODES_D)),
+        jobs=parse_scontrol_oneliners(lab.run(SCONTROL_JOBS)),
+        partitions=parse_scontrol_oneliners(lab.run(SCONTROL_PARTITIONS)),
+        licenses=parse_scontrol_oneliners(lab.run(SCONTROL_LICENSES)),
+        reservations=parse_scontrol_oneliners(lab.run(SCONTROL_RESERVATIONS)),
+    )
+
+
+class Unsettled(Exception):
+    """A transient state (figures the tools cannot pin down, no fresh snapshot yet); take another sample."""
+
+
+@dataclass
+class Expected:
+    """The metric values the tools imply: sample name → {labels → value}."""
+
+    values: Values = field(default_factory=dict)
+
+    def add(self, name: str, labels: Labels, value: float) -> None:
+        fam = self.values.setdefault(name, {})
+        fam[labels] = fam.get(labels, 0.0) + value
+
+    def set(self, name: str, labels: Labels, value: float) -> None:
+        self.values.setdefault(name, {})[labels] = value
+
+
+SPARSE_FAMILIES = frozenset(
+    {
+        "slurm_jobs",
+        "slurm_jobs_pending",
+        *(
+            f"slurm_jobs_{k}_{r}"
+            for k in ("allocated", "pending")
+            for r in ("cpus", "memory_bytes", "gpus", "nodes")
+        ),
+        "slurm_nodes",
+        "slurm_nodes_flagged",
+    }
+)
+"""Families compared on their non-zero series (the collector adds zero series for known partitions)."""
+
+
+def job_base_state(row: Mapping[str, str]) -> str:
+    word = row["state"]
+    if word in CLI_WORD_BASE_STATE:
+        return CLI_WORD_BASE_STATE[word]
+    if word in JOB_FLAG_PRECEDENCE:
+        raise Unsettled(f"job {row['job_id']} is {word}")
+    return word
+
+
+def node_flags(ctl: Mapping[str, str]) -> tuple[str, frozenset[str]]:
+    """Base state and flags of a ``scontrol show node`` row, with slurm-keda's derived DRAINING."""
+    base, flags = scontrol_node_state(ctl["State"])
+    if "DRAIN" in flags and (base in BUSY_NODE_STATES or "COMPLETING" in flags or int(ctl["CPUAlloc"]) > 0):
+        flags |= DERIVED_NODE_FLAGS
+    return base, flags
+
+
+def node_partitions(ctl: Mapping[str, str]) -> list[str]:
+    text = ctl.get("Partitions", "")
+    return [] if is_null(text) else [p for p in text.split(",") if p]
+
+
+def expected_metrics(view: CliView) -> Expected:
+    """The figures of every compared family, from the tools' output alone."""
+    out = Expected()
+    nodes = {row["NodeName"]: row for row in view.nodes}
+    sinfo_rows: dict[str, list[dict[str, str]]] = {}
+    for row in view.sinfo:
+        sinfo_rows.setdefault(row["node"], []).append(row)
+    partitions = [row["PartitionName"] for row in view.partitions]
+
+    # -- nodes (scontrol -d show node; sinfo for idle/other CPUs) --
+    largest: dict[str, int] = {}
+    available: dict[str, bool] = {}
+    for name, ctl in nodes.items():
+        lv = series(node=name)
+        base, flags = node_flags(ctl)
+        mem = mb_to_bytes(ctl["RealMemory"]) or 0
+        alloc_mem = mb_to_bytes(ctl["AllocMem"]) or 0
+        gpus, gpus_used = gres_gpus(ctl["Gres"]), gres_gpus(ctl.get("GresUsed", ""))
+        out.set("slurm_node_cpus", lv, int(ctl["CPUTot"]))
+        out.set("slurm_node_allocated_cpus", lv, int(ctl["CPUAlloc"]))
+        out.set("slurm_node_effective_cpus", lv, int(ctl["CPUEfctv"]))
+        out.set("slurm_node_memory_bytes", lv, mem)
+        out.set("slurm_node_allocated_memory_bytes", lv, alloc_mem)
+        free = mb_to_bytes(ctl["FreeMem"])
+        if free is not None:
+            out.set("slurm_node_free_memory_bytes", lv, free)
+        out.set("slurm_node_gpus", lv, gpus)
+        out.set("slurm_node_allocated_gpus", lv, gpus_used)
+        out.set("slurm_node_state", series(node=name, state=base.lower()), 1)
+        for f in flags:
+            out.set("slurm_node_flag", series(node=name, flag=f.lower()), 1)
+        # sinfo agrees with scontrol, and says whether the node's free CPUs are usable ("O" = other)
+        rows = sinfo_rows.get(name, [])
+        if not rows:
+            raise Unsettled(f"sinfo has no line for node {name}")
+        cpus_state = {tuple(int(x) for x in r["cpus"].split("/")) for r in rows}
+        if len(cpus_state) != 1:
+            raise Unsettled(f"sinfo lines of {name} disagree: {sorted(cpus_state)}")
+        a, _idle, o, t = cpus_state.pop()
+        if (a, t) != (int(ctl["CPUAlloc"]), int(ctl["CPUTot"])) or gres_gpus(
+            rows[0]["gres_used"]
+        ) != gpus_used:
+            raise Unsettled(f"sinfo and scontrol disagree on {name} (taken a moment apart)")
+        available[name] = o == 0
+        for p in node_partitions(ctl) or [""]:
+            out.add("slurm_nodes", series(partition=p, state=base.lower()), 1)
+            for f in flags:
+                out.add("slurm_nodes_flagged", series(partition=p, flag=f.lower()), 1)
+            largest[p] = max(largest.get(p, 0), mem)
+
+    # -- partitions (scontrol show partition; sums over the nodes naming them; sinfo CPUsState I) --
+    for prow in view.partitions:
+        p = prow["PartitionName"]
+        lv = series(partition=p)
+        members = [ctl for ctl in nodes.values() if p in node_partitions(ctl)]
+        avail = [ctl for ctl in members if available[ctl["NodeName"]]]
+        out.set("slurm_partition_cpus", lv, int(prow["TotalCPUs"]))
+        out.set("slurm_partition_nodes", lv, int(prow["TotalNodes"]))
+        out.set("slurm_partition_allocated_cpus", lv, sum(int(c["CPUAlloc"]) for c in members))
+        out.set(
+            "slurm_partition_idle_cpus",
+            lv,
+            sum(int(r["cpus"].split("/")[1]) for r in view.sinfo if r["partition"].rstrip("*") == p),
+        )
+        out.set("slurm_partition_memory_bytes", lv, sum(mb_to_bytes(c["RealMemory"]) or 0 for c in members))
+        out.set(
+            "slurm_partition_allocated_memory_bytes",
+            lv,
+            sum(mb_to_bytes(c["AllocMem"]) or 0 for c in members),
+        )
+        out.set(
+            "slurm_partition_idle_memory_bytes",
+            lv,
+            sum((mb_to_bytes(c["RealMemory"]) or 0) - (mb_to_bytes(c["AllocMem"]) or 0) for c in avail),
+        )
+        out.set("slurm_partition_gpus", lv, sum(gres_gpus(c["Gres"]) for c in members))
+        out.set("slurm_partition_allocated_gpus", lv, sum(gres_gpus(c.get("GresUsed", "")) for c in members))
+        out.set(
+            "slurm_partition_idle_gpus",
+            lv,
+            sum(gres_gpus(c["Gres"]) - gres_gpus(c.get("GresUsed", "")) for c in avail),
+        )
+        max_nodes = prow["MaxNodes"]
+        out.set(
+            "slurm_partition_max_nodes_per_job", lv, math.inf if max_nodes == "UNLIMITED" else int(max_nodes)
+        )
+        out.set("slurm_partition_state", series(partition=p, state=prow["State"].lower()), 1)
+
+    # -- jobs (squeue -r: one line per job / array task; scontrol AllocTRES for allocated memory) --
+    alloc_tres = {row["JobId"]: parse_tres(row.get("AllocTRES", "")) for row in view.jobs}
+    for row in view.squeue_r:
+        state = job_base_state(row)
+        job_partitions = [p for p in row["partition"].split(",") if p] or [""]
+        n_nodes = int(row["min_nodes"])
+        cpus = int(row["cpus"])
+        gpus = tres_per_node_gpus(row["tres_per_node"]) * n_nodes
+        for p in job_partitions:
+            lv = series(partition=p)
+            out.add("slurm_jobs", series(partition=p, state=state.lower()), 1)
+            if state == "PENDING":
+                out.add("slurm_jobs_pending", series(partition=p, reason=row["reason"]), 1)
+                # squeue %m: memory per node (the demo asks with --mem); 0 = the whole node
+                per_node = mb_to_bytes(row["min_memory"]) or largest.get(p, 0)
+                out.add("slurm_jobs_pending_cpus", lv, cpus)
+                out.add("slurm_jobs_pending_memory_bytes", lv, per_node * n_nodes)
+                out.add("slurm_jobs_pending_gpus", lv, gpus)
+                out.add("slurm_jobs_pending_nodes", lv, n_nodes)
+            elif state in ALLOCATED_JOB_STATES:
+                tres = alloc_tres.get(row["record_job_id"])
+                if tres is None:
+                    raise Unsettled(f"scontrol does not show job {row['record_job_id']}")
+                out.add("slurm_jobs_allocated_cpus", lv, cpus)
+                out.add("slurm_jobs_allocated_memory_bytes", lv, tres.get("mem", 0))
+                out.add("slurm_jobs_allocated_gpus", lv, gpus)
+                out.add("slurm_jobs_allocated_nodes", lv, n_nodes)
+    # -- licenses and reservations (scontrol show license / reservation) --
+    for row in view.licenses:
+        lv = series(license=row["LicenseName"])
+        for name, key in (
+            ("slurm_licenses", "Total"),
+            ("slurm_licenses_used", "Used"),
+            ("slurm_licenses_free", "Free"),
+            ("slurm_licenses_reserved", "Reserved"),
+        ):
+            out.set(name, lv, int(row[key]))
+    for row in view.reservations:
+        lv = series(reservation=row["ReservationName"])
+        out.set("slurm_reservation_nodes", lv, int(row["NodeCnt"]))
+        out.set("slurm_reservation_cores", lv, int(row["CoreCnt"]))
+    for p in partitions:  # convention: running and pending series exist for every partition
+        out.add("slurm_jobs", series(partition=p, state="pending"), 0)
+        out.add("slurm_jobs", series(partition=p, state="running"), 0)
+    return out
+
+
+# ----- the scrape -----------------------------------------------------------------------------------------
+
+
+def parse_scrape(text: str) -> Values:
+    out: Values = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out
+
+
+def scrape_fresh(serve: Serve, since: float) -> tuple[str, Values]:
+    """A scrape whose jobs, nodes and partitions were all fetched at or after ``since`` (epoch seconds)."""
+    deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+    fetched: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        serve.proc.check_alive()
+        status, text = serve.get("/metrics")
+        if status == 200:
+            values = parse_scrape(text)
+            fetched = {
+                dict(k)["endpoint"]: v
+                for k, v in values.get("slurm_exporter_endpoint_fetched_timestamp_seconds", {}).items()
+            }
+            if all(fetched.get(ep, 0.0) >= since for ep in FRESH_ENDPOINTS):
+                return text, values
+        time.sleep(0.1)
+    raise Unsettled(f"no snapshot fetched after {since:.3f} within {FRESH_SCRAPE_TIMEOUT:.0f} s: {fetched}")
+
+
+def diff_values(want: Values, got: Values, names: set[str]) -> list[str]:
+    diffs = Diffs()
+    for name in sorted(names):
+        w, g = want.get(name, {}), got.get(name, {})
+        if name in SPARSE_FAMILIES:
+            w = {k: v for k, v in w.items() if v}
+            g = {k: v for k, v in g.items() if v}
+        for labels in sorted(w.keys() | g.keys()):
+            diffs.eq("scrape", fmt_series(name, labels), w.get(labels), g.get(labels))
+        if name not in SPARSE_FAMILIES and not w and not g:
+            diffs.items.append(f"scrape: {name}: neither the tools nor the scrape have any series")
+    return diffs.items
+
+
+Taken = TypeVar("Taken")
+
+
+def stable_sample(lab: Lab, take: Callable[[float], Taken]) -> tuple[CliView, Expected, Taken]:
+    """CLI views, ``take(since)`` (a scrape or queries of data fetched at or after ``since``), CLI views;
+    retried (immediately, a bounded number of times) until both views imply the same figures. A lab
+    restarted under the test (a failing Slurm command) counts as a moved sample too."""
+    moved: list[str] = []
+    for _ in range(SAMPLE_ATTEMPTS):
+        since = time.time()
+        try:
+            before = cli_view(lab)
+            taken = take(since)
+            after = cli_view(lab)
+            want, want_after = expected_metrics(before), expected_metrics(after)
+        except (Unsettled, LabError) as e:
+            moved.append(str(e))
+            continue
+        if want.values == want_after.values:
+            return before, want, taken
+        changed = diff_values(want.values, want_after.values, set(want.values) | set(want_after.values))
+        moved.append("; ".join(changed[:5]))
+    pytest.fail(f"the lab's workload kept moving during {SAMPLE_ATTEMPTS} samples: {moved}")
+
+
+# ----- 1. the scrape equals what Slurm's tools say ------------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: ServePool) -> None:
+    lab, jobs = demo
+    serve = serves.of(lab)
+    view, expected, (_, got) = stable_sample(lab, lambda since: scrape_fresh(serve, since))
+    want = expected.values
+
+    problems = diff_values(want, got, set(want))
+    assert not problems, f"{len(problems)} mismatch(es):\n" + "\n".join(problems)
+
+    # identity (slurm_up during polls: see test_slurm_up_stays_1_while_a_poll_runs)
+    assert got["slurm_up"] == {(): 1.0}
+    (info,) = got["slurm_exporter_info"]
+    info_labels = dict(info)
+    assert info_labels["slurm_version"] == lab.release()
+    assert info_labels["api_version"] == lab.api_versions()[-1]
+    assert info_labels["cluster"] == lab.flavor.cluster_name
+
+    # the sample really covers the interesting cases: GPUs in use on g1, array tasks, pending reasons
+    g1 = next(row for row in view.nodes if row["NodeName"] == "g1")
+    assert gres_gpus(g1["Gres"]) == 2, g1["Gres"]
+    assert got["slurm_node_gpus"][series(node="g1")] == 2
+    assert got["slurm_node_allocated_gpus"][series(node="g1")] == gres_gpus(g1["GresUsed"]) >= 1
+    assert got["slurm_jobs_allocated_gpus"][series(partition="gpu")] >= 1
+    assert got["slurm_jobs_pending"][series(partition="cpu", reason="JobArrayTaskLimit")] >= 1
+    assert sum(got["slurm_jobs_pending"].values()) >= 5
+    assert got["slurm_partition_max_nodes_per_job"][series(partition="cpu")] == 2
+    assert "gpu_one" in jobs
+    assert got["slurm_licenses_used"][series(license="matlab")] >= 2  # the demo's license job
+
+    # reservations: node list and flags, and end - start = scontrol's Duration (no time zone involved)
+    assert view.reservations, "the demo creates a reservation"
+    for row in view.reservations:
+        lv = series(reservation=row["ReservationName"])
+        resv = next(
+            dict(k) for k in got["slurm_reservation_info"] if dict(k)["reservation"] == row["ReservationName"]
+        )
+        assert resv["nodes"] == row["Nodes"]
+        assert set(resv["flags"].split(",")) == {f.lower() for f in row["Flags"].split(",")}
+        span = (
+            got["slurm_reservation_end_timestamp_seconds"][lv]
+            - got["slurm_reservation_start_timestamp_seconds"][lv]
+        )
+        assert span == time_limit_seconds(row["Duration"])
+
+
+# ----- 2. promtool accepts the real scrape --------------------------------------------------------------
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_promtool_check_metrics_is_silent(demo: tuple[Lab, dict[str, int]], serves: ServePool) -> None:
+    need_binary(PROMTOOL)
+    lab, _ = demo
+    serve = serves.of(lab)
+    status, text = serve.get("/metrics")
+    assert status == 200
+    assert "slurm_node_allocated_gpus" in text and "slurm_jobs_pending{" in text
+    result = subprocess.run(
+        [str(PROMTOOL), "check", "metrics"],
+        input=text,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+# ----- 3. a real Prometheus scrapes serve; PromQL agrees with the tools ---------------------------------
+
+
+@dataclass
+class Prometheus:
+    proc: Proc
+    port: int
+
+    def api(self, path: str, **params: str) -> Any:
+        url = f"http://127.0.0.1:{self.port}{path}"
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        status, body = http_get(url)
+        assert status == 200, f"{url}: {status} {body[:300]}"
+        data = json.loads(body)
+        assert data["status"] == "success", data
+        return data["data"]
+
+    def query(self, promql: str, at: float) -> dict[Labels, float]:
+        data = self.api("/api/v1/query", query=promql, time=f"{at:.3f}")
+        if data["resultType"] == "scalar":
+            return {(): float(data["result"][1])}
+        out: dict[Labels, float] = {}
+        for r in data["result"]:
+            labels = {k: v for k, v in r["metric"].items() if k not in {"__name__", "job", "instance"}}
+            out[tuple(sorted(labels.items()))] = float(r["value"][1])
+        return out
+
+    def wait_target_up(self, timeout: float = PROMETHEUS_UP_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            self.proc.check_alive()
+            status, body = http_get(f"http://127.0.0.1:{self.port}/api/v1/targets")
+            if status == 200:
+                last = json.loads(body)["data"]["activeTargets"]
+                if last and all(t["health"] == "up" for t in last):
+                    return
+            time.sleep(0.2)
+        pytest.fail(f"Prometheus target not up within {timeout:.0f} s: {last}\n{self.proc.output()}")
+
+
+def start_prometheus(target_port: int, workdir: Path) -> Prometheus:
+    port = free_port()
+    config = workdir / "prometheus.yml"
+    config.write_text(
+        "global:\n"
+        "  scrape_interval: 1s\n"
+        "  scrape_timeout: 1s\n"
+        "scrape_configs:\n"
+        "  - job_name: slurm-keda\n"
+        "    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{target_port}']\n"
+    )
+    argv = [
+        str(PROMETHEUS),
+        f"--config.file={config}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--log.level=warn",
+    ]
+    return Prometheus(Proc.start("prometheus", argv, workdir / "prometheus.log"), port)
+
+
+def by(values: Mapping[Labels, float], keep: tuple[str, ...], match: Labels = ()) -> dict[Labels, float]:
+    """``sum by (keep...) (family{match})`` over a family's series, zero sums dropped."""
+    out: dict[Labels, float] = {}
+    for labels, v in values.items():
+        if not set(match) <= set(labels):
+            continue
+        k = tuple((n, val) for n, val in labels if n in keep)
+        out[k] = out.get(k, 0.0) + v
+    return {k: v for k, v in out.items() if v}
+
+
+@dataclass(frozen=True)
+class Query:
+    promql: str
+    family: str
+    """The family whose expected figures answer it."""
+    keep: tuple[str, ...] | None = None
+    """``sum by`` these labels (zero sums dropped); None: the family's series as they are."""
+    match: Labels = ()
+    """The query's label matchers."""
+
+
+PROMQL = (
+    Query('sum(slurm_jobs{state="running"})', "slurm_jobs", (), series(state="running")),
+    Query("sum by (partition, state) (slurm_jobs)", "slurm_jobs", ("partition", "state")),
+    Query("sum by (reason) (slurm_jobs_pending)", "slurm_jobs_pending", ("reason",)),
+    Query('sum(slurm_jobs_pending{partition="gpu"})', "slurm_jobs_pending", (), series(partition="gpu")),
+    Query('slurm_node_cpus{node="c1"}', "slurm_node_cpus", None, series(node="c1")),
+    Query("slurm_node_allocated_cpus", "slurm_node_allocated_cpus"),
+    Query("sum(slurm_node_allocated_memory_bytes)", "slurm_node_allocated_memory_bytes", ()),
+    Query('slurm_node_gpus{node="g1"}', "slurm_node_gpus", None, series(node="g1")),
+    Query("slurm_node_allocated_gpus", "slurm_node_allocated_gpus"),
+    Query("slurm_partition_idle_cpus", "slurm_partition_idle_cpus"),
+    Query("sum by (state) (slurm_nodes)", "slurm_nodes", ("state",)),
+)
+
+
+def expected_answer(q: Query, want: Values) -> dict[Labels, float]:
+    fam = want.get(q.family, {})
+    if q.keep is not None:
+        return by(fam, q.keep, q.match)
+    return {k: v for k, v in fam.items() if set(q.match) <= set(k)}
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_prometheus_scrapes_serve(
+    demo: tuple[Lab, dict[str, int]], serves: ServePool, tmp_path: Path
+) -> None:
+    need_binary(PROMETHEUS)
+    lab, _ = demo
+    serve = serves.of(lab)
+    prom = start_prometheus(serve.port, tmp_path)
+    try:
+        prom.wait_target_up()
+        _, expected, answers = stable_sample(lab, lambda since: ask_prometheus(prom, since, lab.release()))
+    finally:
+        prom.proc.stop()
+
+    want = expected.values
+    assert answers['up{job="slurm-keda"}'] == {(): 1.0}
+    assert answers[UP_QUERY] == {(): 1.0}
+    assert answers[info_query(lab.release())] == {(): 1.0}
+    diffs = Diffs()
+    for q in PROMQL:
+        answer = answers[q.promql]
+        if q.keep is not None:
+            answer = {k: v for k, v in answer.items() if v}
+        diffs.eq("PromQL", q.promql, expected_answer(q, want), answer)
+    assert not diffs, diffs.report()
+    assert answers['sum(slurm_jobs{state="running"})'][()] >= 1
+    assert answers["slurm_node_allocated_gpus"][series(node="g1")] >= 1
+
+
+UP_QUERY = "slurm_up"
+
+
+def info_query(release: str) -> str:
+    return f'count(slurm_exporter_info{{slurm_version="{release}"}})'
+
+
+def ask_prometheus(prom: Prometheus, since: float, release: str) -> dict[str, dict[Labels, float]]:
+    """Every query of ``PROMQL`` (and up, slurm_up, the info series), all at ONE evaluation time at
+    which Prometheus' latest sample is of a snapshot fetched at or after ``since``."""
+    at = fresh_eval_time(prom, since)
+    queries = [q.promql for q in PROMQL] + ['up{job="slurm-keda"}', UP_QUERY, info_query(release)]
+    return {q: prom.query(q, at) for q in queries}
+
+
+def fresh_eval_time(prom: Prometheus, since: float) -> float:
+    """An evaluation time at which Prometheus' latest sample carries a snapshot fetched after ``since``."""
+    deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+    selector = "|".join(FRESH_ENDPOINTS)
+    last: dict[Labels, float] = {}
+    while time.monotonic() < deadline:
+        prom.proc.check_alive()
+        at = time.time()
+        last = prom.query(
+            f'min(slurm_exporter_endpoint_fetched_timestamp_seconds{{endpoint=~"{selector}"}})', at
+        )
+        if last and last[()] >= since:
+            return at
+        time.sleep(0.2)
+    raise Unsettled(f"Prometheus has no sample of a snapshot fetched after {since:.3f}: {last}")
+
+
+SLURM_UP_WATCH = 5.0
+"""Seconds of back-to-back scrapes (≈ 5 polls at --poll-interval 1)."""
+
+
+@pytest.mark.lab
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_slurm_up_stays_1_while_a_poll_runs(lab: Lab, serves: ServePool) -> None:
+    """Every scrape of a healthy exporter says slurm_up 1, including those taken during a poll."""
+    serve = serves.of(lab)
+    deadline = time.monotonic() + SLURM_UP_WATCH
+    scrapes = 0
+    while time.monotonic() < deadline:
+        status, text = serve.get("/metrics")
+        if status != 200:
+            pytest.fail(f"/metrics answered {status}: {text[:200]}")
+        scrapes += 1
+        values = parse_scrape(text)
+        age = values["slurm_exporter_snapshot_age_seconds"][()]
+        assert values["slurm_up"] == {(): 1.0}, (
+            f"scrape {scrapes}: slurm_up 0 with a snapshot {age:.2f} s old"
+        )
+
+
+# ----- 4. serve's own behaviour -------------------------------------------------------------------------
+
+
+def test_readyz_stays_503_while_slurmrestd_is_unreachable(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("not-a-real-token\n")
+    nothing = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    serve = start_serve(nothing, token, tmp_path)
+    try:
+        serve.wait_status("/healthz", 200)
+        # a poll has been tried and failed: errors are counted, slurm_up is 0
+        deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+        values: Values = {}
+        while time.monotonic() < deadline:
+            status, text = serve.get("/metrics")
+            assert status == 200, text
+            values = parse_scrape(text)
+            if sum(values.get("slurm_exporter_poll_errors_total", {}).values()) > 0:
+                break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"no poll error counted within {FRESH_SCRAPE_TIMEOUT:.0f} s: {values}")
+        assert values["slurm_up"] == {(): 0.0}
+        assert "slurm_jobs" not in values  # no snapshot, no Slurm families
+        # for two more poll intervals: still not ready, still alive
+        until = time.monotonic() + 2.2
+        while time.monotonic() < until:
+            status, body = serve.get("/readyz")
+            assert status == 503, body
+            assert body.startswith("not ready"), body
+            assert serve.get("/healthz")[0] == 200
+            time.sleep(0.25)
+        serve.proc.check_alive()
+    finally:
+        serve.proc.stop()
+
+
+BAD_WEB_CONFIGS = {
+    "invalid-yaml": "tls_server_config: [unclosed\n",
+    "unknown-key": "no_such_key: 1\n",
+    "not-a-mapping": "- a\n- b\n",
+    "bad-basic-auth-hash": "basic_auth_users:\n  alice: not-a-bcrypt-hash\n",
+    "missing-cert": (
+        "tls_server_config:\n  cert_file: /nonexistent/cert.pem\n  key_file: /nonexistent/key.pem\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("content", [*BAD_WEB_CONFIGS.values(), None], ids=[*BAD_WEB_CONFIGS, "missing-file"])
+def test_serve_exits_2_with_one_line_for_a_bad_web_config(tmp_path: Path, content: str | None) -> None:
+    web_config = tmp_path / "web.yml"
+    if content is not None:
+        web_config.write_text(content)
+    token = tmp_path / "token"
+    token.write_text("x\n")
+    argv = [
+        *console_script(),
+        "serve",
+        "--slurmrestd-url",
+        f"http://127.0.0.1:{free_port()}",
+        "--token-file",
+        str(token),
+        "--listen-address",
+        "127.0.0.1",
+        "--listen-port",
+        str(free_port()),
+        "--web-config-file",
+        str(web_config),
+    ]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_KEDA_")}
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=env)
+    lines = result.stderr.splitlines()
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("slurm-keda: ") and str(web_config) in lines[0], lines[0]
+    assert result.stdout == ""
