@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots;
-# prometheus gives promtool (metric and rule checks) and a real server for scrape tests.
-APT_PACKAGES := debootstrap ca-certificates prometheus
+# prometheus gives promtool (metric and rule checks) and a real server for scrape tests; the host's own
+# Slurm 22.05 + munge run the "host" lab (API v0.0.38).
+APT_PACKAGES := debootstrap ca-certificates prometheus slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 

@@ -38,7 +38,9 @@ class Settings(BaseSettings):
         None, description="file holding the JWT (re-read when it changes); overrides --jwt/SLURM_JWT"
     )
     jwt: SecretStr | None = Field(None, description="the JWT itself (prefer --token-file); else $SLURM_JWT")
-    user_name: str | None = Field(None, description="sent as X-SLURM-USER-NAME (needed with a daemon token)")
+    user_name: str | None = Field(
+        None, description="sent as X-SLURM-USER-NAME (needed with a daemon token, and by Slurm 22.05)"
+    )
     api_version: str | None = Field(
         None, description="force this slurmrestd API version (e.g. v0.0.42) instead of the highest common"
     )

@@ -395,16 +395,33 @@ def compare_jobs(
                 mb_to_bytes(per_cpu),
                 j.memory_per_cpu_bytes,
             )
-        alloc_tres = parse_tres(ctl.get("AllocTRES", ""))
-        tres = alloc_tres or parse_tres(ctl.get("ReqTRES", ""))
-        eq(where, "memory_bytes (scontrol AllocTRES, else ReqTRES, mem)", tres.get("mem", 0), j.memory_bytes)
-        eq(where, "tres_allocated (scontrol AllocTRES)", alloc_tres, dict(j.tres_allocated))
-        eq(
-            where,
-            "tres_requested (scontrol ReqTRES)",
-            parse_tres(ctl.get("ReqTRES", "")),
-            dict(j.tres_requested),
-        )
+        if "ReqTRES" not in ctl and "AllocTRES" not in ctl and "TRES" in ctl:
+            # Slurm < 23.02 (22.05, the host lab): scontrol prints ONE ``TRES=``, the allocated TRES once the
+            # job has an allocation, else the requested ones; so only that one of the two is checked.
+            tres = parse_tres(ctl["TRES"])
+            eq(where, "memory_bytes (scontrol TRES, mem)", tres.get("mem", 0), j.memory_bytes)
+            eq(
+                where,
+                "tres_allocated, else tres_requested (scontrol TRES)",
+                tres,
+                dict(j.tres_allocated or j.tres_requested),
+            )
+        else:
+            alloc_tres = parse_tres(ctl.get("AllocTRES", ""))
+            tres = alloc_tres or parse_tres(ctl.get("ReqTRES", ""))
+            eq(
+                where,
+                "memory_bytes (scontrol AllocTRES, else ReqTRES, mem)",
+                tres.get("mem", 0),
+                j.memory_bytes,
+            )
+            eq(where, "tres_allocated (scontrol AllocTRES)", alloc_tres, dict(j.tres_allocated))
+            eq(
+                where,
+                "tres_requested (scontrol ReqTRES)",
+                parse_tres(ctl.get("ReqTRES", "")),
+                dict(j.tres_requested),
+            )
         if j.whole_node_memory:
             # whole-node memory = the RealMemory of every node it gets: its allocated nodes when running,
             # else min_nodes × the partition's node size (the lab's partitions are homogeneous).

@@ -2,19 +2,22 @@
 
 Fixtures (session-scoped unless noted):
 
-- ``lab_2411``, ``lab_2605`` — a running :class:`~exporter.lab.Lab` (brought up once, left running).
-- ``lab`` — parametrised over both.
+- ``lab_2411``, ``lab_2605``, ``lab_host`` — a running :class:`~exporter.lab.Lab` (brought up once, left
+  running). ``lab_host`` is this machine's own Slurm (22.05 on Debian 12, with the lab's own munged).
+- ``lab`` — parametrised over ``LAB_FLAVORS``: 24.11, 26.05, and ``host`` only when the host packages
+  (``HOST_PACKAGES``: slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin) are installed.
 - ``lab_endpoint`` — :class:`LabEndpoint` (base URL, unix URL, token file, API versions) of ``lab``.
 - ``lab_demo`` (function scope) — ``lab`` with the demo workload submitted and settled; yields
   ``(lab, {demo key: job id})``.
 
 A lab that cannot start skips the test with the reason, or fails it when ``SLURM_KEDA_REQUIRE_LAB=1``
-(CI). The host flavor (Slurm 22.05) is not supported by the lab.
+(CI). Without the host packages ``lab_host`` always skips (it is not a failure that a machine lacks them).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,9 +26,16 @@ import pytest
 
 from exporter.lab import Lab, LabError
 from exporter.lab.demo import submit_demo, wait_demo_steady
+from exporter.lab.flavors import HOST_PACKAGES, host_packages_missing
 
-LAB_FLAVORS = ("24.11", "26.05")
+HOST_MISSING = tuple(host_packages_missing())
+"""Host packages not installed (empty: the ``host`` flavor is part of ``LAB_FLAVORS``)."""
+HOST_INSTALLED = not HOST_MISSING
+LAB_FLAVORS: tuple[str, ...] = ("24.11", "26.05", *(("host",) if HOST_INSTALLED else ()))
 DEMO_TIMEOUT = 90.0
+DEMO_MAX_AGE = 480.0
+"""Seconds a submitted demo stays in its steady state: the cloud nodes time out after ResumeTimeout=600 s
+(their job is requeued) and the running jobs end at their 30-minute limits."""
 _failures: dict[str, str] = {}
 
 
@@ -87,9 +97,19 @@ def lab_2605() -> Iterator[Lab]:
     yield start_lab("26.05")
 
 
+@pytest.fixture(scope="session")
+def lab_host() -> Iterator[Lab]:
+    if not HOST_INSTALLED:
+        pytest.skip(
+            f"host Slurm packages not installed ({', '.join(HOST_MISSING)}); "
+            f"apt-get install -y {' '.join(HOST_PACKAGES)}"
+        )
+    yield start_lab("host")
+
+
 @pytest.fixture(scope="session", params=LAB_FLAVORS, ids=[f"slurm{f}" for f in LAB_FLAVORS])
 def lab(request: pytest.FixtureRequest) -> Lab:
-    name = "lab_" + str(request.param).replace(".", "")
+    name = "lab_" + str(request.param).replace(".", "")  # lab_2411, lab_2605, lab_host
     result: Lab = request.getfixturevalue(name)
     if not result.is_running():  # a test may have taken it down
         result.up()
@@ -115,8 +135,13 @@ def endpoint_of(lab: Lab) -> LabEndpoint:
 
 @pytest.fixture()
 def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
-    """The lab with the demo workload in its steady state (submitted once per lab run)."""
+    """The lab with the demo workload in its steady state (submitted once per lab run; a lab whose demo
+    is older than :data:`DEMO_MAX_AGE` is restarted clean first)."""
     lab.up()
+    record = lab.state_dir / "demo.json"
+    if record.exists() and time.time() - record.stat().st_mtime > DEMO_MAX_AGE:
+        lab.down()
+        lab.up()
     jobs = submit_demo(lab)
     try:
         wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
@@ -125,4 +150,4 @@ def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
     return lab, jobs
 
 
-__all__ = ["LAB_FLAVORS", "LabEndpoint", "endpoint_of", "start_lab", "wait_demo_steady"]
+__all__ = ["HOST_INSTALLED", "LAB_FLAVORS", "LabEndpoint", "endpoint_of", "start_lab", "wait_demo_steady"]

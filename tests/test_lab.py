@@ -15,9 +15,9 @@ import pytest
 
 from exporter.lab import Lab, LabError, procs
 from exporter.lab.cli import main
-from exporter.lab.conf import LabConfig, Ports, slurm_conf
+from exporter.lab.conf import LabConfig, Ports, cgroup_conf, slurm_conf
 from exporter.lab.demo import DEMO_JOBS
-from exporter.lab.lab import api_versions_from_openapi
+from exporter.lab.lab import ENV_MARKER, api_versions_from_openapi
 from exporter.lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
 from tests.lab_fixtures import LabEndpoint
 
@@ -31,6 +31,19 @@ def test_slurm_conf_has_the_lab_partitions() -> None:
     assert "PartitionName=cpu Nodes=c1,c2,c3 Default=YES MaxNodes=2" in text
     assert "Nodeset=ns-dyn Feature=dyn" in text
     assert "NodeName=p[1-12]" in text and "State=CLOUD" in text
+
+
+def test_legacy_slurm_conf_uses_the_labs_own_munge() -> None:
+    cfg = LabConfig(
+        cluster_name="labhost", inner=PurePosixPath("/s/host"), ports=Ports(17000), legacy_munge=True
+    )
+    text = slurm_conf(cfg)
+    assert "AuthType=auth/munge" in text and "CredType=cred/munge" in text
+    assert "AuthInfo=socket=/s/host/munge/munge.socket" in text  # never the system's /run/munge
+    assert "PrivateData=cloud" in text  # else 22.05 hides the powered-down cloud nodes
+    assert "Nodeset=" not in text and "PartitionName=dyn" not in text and "MaxNodeCount" not in text
+    assert "PartitionName=gpu" in text and "State=CLOUD" in text
+    assert "disabled" not in cgroup_conf(cfg)  # 22.05 has no CgroupPlugin=disabled
 
 
 def test_api_versions_from_openapi_sorts_numerically() -> None:
@@ -57,7 +70,7 @@ def test_up_twice_is_idempotent(lab: Lab) -> None:
 def test_status_shows_release_and_api_versions(lab: Lab) -> None:
     st = lab.status()
     assert st.running and st.slurm_release is not None
-    assert st.slurm_release.startswith(lab.flavor.name)
+    assert st.slurm_release.startswith(lab.flavor.name if not lab.flavor.is_host else "22.05")
     assert st.api_versions and all(v.startswith("v0.0.") for v in st.api_versions)
     assert st.url == f"http://127.0.0.1:{lab.ports.slurmrestd}"
     assert st.unix_url is not None and st.unix_url.startswith("unix:/")
@@ -95,6 +108,11 @@ def test_exec_runs_client_commands(lab: Lab, capsys: pytest.CaptureFixture[str])
 
 def test_dynamic_node_joins_and_leaves(lab: Lab) -> None:
     name = f"d{uuid.uuid4().hex[:4]}"
+    if lab.flavor.is_host:  # Slurm 22.05: the lab has no nodeset/dyn partition there
+        with pytest.raises(LabError, match=r"dynamic nodes .* not supported"):
+            lab.add_node(name, dynamic=True)
+        assert name not in lab.node_states()
+        return
     node = lab.add_node(name, dynamic=True, cpus=4, memory_mb=4000, gpus=1)
     try:
         assert node.dynamic
@@ -175,6 +193,38 @@ def test_down_only_stops_its_own_processes(lab_2411: Lab) -> None:
         assert time.monotonic() - started < 60
 
 
+def test_host_down_only_stops_its_own_processes(lab_host: Lab) -> None:
+    """Without a chroot, down() finds the host lab's job steps by its environment mark and open files."""
+    lab = lab_host
+    lab.up()
+    # gpu partition, 5 min: backfill starts it even beside the demo workload (gpu_two waits ~30 min)
+    sbatch = ["sbatch", "-o", "/dev/null", "-p", "gpu", "-n1", "--mem=100", "-t", "5", "--wrap", "sleep 300"]
+    job = int(lab.run(sbatch).split()[-1])
+    deadline = time.monotonic() + 30
+    while lab.run(["squeue", "-h", "-j", str(job), "-o", "%T"]).strip() != "RUNNING":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.2)
+    decoy = subprocess.Popen(["sleep", "300"], env={"PATH": "/usr/bin:/bin"})  # a `sleep` outside the lab
+    others = [p for name in ("24.11", "26.05") for p in Lab(name).status().components.values() if p]
+    try:
+        lab_pids = [p for p in lab.status().components.values() if p is not None]
+        steps = procs.pids_of_lab(ENV_MARKER, lab.state_dir)
+        assert set(steps) - set(lab_pids), "the job's slurmstepd/processes were not found"
+        stopped = lab.down()
+        assert set(lab_pids) <= set(stopped)  # (slurmscriptd dies with slurmctld, before the sweep)
+        assert decoy.poll() is None, "down() killed a process that is not the lab's"
+        assert all(procs.alive(p) for p in others), "down() of host touched another lab"
+        assert not any(procs.alive(p) for p in steps)
+        assert not procs.pids_of_lab(ENV_MARKER, lab.state_dir)
+        assert not lab.is_running() and not lab.status().running
+    finally:
+        decoy.kill()
+        decoy.wait()
+        started = time.monotonic()
+        lab.up()
+        assert time.monotonic() - started < 60
+
+
 def _sinfo() -> str:
     from exporter.lab.record import SINFO_FORMAT
 
@@ -182,10 +232,11 @@ def _sinfo() -> str:
 
 
 def _ping_up(body: bytes) -> bool:
-    """slurmctld answered: ``responding`` (v0.0.41+) or ``pinged == "UP"`` (v0.0.40)."""
+    """slurmctld answered: ``responding`` (v0.0.41+), ``pinged == "UP"`` (v0.0.40) or ``ping == "UP"``
+    (v0.0.38)."""
     try:
         pings = json.loads(body).get("pings") or [{}]
     except ValueError:
         return False
     ping = pings[0]
-    return bool(ping.get("responding", ping.get("pinged") == "UP"))
+    return bool(ping.get("responding", "UP" in (ping.get("pinged"), ping.get("ping"))))

@@ -1,7 +1,8 @@
 """The real code path (SlurmClient + Poller + version adapters) against the live Slurm labs, checked
 against what Slurm's own tools (squeue, sinfo, scontrol) say at the same moment.
 
-Every (lab flavor, API version) the labs serve is covered: 24.11 → v0.0.40–v0.0.42, 26.05 → v0.0.42–v0.0.45.
+Every (lab flavor, API version) the labs serve is covered: 24.11 → v0.0.40–v0.0.42, 26.05 → v0.0.42–v0.0.45,
+and host → v0.0.38 (Debian 12's Slurm 22.05; only where its packages are installed: tests/lab_fixtures.py).
 One *sample* = the CLI views, one poll, the CLI views again; a sample whose before and after views differ
 (the workload moved during the poll) is retried a few times, immediately. Comparisons live in
 ``tests/lab_compare.py`` and collect every mismatch so a failure lists all of them.
@@ -41,12 +42,15 @@ from tests.lab_compare import (
     compare_partitions,
     mb_to_bytes,
 )
+from tests.lab_fixtures import HOST_INSTALLED
 
 pytestmark = pytest.mark.lab
 
 LAB_API_VERSIONS: dict[str, tuple[str, ...]] = {
     "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
     "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
+    # the host lab loads only openapi/v0.0.38 (v0.0.37 is not supported by slurm-keda)
+    **({"host": ("v0.0.38",)} if HOST_INSTALLED else {}),
 }
 CASES = [
     pytest.param(flavor, version, id=f"slurm{flavor}-{version}")
@@ -126,12 +130,23 @@ def _moved(before: CliView, after: CliView) -> str:
     return ", ".join(n for n, a, b in zip(names, before.stable(), after.stable(), strict=True) if a != b)
 
 
+def user_name_for(lab: Lab) -> str | None:
+    """X-SLURM-USER-NAME to send with the lab's token: Slurm 22.05's rest_auth/jwt (host lab) answers 401
+    "Authentication failure" to a user token without it (23.02+ take the user from the token's ``sun``)."""
+    return "root" if lab.flavor.is_host else None
+
+
 async def poll(
-    url: str, token_file: Path | None, api_version: str | None, *, polls: int = 1
+    url: str,
+    token_file: Path | None,
+    api_version: str | None,
+    *,
+    polls: int = 1,
+    user_name: str | None = None,
 ) -> tuple[Snapshot, Poller]:
     """``polls`` consecutive polls through SlurmClient + Poller; the last snapshot and the poller."""
     token = TokenSource(token_file=token_file) if token_file else TokenSource()
-    async with SlurmClient(ClientConfig(base_url=url, token=token)) as client:
+    async with SlurmClient(ClientConfig(base_url=url, token=token, user_name=user_name)) as client:
         poller = Poller(client, PollerConfig(api_version=api_version))
         snap = None
         for _ in range(polls):
@@ -150,7 +165,7 @@ async def stable_sample(lab: Lab, api_version: str | None) -> tuple[CliView, Sna
     moved = []
     for _ in range(SAMPLE_ATTEMPTS):
         before = cli_view(lab)
-        snap, poller = await poll(lab.url, lab.token_file, api_version)
+        snap, poller = await poll(lab.url, lab.token_file, api_version, user_name=user_name_for(lab))
         after = cli_view(lab)
         if before.stable() == after.stable():
             return before, snap, poller
@@ -167,6 +182,11 @@ def partition_nodes(view: CliView) -> dict[str, list[str]]:
     for row in view.sinfo:
         out.setdefault(row["partition"].rstrip("*"), []).append(row["node"])
     return out
+
+
+def version_has_default_flag(api_version: str) -> bool:
+    """Partitions say which is the default in v0.0.38 (``flags: ["default"]``) and v0.0.45+."""
+    return api_version == "v0.0.38" or version_key(api_version) >= (0, 0, 45)
 
 
 # ----- the lab serves what this file assumes --------------------------------------------------------------
@@ -198,7 +218,7 @@ async def test_snapshot_matches_slurm_tools(lab_demo: tuple[Lab, dict[str, int]]
         snap.partitions,
         view.partitions,
         snap.nodes,
-        has_default_flag=version_key(api_version) >= (0, 0, 45),
+        has_default_flag=version_has_default_flag(api_version),
         diffs=diffs,
     )
     assert not diffs, diffs.report()
@@ -232,7 +252,7 @@ async def test_unix_socket_matches_tcp(lab_demo: tuple[Lab, dict[str, int]]) -> 
     moved = []
     for _ in range(SAMPLE_ATTEMPTS):
         before = cli_view(lab)
-        tcp, _p = await poll(lab.url, lab.token_file, None)
+        tcp, _p = await poll(lab.url, lab.token_file, None, user_name=user_name_for(lab))
         unix, unix_poller = await poll(lab.unix_url, None, None)
         after = cli_view(lab)
         if before.stable() == after.stable():
@@ -272,6 +292,7 @@ def test_cli_snapshot_json_matches_squeue(lab_demo: tuple[Lab, dict[str, int]]) 
         lab.url,
         "--token-file",
         str(lab.token_file),
+        *(["--user-name", name] if (name := user_name_for(lab)) else []),
     ]
     moved = []
     for _ in range(SAMPLE_ATTEMPTS):
@@ -313,7 +334,8 @@ async def _two_polls(
     """Two consecutive polls by one poller; also Slurm's last_update per endpoint after the first."""
     token = TokenSource(token_file=lab.token_file)
     # retries=0: the 24.11 v0.0.40/41 500s to update_time would otherwise cost ~1.5 s of backoff per sample
-    async with SlurmClient(ClientConfig(base_url=lab.url, token=token, retries=0)) as client:
+    config = ClientConfig(base_url=lab.url, token=token, retries=0, user_name=user_name_for(lab))
+    async with SlurmClient(config) as client:
         poller = Poller(client, PollerConfig(api_version=api_version))
         first = await poller.poll_once()
         assert first is not None, poller.status.last_error
@@ -326,7 +348,11 @@ async def _two_polls(
     return first, second, poller, held
 
 
-UPDATE_TIME_CASES = [c for c in CASES if tuple(c.values) not in UPDATE_TIME_REJECTED]
+# v0.0.38 (Slurm 22.05, host lab) answers carry no last_update at all, so the poller never sends
+# update_time there: every poll is a full fetch.
+NO_LAST_UPDATE = {("host", "v0.0.38")}
+UPDATE_TIME_CASES = [c for c in CASES if tuple(c.values) not in UPDATE_TIME_REJECTED | NO_LAST_UPDATE]
+NO_LAST_UPDATE_CASES = [c for c in CASES if tuple(c.values) in NO_LAST_UPDATE]
 REJECTED_CASES = [c for c in CASES if tuple(c.values) in UPDATE_TIME_REJECTED]
 
 
@@ -349,6 +375,29 @@ async def test_update_time_rejected_falls_back_to_full_fetch(
         assert (st.successes, st.unchanged, st.update_time_broken) == (2, 0, True), name
     assert sorted(str(j.job_id) for j in second.jobs) == sorted(r["record_job_id"] for r in before.squeue)
     assert [j.job_id for j in second.jobs] == [j.job_id for j in first.jobs]
+
+
+@pytest.mark.parametrize(("lab", "api_version"), NO_LAST_UPDATE_CASES, indirect=["lab"])
+async def test_no_last_update_means_full_fetches(
+    lab_demo: tuple[Lab, dict[str, int]], api_version: str
+) -> None:
+    lab, _ = lab_demo
+    for _ in range(SAMPLE_ATTEMPTS):
+        before = cli_view(lab)
+        first, second, poller, held = await _two_polls(lab, api_version)
+        after = cli_view(lab)
+        if before.stable() == after.stable():
+            break
+    else:
+        pytest.fail("the workload kept moving")
+    assert endpoint_errors(poller) == {}
+    for name in sorted(INCREMENTAL_ENDPOINTS):
+        st = poller.status.endpoints[name]
+        assert held[name] is None and st.envelope is not None and st.envelope.last_update is None, name
+        assert (st.successes, st.unchanged, st.update_time_broken) == (2, 0, False), name
+        assert st.last_bytes > 0, name
+    assert sorted(str(j.job_id) for j in second.jobs) == sorted(r["record_job_id"] for r in before.squeue)
+    assert second.jobs == first.jobs
 
 
 @pytest.mark.parametrize(("lab", "api_version"), UPDATE_TIME_CASES, indirect=["lab"])

@@ -18,6 +18,8 @@ DYN_NODESET = "ns-dyn"
 DYN_FEATURE = "dyn"
 LICENSES = "matlab:5"
 MAX_NODE_COUNT = 64
+MUNGE_SOCKET = ("munge", "munge.socket")
+"""Where a legacy (munge) lab's own munged listens, relative to the state directory."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +95,11 @@ def node_line(
 def slurm_conf(cfg: LabConfig) -> str:
     p = cfg.path
     if cfg.legacy_munge:
-        auth = ["AuthType=auth/munge", "CredType=cred/munge"]
+        # The lab runs its own munged (exporter/lab/munge.py); AuthInfo points slurm at its socket,
+        # never at the system's /run/munge.
+        auth = ["AuthType=auth/munge", "CredType=cred/munge", f"AuthInfo=socket={p(*MUNGE_SOCKET)}"]
+        # 22.05 hides powered-down cloud nodes (sinfo, scontrol, REST) unless PrivateData names "cloud".
+        auth.append("PrivateData=cloud")
     else:
         auth = ["AuthType=auth/slurm", "CredType=cred/slurm", "AuthInfo=cred_expire=30"]
     lines = [
@@ -156,7 +162,14 @@ def slurm_conf(cfg: LabConfig) -> str:
 
 
 def cgroup_conf(cfg: LabConfig) -> str:
-    del cfg
+    """No cgroups for the lab (proctrack/linuxproc, task/none).
+
+    Slurm < 23.11 has no ``CgroupPlugin=disabled`` and its slurmd always initialises a cgroup plugin:
+    autodetect picks cgroup/v1 or cgroup/v2 by the host's mount; on v2 without a reachable systemd the
+    plugin creates its scope directly (IgnoreSystemdOnFailure). The lab's steps never use it.
+    """
+    if cfg.legacy_munge:
+        return "CgroupPlugin=autodetect\nIgnoreSystemdOnFailure=yes\n"
     return "CgroupPlugin=disabled\n"
 
 

@@ -7,6 +7,7 @@ versions can run side by side on one machine.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,6 +71,26 @@ def cache_dir() -> Path:
 
 def state_root() -> Path:
     return Path(os.environ.get("SLURM_KEDA_LAB_STATE", str(DEFAULT_STATE_ROOT)))
+
+
+def host_packages_missing(packages: tuple[str, ...] = HOST_PACKAGES) -> list[str]:
+    """Which of the host flavor's Debian packages are not installed (all of them without dpkg)."""
+    try:
+        result = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Package} ${db:Status-Status}\\n", *packages],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return list(packages)
+    installed = {
+        parts[0]
+        for line in result.stdout.splitlines()
+        if (parts := line.split()) and parts[-1] == "installed"
+    }
+    return [p for p in packages if p not in installed]
 
 
 def get_flavor(name: str) -> Flavor:

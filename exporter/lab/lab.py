@@ -4,18 +4,26 @@ Layout of a lab's state directory (``/var/lib/slurm-keda/lab/<flavor>``; bind-mo
 the flavor's chroot)::
 
     etc/    slurm.conf cgroup.conf gres.conf slurm.key jwt.key
+    munge/  host flavor only: its own munged's socket, key, pid and seed (see exporter/lab/munge.py)
     state/  ctld/ (StateSaveLocation), slurmd/<node>/
     run/    <component>.lab-pid, slurmrestd.sock
     log/    slurmctld.log slurmd-<node>.log slurmrestd-*.log power.log
     nodes/  <node>.json for nodes added at run time
     token   a JWT for root, written by ``up``
     lab.json  port base and node count of the running lab
+
+The host flavor runs this machine's own Slurm packages (22.05 on Debian 12) outside any chroot. It never
+uses or touches the system's Slurm or munge services: every daemon gets the lab's own files (slurm.conf,
+munged socket, state) and ports; its processes carry ``SLURM_KEDA_LAB=<state dir>`` in their environment,
+which Slurm hands on to the jobs, and slurmstepd keeps the lab's slurmd log open: so ``down`` finds a
+host lab's job steps without a chroot and without matching names (:func:`procs.pids_of_lab`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import re
 import secrets
 import subprocess
@@ -25,7 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from exporter.lab import chroot, procs
+from exporter.lab import chroot, munge, procs
 from exporter.lab.conf import (
     DYN_FEATURE,
     GPU_COUNT,
@@ -40,7 +48,7 @@ from exporter.lab.conf import (
     slurm_conf,
 )
 from exporter.lab.errors import LabError, LabNotRunningError
-from exporter.lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor
+from exporter.lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
 from exporter.lab.http import Response, get
 
 DEFAULT_NODES = 3
@@ -48,6 +56,11 @@ TOKEN_LIFESPAN = 7 * 24 * 3600
 """Lifespan in seconds of the token ``up`` writes to the token file: a week, so a lab left up stays usable."""
 START_TIMEOUT = 60.0
 RESTD_UNIX_SOCKET = "slurmrestd.sock"
+ENV_MARKER = "SLURM_KEDA_LAB"
+"""Environment variable naming the state directory in every process of a host-flavor lab."""
+HOST_RESTD_USER = "slurm"
+"""slurmrestd refuses to run as root; on the host it runs as the ``slurm`` user Debian's packages create."""
+MUNGED = "munged"
 
 
 @dataclass(frozen=True)
@@ -174,9 +187,15 @@ class Lab:
     def _pid(self, component: str) -> int | None:
         """The live pid of one of this lab's daemons, or None."""
         pid = procs.read_pid(self._pid_file(component))
-        if pid is not None and procs.belongs(pid, self.root, self.slurm_conf_inner):
+        if pid is not None and procs.belongs(pid, self.root, self._marker(component)):
             return pid
         return None
+
+    def _marker(self, component: str) -> str:
+        """What the command line of this lab's ``component`` contains (its slurm.conf, or munged's socket)."""
+        if component == MUNGED:
+            return f"--socket={munge.socket_path(self.state_dir)}"
+        return self.slurm_conf_inner
 
     def _components(self) -> list[str]:
         run = self.state_dir / "run"
@@ -191,7 +210,7 @@ class Lab:
         pid = self._pid(component)
         if pid is not None:
             return pid
-        pid = procs.spawn(self.root, argv, self._out_path(component), env or {})
+        pid = procs.spawn(self.root, argv, self._out_path(component), {**self._mark(), **(env or {})})
         self._pid_file(component).write_text(f"{pid}\n")
         return pid
 
@@ -201,8 +220,12 @@ class Lab:
             procs.terminate([pid])
         self._pid_file(component).unlink(missing_ok=True)
 
+    def _mark(self) -> dict[str, str]:
+        """The environment mark of a host lab's processes (chroot labs are found by their root)."""
+        return {ENV_MARKER: str(self.state_dir)} if self.flavor.is_host else {}
+
     def _client_env(self) -> dict[str, str]:
-        return {**procs.BASE_ENV, "SLURM_CONF": self.slurm_conf_inner}
+        return {**procs.BASE_ENV, "SLURM_CONF": self.slurm_conf_inner, **self._mark()}
 
     # ----- client commands -------------------------------------------------------------------------
     def run(self, argv: Sequence[str], *, check: bool = True, timeout: float = 60.0) -> str:
@@ -229,15 +252,14 @@ class Lab:
     # ----- up --------------------------------------------------------------------------------------
     def _check_install(self) -> None:
         if self.flavor.is_host:
-            missing = [
-                b
-                for b in ("slurmctld", "slurmd", "slurmrestd", "scontrol", "munged")
-                if not any(Path(d, b).exists() for d in ("/usr/sbin", "/usr/bin"))
-            ]
-            if missing or not Path("/usr/lib/x86_64-linux-gnu/slurm-wlm/auth_jwt.so").exists():
+            missing = host_packages_missing()
+            if missing:
                 raise LabError(
-                    "host Slurm packages missing; run: apt-get install -y " + " ".join(HOST_PACKAGES)
+                    f"host Slurm packages missing ({', '.join(missing)}); run: apt-get install -y "
+                    + " ".join(HOST_PACKAGES)
                 )
+            munge.munge_ids()
+            self._restd_ids()
         else:
             assert self.flavor.suite is not None
             chroot.ensure_chroot(self.flavor.suite, progress=True)
@@ -306,11 +328,6 @@ class Lab:
     def up(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
         """Start the lab, or complete/confirm an already running one. Returns its status."""
         require_root()
-        if self.flavor.is_host:
-            raise LabError(
-                "the host flavor (this machine's own Slurm packages; 22.05 with auth/munge on Debian 12) "
-                "is not supported by the lab; use --slurm 24.11 or --slurm 26.05"
-            )
         saved_base = self._saved().get("port_base")
         if self.is_running():
             if self._requested_base is not None and saved_base not in (None, self._requested_base):
@@ -333,8 +350,11 @@ class Lab:
             for name in ("demo.json", "token"):
                 (self.state_dir / name).unlink(missing_ok=True)
             self._write_files(cfg)
-            self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
         deadline = time.monotonic() + timeout
+        if self.flavor.is_host:
+            # before slurmctld (auth/munge); while the lab runs, this restarts a munged that died
+            self._start_munged(deadline)
+        self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
         self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
         for node in self._static_nodes() + self._runtime_nodes():
             self._start_slurmd(node)
@@ -356,11 +376,30 @@ class Lab:
         )
         return self.status()
 
+    def _start_munged(self, deadline: float) -> None:
+        """The lab's own munged (host flavor); waits until its socket answers."""
+        if self._pid(MUNGED) is None:
+            munge.prepare(self.state_dir)
+            self._start(MUNGED, munge.argv(self.state_dir))
+        self._wait("munged to answer on its socket", deadline, self._munge_ready, MUNGED)
+
+    def _munge_ready(self) -> bool:
+        sock = munge.socket_path(self.state_dir)
+        if not sock.exists():
+            return False
+        result = subprocess.run(
+            ["munge", "--socket", str(sock), "--no-input", "--string", ""],
+            capture_output=True,
+            check=False,
+            timeout=10,
+        )
+        return result.returncode == 0
+
     def _wait(self, what: str, deadline: float, ready: Callable[[], bool], component: str) -> None:
         while True:
             for comp in self._components():
                 pid = procs.read_pid(self._pid_file(comp))
-                if comp in ("slurmctld", component) and (pid is None or not procs.alive(pid)):
+                if comp in ("slurmctld", MUNGED, component) and (pid is None or not procs.alive(pid)):
                     raise LabError(f"{comp} of lab {self.flavor.name} exited: {self._why(comp)}")
             if ready():
                 return
@@ -416,7 +455,21 @@ class Lab:
         (self.state_dir / "state/slurmd" / node.name).mkdir(parents=True, exist_ok=True)
         return self._start(f"slurmd-{node.name}", argv)
 
+    def _restd_ids(self) -> tuple[str, int, int]:
+        """User name, uid and gid slurmrestd runs as (it refuses root)."""
+        if not self.flavor.is_host:
+            return chroot.RESTD_USER, chroot.RESTD_UID, chroot.RESTD_UID
+        try:
+            entry = pwd.getpwnam(HOST_RESTD_USER)
+        except KeyError:
+            raise LabError(
+                f"user {HOST_RESTD_USER!r} (created by Debian's Slurm packages) does not exist; "
+                "run: apt-get install --reinstall -y " + " ".join(HOST_PACKAGES)
+            ) from None
+        return HOST_RESTD_USER, entry.pw_uid, entry.pw_gid
+
     def _start_restd(self) -> None:
+        user, uid, gid = self._restd_ids()
         release = self.release()
         plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
         self._start(
@@ -426,9 +479,9 @@ class Lab:
                 "-f",
                 self.slurm_conf_inner,
                 "-u",
-                chroot.RESTD_USER,
+                user,
                 "-g",
-                chroot.RESTD_USER,
+                user,
                 "-a",
                 "rest_auth/jwt",
                 "-s",
@@ -442,7 +495,7 @@ class Lab:
         sock = self.inner / "run" / "restd" / RESTD_UNIX_SOCKET
         if self._pid("slurmrestd-unix") is None:
             self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
-            os.chown(self.unix_socket.parent, chroot.RESTD_UID, chroot.RESTD_UID)
+            os.chown(self.unix_socket.parent, uid, gid)
             self.unix_socket.unlink(missing_ok=True)
         self._start(
             "slurmrestd-unix",
@@ -451,9 +504,9 @@ class Lab:
                 "-f",
                 self.slurm_conf_inner,
                 "-u",
-                chroot.RESTD_USER,
+                user,
                 "-g",
-                chroot.RESTD_USER,
+                user,
                 "-a",
                 "rest_auth/local",
                 "-s",
@@ -534,7 +587,11 @@ class Lab:
                     f"node {name} is not in slurm.conf; add it with --dynamic (joins partition dyn)"
                 )
             if self._config().legacy_munge:
-                raise LabError("dynamic nodes need Slurm 23.02+ with nodesets")
+                raise LabError(
+                    f"lab {self.flavor.name} runs Slurm {self.release()}: dynamic nodes (slurmd -Z joining "
+                    "nodeset ns-dyn, partition dyn) are not supported by the lab before Slurm 23.11; "
+                    "use --slurm 24.11 or --slurm 26.05"
+                )
             used = {n.port for n in self._runtime_nodes()}
             port = next((p for p in self.ports.runtime_nodes if p not in used and procs.port_free(p)), None)
             if port is None:
@@ -590,6 +647,11 @@ class Lab:
         stopped = list(pids)
         if not self.flavor.is_host and self.root.exists() and self._owner() in (None, self.state_dir):
             stopped += self._clear_root()
+        if self.flavor.is_host:
+            # job steps (slurmstepd, the jobs' processes) and any daemon whose pid file was lost
+            leftovers = procs.pids_of_lab(ENV_MARKER, self.state_dir)
+            procs.terminate(leftovers)
+            stopped += leftovers
         for comp in self._components():
             self._pid_file(comp).unlink(missing_ok=True)
         return stopped

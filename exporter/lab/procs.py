@@ -108,6 +108,71 @@ def pids_under_root(root: Path) -> list[int]:
     return found
 
 
+def environ_of(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    out = {}
+    for item in raw.split(b"\0"):
+        key, sep, value = item.decode(errors="replace").partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents (never selected for stopping)."""
+    found, pid = set(), os.getpid()
+    while pid > 1 and pid not in found:
+        found.add(pid)
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return found
+
+
+def holds_file_under(pid: int, folder: Path) -> bool:
+    """True if ``pid`` has a file below ``folder`` open (e.g. slurmstepd keeps its slurmd's log open)."""
+    fd_dir = Path(f"/proc/{pid}/fd")
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = Path(os.readlink(fd_dir / fd))
+        except OSError:
+            continue
+        if folder in target.parents:
+            return True
+    return False
+
+
+def pids_of_lab(env_key: str, state_dir: Path) -> list[int]:
+    """Every live process of a host lab: marked with ``env_key=<state dir>`` in its environment, or holding
+    a file below ``state_dir`` open (this process and its parents excepted).
+
+    Slurm passes the environment on to the jobs (``sbatch --export=ALL``, the default), but slurmstepd
+    overwrites its own environment with its process title; it keeps its slurmd's log file open, though.
+    Nothing is matched by name.
+    """
+    folder = state_dir.resolve()
+    if folder == Path("/") or len(folder.parts) < 3:
+        raise LabError(f"refusing to select processes by files under {folder}")
+    own = _ancestors()
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            pid = int(entry)
+            if pid in own or not alive(pid):
+                continue
+            if environ_of(pid).get(env_key) == str(state_dir) or holds_file_under(pid, folder):
+                found.append(pid)
+    return found
+
+
 def terminate(pids: Iterable[int], timeout: float = 10.0) -> None:
     """SIGTERM the given pids, SIGKILL whatever is left after ``timeout`` seconds."""
     pending = [pid for pid in pids if alive(pid)]
