@@ -153,7 +153,7 @@ def best(mode: str, version: str, path: Path, repeat: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", default="10000,50000,100000")
-    ap.add_argument("--versions", default="v0.0.41,v0.0.45")
+    ap.add_argument("--versions", default="v0.0.38,v0.0.41,v0.0.45")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json-max", type=int, default=50000, help="largest size to time json.loads on")
     args = ap.parse_args()
