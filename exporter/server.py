@@ -151,6 +151,8 @@ class MetricsRenderer:
         self.last_render_seconds = 0.0
         self._snap: Snapshot | None = None
         self._parts: dict[_PartKey, asyncio.Future[_Part]] = {}
+        self._ready: dict[_PartKey, tuple[Snapshot, _Part]] = {}
+        """The newest finished part per variant, served while a newer snapshot's part renders."""
         self._wanted: dict[_PartKey, _Format] = {}
 
     # -- the Slurm part, cached ----------------------------------------------------------------
@@ -188,11 +190,18 @@ class MetricsRenderer:
             coro = self._deflate(self._future(snap, fmt, False)) if gz else self._render_plain(snap, fmt)
             fut = parts[key] = asyncio.ensure_future(coro)
 
-            def forget_failure(f: asyncio.Future[_Part]) -> None:
-                if not f.cancelled() and f.exception() is not None and parts.get(key) is f:
-                    del parts[key]  # the next scrape tries again
+            def settle(f: asyncio.Future[_Part]) -> None:
+                if f.cancelled():
+                    return
+                if f.exception() is not None:
+                    if parts.get(key) is f:
+                        del parts[key]  # the next scrape tries again
+                    return
+                held = self._ready.get(key)
+                if held is None or held[0].taken_at <= snap.taken_at:
+                    self._ready[key] = (snap, f.result())
 
-            fut.add_done_callback(forget_failure)
+            fut.add_done_callback(settle)
         return fut
 
     async def part(self, snap: Snapshot, fmt: _Format, gz: bool) -> _Part:
@@ -232,7 +241,17 @@ class MetricsRenderer:
         if snap is None:
             body = self.health(None, fmt) + eof
             return (zlib.compress(body, 6, 16 + zlib.MAX_WBITS) if gzip else body), fmt.content_type
-        part = await self.part(snap, fmt, gzip)
+        key = (fmt.content_type, gzip)
+        fut = self._future(snap, fmt, gzip)
+        held = self._ready.get(key)
+        if not fut.done() and held is not None:
+            # a new snapshot is still rendering: serve the previous one whole (its health block
+            # says its age) rather than make the scrape wait seconds for a 100k-job render
+            snap, part = held
+            if key not in self._wanted and len(self._wanted) < self.MAX_WARM:
+                self._wanted[key] = fmt
+        else:
+            part = await self.part(snap, fmt, gzip)
         tail = self.health(snap, fmt) + eof
         if isinstance(part, _Deflated):
             return gzip_join(part, tail), fmt.content_type

@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import bcrypt
@@ -590,3 +591,41 @@ def test_serve_with_an_unloadable_key_exits_2(
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "cannot load" in err[0]
+
+
+async def test_previous_snapshot_is_served_while_a_new_one_renders() -> None:
+    """A scrape never waits for a big render when an older body exists: it gets that body whole."""
+    import threading
+
+    from exporter.model import Snapshot
+    from exporter.poller import PollStatus
+    from exporter.server import MetricsRenderer, negotiate
+
+    class Source:
+        snapshot: Snapshot | None = None
+        status = PollStatus(last_poll_ok=True)
+
+    src = Source()
+    renderer = MetricsRenderer(src, clock=lambda: 1000.0)  # type: ignore[arg-type]
+    release = threading.Event()
+    real_render = renderer._render
+
+    def slow_for_second(snap: Snapshot, fmt: Any) -> bytes:
+        if snap.cluster == "second":
+            assert release.wait(10)
+        return real_render(snap, fmt)
+
+    renderer._render = slow_for_second  # type: ignore[method-assign]
+    src.snapshot = Snapshot(taken_at=990.0, api_version="v0.0.45", cluster="first")
+    body, _ = await renderer.body("", False)
+    assert 'cluster="first"' in body.decode()
+    src.snapshot = Snapshot(taken_at=995.0, api_version="v0.0.45", cluster="second")
+    body, _ = await asyncio.wait_for(renderer.body("", False), 2)  # does not wait for the render
+    text = body.decode()
+    assert 'cluster="first"' in text and 'cluster="second"' not in text
+    assert value(body, "slurm_exporter_snapshot_age_seconds") == 10.0  # the age of what is served
+    release.set()
+    await renderer.part(src.snapshot, negotiate(""), False)  # the render finishes in its thread
+    body, _ = await renderer.body("", False)
+    assert 'cluster="second"' in body.decode()
+    assert value(body, "slurm_exporter_snapshot_age_seconds") == 5.0

@@ -72,6 +72,10 @@ class LabConfig:
     cpu_nodes: int = 3
     legacy_munge: bool = False
     """True for Slurm < 23.11 (22.05 on Debian 12): auth/munge, no auth/slurm, no nodesets."""
+    openmetrics: bool = False
+    """True for Slurm >= 26.05: ``MetricsType=metrics/openmetrics``, so slurmctld serves its own
+    ``/metrics/jobs``, ``/metrics/nodes``, ``/metrics/partitions``, ``/metrics/scheduler`` and
+    ``/metrics/jobs-users-accts`` on SlurmctldPort."""
     extra: tuple[str, ...] = field(default=())
 
     def path(self, *parts: str) -> PurePosixPath:
@@ -137,6 +141,7 @@ def slurm_conf(cfg: LabConfig) -> str:
         f"ResumeProgram={p('bin', 'resume.sh')}",
         "SuspendTime=600",
         "ResumeTimeout=600",
+        *(["MetricsType=metrics/openmetrics"] if cfg.openmetrics else []),
         *cfg.extra,
         "",
     ]

@@ -61,6 +61,8 @@ ENV_MARKER = "SLURM_KEDA_LAB"
 HOST_RESTD_USER = "slurm"
 """slurmrestd refuses to run as root; on the host it runs as the ``slurm`` user Debian's packages create."""
 MUNGED = "munged"
+OPENMETRICS_SINCE = (26, 5)
+"""First Slurm release whose slurmctld serves its own /metrics/* (``MetricsType=metrics/openmetrics``)."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,14 @@ class Lab:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.ports.slurmrestd}"
+
+    @property
+    def ctld_metrics_url(self) -> str | None:
+        """slurmctld's own OpenMetrics endpoints (``/metrics/jobs`` ...) live under this URL on
+        SlurmctldPort — Slurm >= 26.05 only (``MetricsType=metrics/openmetrics``); None before."""
+        if _version_tuple(self.release()) < OPENMETRICS_SINCE:
+            return None
+        return f"http://127.0.0.1:{self.ports.slurmctld}/metrics"
 
     @property
     def unix_socket(self) -> Path:
@@ -268,13 +278,14 @@ class Lab:
         return chroot.slurm_release(self.root)
 
     def _config(self) -> LabConfig:
-        legacy = _version_tuple(self.release()) < (23, 11)
+        release = _version_tuple(self.release())
         return LabConfig(
             cluster_name=self.flavor.cluster_name,
             inner=self.inner,
             ports=self.ports,
             cpu_nodes=self.nodes,
-            legacy_munge=legacy,
+            legacy_munge=release < (23, 11),
+            openmetrics=release >= OPENMETRICS_SINCE,
         )
 
     def _static_nodes(self) -> list[NodeRecord]:
