@@ -13,7 +13,105 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from exporter.lab import Lab
+from exporter.lab.record import (
+    SINFO_ARGS,
+    SINFO_FIELDS,
+    SQUEUE_FIELDS,
+    SQUEUE_FORMAT,
+    parse_pipe,
+    parse_scontrol_oneliners,
+)
 from exporter.model import Job, Node, Partition
+
+# `-t all`: slurmrestd's /jobs lists every job slurmctld still holds (finished ones until MinJobAge);
+# plain squeue would hide the finished ones.
+SQUEUE = ("squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT)
+SQUEUE_R = ("squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT)
+"""One line per job and per array task, pending tasks included."""
+SCONTROL_NODES = ("scontrol", "-d", "show", "node", "-o")
+"""``-d``: adds ``GresUsed``."""
+SCONTROL_JOBS = ("scontrol", "show", "job", "-o")
+SCONTROL_PARTITIONS = ("scontrol", "show", "partition", "-o")
+SCONTROL_LICENSES = ("scontrol", "show", "license", "-o")
+SCONTROL_RESERVATIONS = ("scontrol", "show", "reservation", "-o")
+
+VOLATILE = frozenset(
+    {
+        "RunTime",
+        "LastSchedEval",
+        "Scheduler",
+        "StartTime",  # a pending job's expected start is re-estimated by every backfill cycle
+        "EndTime",
+        "SchedNodeList",
+        "CPULoad",
+        "CurrentWatts",
+        "AveWatts",
+        "LastBusyTime",
+    }
+)
+"""scontrol fields that move with the clock (not with the workload) and that no test compares."""
+
+
+@dataclass(frozen=True)
+class CliView:
+    """What Slurm's tools say at one moment, parsed (shared by the live tests)."""
+
+    squeue: list[dict[str, str]]
+    squeue_r: list[dict[str, str]]
+    sinfo: list[dict[str, str]]
+    nodes: list[dict[str, str]]
+    jobs: list[dict[str, str]]
+    partitions: list[dict[str, str]]
+    licenses: list[dict[str, str]]
+    reservations: list[dict[str, str]]
+
+    NAMES = (
+        "squeue",
+        "squeue -r",
+        "sinfo",
+        "scontrol nodes",
+        "scontrol jobs",
+        "scontrol partitions",
+        "scontrol licenses",
+        "scontrol reservations",
+    )
+
+    def stable(self) -> tuple[object, ...]:
+        """Everything compared, without the clock-driven fields: equal before and after ⇒ no movement."""
+
+        def strip(rows: list[dict[str, str]]) -> list[tuple[tuple[str, str], ...]]:
+            return [tuple(sorted((k, v) for k, v in r.items() if k not in VOLATILE)) for r in rows]
+
+        return (
+            self.squeue,
+            self.squeue_r,
+            self.sinfo,
+            strip(self.nodes),
+            strip(self.jobs),
+            strip(self.partitions),
+            strip(self.licenses),
+            strip(self.reservations),
+        )
+
+    def moved(self, after: CliView) -> str:
+        """Which views differ from ``after`` (empty when none moved)."""
+        pairs = zip(self.NAMES, self.stable(), after.stable(), strict=True)
+        return ", ".join(n for n, a, b in pairs if a != b)
+
+
+def cli_view(lab: Lab) -> CliView:
+    return CliView(
+        squeue=parse_pipe(lab.run(SQUEUE), SQUEUE_FIELDS),
+        squeue_r=parse_pipe(lab.run(SQUEUE_R), SQUEUE_FIELDS),
+        sinfo=parse_pipe(lab.run(SINFO_ARGS), SINFO_FIELDS),
+        nodes=parse_scontrol_oneliners(lab.run(SCONTROL_NODES)),
+        jobs=parse_scontrol_oneliners(lab.run(SCONTROL_JOBS)),
+        partitions=parse_scontrol_oneliners(lab.run(SCONTROL_PARTITIONS)),
+        licenses=parse_scontrol_oneliners(lab.run(SCONTROL_LICENSES)),
+        reservations=parse_scontrol_oneliners(lab.run(SCONTROL_RESERVATIONS)),
+    )
+
 
 MIB = 1_048_576
 _UNITS = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}

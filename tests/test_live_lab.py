@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +27,16 @@ from exporter.lab.record import (
     SINFO_ARGS,
     SINFO_FIELDS,
     SQUEUE_FIELDS,
-    SQUEUE_FORMAT,
     parse_pipe,
-    parse_scontrol_oneliners,
 )
 from exporter.model import Snapshot
 from exporter.poller import INCREMENTAL_ENDPOINTS, Poller, PollerConfig
 from tests.lab_compare import (
+    SQUEUE,
+    CliView,
     Diffs,
     cli_job_state,
+    cli_view,
     compare_jobs,
     compare_nodes,
     compare_partitions,
@@ -61,73 +61,6 @@ FLAVORS = [pytest.param(flavor, id=f"slurm{flavor}") for flavor in LAB_API_VERSI
 SAMPLE_ATTEMPTS = 5
 UPDATE_TIME_BUDGET = 5.0
 """Seconds of back-to-back update_time samples before giving up (see the test)."""
-
-# `-t all`: slurmrestd's /jobs lists every job slurmctld still holds (finished ones until MinJobAge);
-# plain squeue would hide the finished ones.
-SQUEUE = ("squeue", "-h", "-t", "all", "-o", SQUEUE_FORMAT)
-SQUEUE_R = ("squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT)
-SCONTROL_NODES = ("scontrol", "show", "node", "-o")
-SCONTROL_JOBS = ("scontrol", "show", "job", "-o")
-SCONTROL_PARTITIONS = ("scontrol", "show", "partition", "-o")
-
-# scontrol fields that move with the clock (not with the workload) and that no test compares.
-VOLATILE = frozenset(
-    {
-        "RunTime",
-        "LastSchedEval",
-        "Scheduler",
-        "StartTime",  # a pending job's expected start is re-estimated by every backfill cycle
-        "EndTime",
-        "SchedNodeList",
-        "CPULoad",
-        "CurrentWatts",
-        "AveWatts",
-        "LastBusyTime",
-    }
-)
-
-
-@dataclass(frozen=True)
-class CliView:
-    """What Slurm's tools say at one moment, parsed."""
-
-    squeue: list[dict[str, str]]
-    squeue_r: list[dict[str, str]]
-    sinfo: list[dict[str, str]]
-    nodes: list[dict[str, str]]
-    jobs: list[dict[str, str]]
-    partitions: list[dict[str, str]]
-
-    def stable(self) -> tuple[Any, ...]:
-        """Everything compared, without the clock-driven fields: equal before and after ⇒ no movement."""
-
-        def strip(rows: list[dict[str, str]]) -> list[tuple[tuple[str, str], ...]]:
-            return [tuple(sorted((k, v) for k, v in r.items() if k not in VOLATILE)) for r in rows]
-
-        return (
-            self.squeue,
-            self.squeue_r,
-            self.sinfo,
-            strip(self.nodes),
-            strip(self.jobs),
-            strip(self.partitions),
-        )
-
-
-def cli_view(lab: Lab) -> CliView:
-    return CliView(
-        squeue=parse_pipe(lab.run(SQUEUE), SQUEUE_FIELDS),
-        squeue_r=parse_pipe(lab.run(SQUEUE_R), SQUEUE_FIELDS),
-        sinfo=parse_pipe(lab.run(SINFO_ARGS), SINFO_FIELDS),
-        nodes=parse_scontrol_oneliners(lab.run(SCONTROL_NODES)),
-        jobs=parse_scontrol_oneliners(lab.run(SCONTROL_JOBS)),
-        partitions=parse_scontrol_oneliners(lab.run(SCONTROL_PARTITIONS)),
-    )
-
-
-def _moved(before: CliView, after: CliView) -> str:
-    names = ("squeue", "squeue -r", "sinfo", "scontrol nodes", "scontrol jobs", "scontrol partitions")
-    return ", ".join(n for n, a, b in zip(names, before.stable(), after.stable(), strict=True) if a != b)
 
 
 def user_name_for(lab: Lab) -> str | None:
@@ -169,7 +102,7 @@ async def stable_sample(lab: Lab, api_version: str | None) -> tuple[CliView, Sna
         after = cli_view(lab)
         if before.stable() == after.stable():
             return before, snap, poller
-        moved.append(_moved(before, after))
+        moved.append(before.moved(after))
     pytest.fail(f"the lab's workload kept moving during {SAMPLE_ATTEMPTS} samples: {moved}")
 
 
@@ -257,7 +190,7 @@ async def test_unix_socket_matches_tcp(lab_demo: tuple[Lab, dict[str, int]]) -> 
         after = cli_view(lab)
         if before.stable() == after.stable():
             break
-        moved.append(_moved(before, after))
+        moved.append(before.moved(after))
     else:
         pytest.fail(f"the workload kept moving: {moved}")
     assert endpoint_errors(unix_poller) == {}

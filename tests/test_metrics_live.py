@@ -37,18 +37,12 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.lab import Lab, LabError
-from exporter.lab.record import (
-    SINFO_ARGS,
-    SINFO_FIELDS,
-    SQUEUE_FIELDS,
-    SQUEUE_FORMAT,
-    parse_pipe,
-    parse_scontrol_oneliners,
-)
 from tests.lab_compare import (
     DERIVED_NODE_FLAGS,
     JOB_FLAG_PRECEDENCE,
+    CliView,
     Diffs,
+    cli_view,
     gres_gpus,
     is_null,
     mb_to_bytes,
@@ -68,16 +62,6 @@ PROMETHEUS_UP_TIMEOUT = 30.0
 STOP_TIMEOUT = 5.0
 PROMTOOL = Path("/usr/bin/promtool")
 PROMETHEUS = Path("/usr/bin/prometheus")
-
-SQUEUE_R = ("squeue", "-h", "-r", "-t", "all", "-o", SQUEUE_FORMAT)
-"""One line per job and per array task, pending tasks included; finished jobs too (slurmrestd lists them
-until MinJobAge)."""
-SCONTROL_NODES_D = ("scontrol", "-d", "show", "node", "-o")
-"""``-d``: adds ``GresUsed``."""
-SCONTROL_JOBS = ("scontrol", "show", "job", "-o")
-SCONTROL_PARTITIONS = ("scontrol", "show", "partition", "-o")
-SCONTROL_LICENSES = ("scontrol", "show", "license", "-o")
-SCONTROL_RESERVATIONS = ("scontrol", "show", "reservation", "-o")
 
 BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED"})
 ALLOCATED_JOB_STATES = frozenset({"RUNNING", "SUSPENDED"})
@@ -274,29 +258,6 @@ def demo(request: pytest.FixtureRequest, lab: Lab) -> tuple[Lab, dict[str, int]]
 
 
 # ----- what Slurm's tools say ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CliView:
-    squeue_r: list[dict[str, str]]
-    sinfo: list[dict[str, str]]
-    nodes: list[dict[str, str]]
-    jobs: list[dict[str, str]]
-    partitions: list[dict[str, str]]
-    licenses: list[dict[str, str]]
-    reservations: list[dict[str, str]]
-
-
-def cli_view(lab: Lab) -> CliView:
-    return CliView(
-        squeue_r=parse_pipe(lab.run(SQUEUE_R), SQUEUE_FIELDS),
-        sinfo=parse_pipe(lab.run(SINFO_ARGS), SINFO_FIELDS),
-        nodes=parse_scontrol_oneliners(lab.run(SCONTROL_NODES_D)),
-        jobs=parse_scontrol_oneliners(lab.run(SCONTROL_JOBS)),
-        partitions=parse_scontrol_oneliners(lab.run(SCONTROL_PARTITIONS)),
-        licenses=parse_scontrol_oneliners(lab.run(SCONTROL_LICENSES)),
-        reservations=parse_scontrol_oneliners(lab.run(SCONTROL_RESERVATIONS)),
-    )
 
 
 class Unsettled(Exception):
