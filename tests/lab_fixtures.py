@@ -17,7 +17,6 @@ A lab that cannot start skips the test with the reason, or fails it when ``SLURM
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from exporter.lab import Lab, LabError
-from exporter.lab.demo import submit_demo, wait_demo_steady
+from exporter.lab.demo import fresh_demo, wait_demo_steady
 from exporter.lab.flavors import HOST_PACKAGES, host_packages_missing
 
 HOST_MISSING = tuple(host_packages_missing())
@@ -33,9 +32,6 @@ HOST_MISSING = tuple(host_packages_missing())
 HOST_INSTALLED = not HOST_MISSING
 LAB_FLAVORS: tuple[str, ...] = ("24.11", "26.05", *(("host",) if HOST_INSTALLED else ()))
 DEMO_TIMEOUT = 90.0
-DEMO_MAX_AGE = 480.0
-"""Seconds a submitted demo stays in its steady state: the cloud nodes time out after ResumeTimeout=600 s
-(their job is requeued) and the running jobs end at their 30-minute limits."""
 _failures: dict[str, str] = {}
 
 
@@ -136,13 +132,9 @@ def endpoint_of(lab: Lab) -> LabEndpoint:
 @pytest.fixture()
 def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
     """The lab with the demo workload in its steady state (submitted once per lab run; a lab whose demo
-    is older than :data:`DEMO_MAX_AGE` is restarted clean first)."""
+    is older than :data:`exporter.lab.demo.DEMO_MAX_AGE` is restarted clean first)."""
     lab.up()
-    record = lab.state_dir / "demo.json"
-    if record.exists() and time.time() - record.stat().st_mtime > DEMO_MAX_AGE:
-        lab.down()
-        lab.up()
-    jobs = submit_demo(lab)
+    jobs = fresh_demo(lab)
     try:
         wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
     except LabError as err:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from exporter.lab.conf import NODE_CPUS, NODE_MEMORY_MB
-from exporter.lab.demo import submit_demo, wait_demo_steady
+from exporter.lab.demo import fresh_demo, submit_demo, wait_demo_steady
 from exporter.lab.errors import LabError
 from exporter.lab.flavors import DEFAULT_FLAVOR, FLAVORS
 from exporter.lab.lab import Lab, LabStatus
@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cmd == "up":
         st = lab.up()
         if args.demo:
-            wait_demo_steady(lab, submit_demo(lab))
+            wait_demo_steady(lab, fresh_demo(lab))
         print(json.dumps(st.to_json(), indent=1)) if args.json else _print_status(st)
     elif args.cmd == "down":
         stopped = lab.down()
