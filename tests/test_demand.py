@@ -1,0 +1,397 @@
+"""Demand model: every rule with a hand-computed answer, plus one recorded lab payload.
+
+Synthetic snapshots are built from model structs; node shape in most tests: 8 CPUs, 16000 MiB.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.demand import Demand, NodeShape, Target, compute_demand
+from autoscaler.reasons import Eligibility, classify, normalize
+from exporter.model import MIB, Job, Node, Snapshot
+from exporter.versions import adapter_for
+
+RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
+SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
+
+
+def pend(job_id: int, reason: str = "Resources", partition: str = "p", **kw: Any) -> Job:
+    kw.setdefault("cpus", 1)
+    kw.setdefault("memory_per_node_bytes", 100 * MIB)
+    return Job(job_id=job_id, state="PENDING", reason=reason, partitions=(partition,), **kw)
+
+
+def node(name: str, partition: str = "p", **kw: Any) -> Node:
+    kw.setdefault("state", "IDLE")
+    kw.setdefault("cpus", 8)
+    kw.setdefault("memory_bytes", 16000 * MIB)
+    return Node(name=name, partitions=(partition,), **kw)
+
+
+def snap(jobs: list[Job], nodes: list[Node] | None = None) -> Snapshot:
+    return Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes or ()))
+
+
+def one(jobs: list[Job], nodes: list[Node] | None = None, **target: Any) -> Demand:
+    target.setdefault("shape", SHAPE)
+    t = Target(name="t", partition=target.pop("partition", "p"), **target)
+    return compute_demand(snap(jobs, nodes), [t])["t"]
+
+
+# ------------------------------------------------------------------------------------ reason table
+
+
+def test_reason_table() -> None:
+    for r in ("Resources", "Priority", "None", "ReqNodeNotAvail", "NodeDown", ""):
+        assert classify(r)[1] is Eligibility.ELIGIBLE, r
+    for r in (
+        "JobHeldUser",
+        "JobHeldAdmin",
+        "Dependency",
+        "BeginTime",
+        "PartitionNodeLimit",
+        "PartitionTimeLimit",
+        "QOSMaxJobsPerUserLimit",
+        "QOSGrpCpuLimit",
+        "AssocGrpNodeLimit",
+        "MaxCpuPerAccount",
+        "Reservation",
+        "Licenses",
+        "JobArrayTaskLimit",
+        "SomethingNew",  # unknown → ineligible
+    ):
+        assert classify(r)[1] is Eligibility.INELIGIBLE, r
+    assert classify("PartitionConfig")[1] is Eligibility.ELIGIBLE_WHEN_EMPTY
+    assert normalize("ReqNodeNotAvail, UnavailableNodes:c[1-2]") == "ReqNodeNotAvail"
+    assert classify("ReqNodeNotAvail, UnavailableNodes:c1")[:2] == ("ReqNodeNotAvail", Eligibility.ELIGIBLE)
+
+
+def test_eligible_counted_ineligible_ignored() -> None:
+    # 4 eligible 1-CPU jobs (Resources, Priority, None, ReqNodeNotAvail) → 4 CPUs → 1 node of 8 CPUs.
+    # 6 ineligible ones are ignored by reason.
+    jobs = [
+        pend(1, "Resources"),
+        pend(2, "Priority"),
+        pend(3, "None"),
+        pend(4, "ReqNodeNotAvail, UnavailableNodes:n1"),
+        pend(5, "JobHeldUser"),
+        pend(6, "Dependency"),
+        pend(7, "BeginTime"),
+        pend(8, "PartitionNodeLimit"),
+        pend(9, "QOSMaxJobsPerUserLimit"),
+        pend(10, "Licenses"),
+    ]
+    d = one(jobs)
+    assert (d.needed, d.desired, d.eligible) == (1, 1, 4)
+    assert d.ignored == {
+        "JobHeldUser": 1,
+        "Dependency": 1,
+        "BeginTime": 1,
+        "PartitionNodeLimit": 1,
+        "QOSMaxJobsPerUserLimit": 1,
+        "Licenses": 1,
+    }
+    # only held jobs → nothing to do
+    assert one([pend(1, "JobHeldUser"), pend(2, "Dependency")]).desired == 0
+
+
+def test_running_and_other_partition_jobs_are_not_pending_demand() -> None:
+    jobs = [pend(1, partition="other"), Job(job_id=2, state="RUNNING", partitions=("p",), cpus=8)]
+    assert one(jobs).needed == 0
+
+
+# ------------------------------------------------------------------------------------------ arrays
+
+
+def test_array_throttle_minus_running_tasks() -> None:
+    # array 100 = 1-20%4: tasks 1 and 2 run (records with array_task_id), 18 pending tasks.
+    # Allowance = 4 − 2 running = 2 tasks counted; 16 ignored as JobArrayTaskLimit.
+    # 2 tasks × 4 CPUs = 8 CPUs → 1 new node (busy: n1 holds the running tasks).
+    running = [
+        Job(
+            job_id=200 + t,
+            array_job_id=100,
+            array_task_id=t,
+            state="RUNNING",
+            partitions=("p",),
+            cpus=4,
+            nodes="n1",
+        )
+        for t in (1, 2)
+    ]
+    rec = pend(
+        100,
+        "Resources",
+        cpus=4,
+        array_job_id=100,
+        array_task_string="3-20",
+        array_pending_tasks=18,
+        array_max_tasks=4,
+    )
+    d = one([*running, rec], [node("n1", state="ALLOCATED", alloc_cpus=8)])
+    assert (d.busy, d.eligible, d.needed, d.desired) == (1, 2, 1, 2)
+    assert d.ignored == {"JobArrayTaskLimit": 16}
+
+
+def test_array_unthrottled_counts_every_pending_task() -> None:
+    # 10 pending 1-CPU tasks, no throttle → 10 CPUs → 2 nodes of 8 CPUs.
+    rec = pend(100, cpus=1, array_job_id=100, array_task_string="1-10", array_pending_tasks=10)
+    assert one([rec]).needed == 2
+
+
+def test_array_throttle_reached_counts_nothing() -> None:
+    # %2 with 2 running tasks: allowance 0 (the lab's array 3 in the recorded payload).
+    running = [
+        Job(job_id=10 + t, array_job_id=1, array_task_id=t, state="RUNNING", partitions=("p",), cpus=1)
+        for t in (1, 2)
+    ]
+    rec = pend(
+        1, "Resources", array_job_id=1, array_task_string="3-9", array_pending_tasks=7, array_max_tasks=2
+    )
+    d = one([*running, rec])
+    assert (d.needed, d.ignored) == (0, {"JobArrayTaskLimit": 7})
+
+
+# ------------------------------------------------------------------------------------------ sizing
+
+
+def test_multi_node_job_pieces_on_distinct_nodes() -> None:
+    # -N3 -n3: 3 pieces of 1 CPU, each on its own node → 3 nodes.
+    assert one([pend(1, min_nodes=3, cpus=3)]).needed == 3
+    # two such jobs share those 3 nodes (2 CPUs used of 8 on each) → still 3.
+    assert one([pend(1, min_nodes=3, cpus=3), pend(2, min_nodes=3, cpus=3)]).needed == 3
+    # a 2-node job with 8 CPUs/node fills 2 nodes; a 1-CPU job then needs a third.
+    assert one([pend(1, min_nodes=2, cpus=16), pend(2, cpus=1)]).needed == 3
+
+
+def test_cpu_sizing() -> None:
+    # 20 CPUs on 8-CPU nodes: ⌈20/8⌉ = 3 nodes.
+    assert one([pend(1, cpus=20)]).needed == 3
+    # -n3 -c3 on 8 CPUs: 2 tasks fit a node (⌊8/3⌋) → ⌈3/2⌉ = 2 nodes (though 9 CPUs ≤ 16).
+    assert one([pend(1, cpus=9, tasks=3, cpus_per_task=3)]).needed == 2
+    # -N1 -n20: needs 3 nodes but allows 1 → too large.
+    d = one([pend(7, cpus=20, max_nodes=1)])
+    assert d.needed == 0 and [t.job for t in d.too_large] == ["7"]
+
+
+def test_memory_sizing() -> None:
+    # --mem-per-cpu=3000M × 8 CPUs = 24000 MiB on 16000-MiB nodes → ⌈24000/16000⌉ = 2 nodes
+    # (4 CPUs × 3000 = 12000 MiB per node fits).
+    job = pend(1, cpus=8, memory_per_node_bytes=None, memory_per_cpu_bytes=3000 * MIB)
+    assert one([job]).needed == 2
+    # --mem=9000M per node: two such 1-CPU jobs cannot share a 16000-MiB node → 2 nodes.
+    assert (
+        one([pend(1, memory_per_node_bytes=9000 * MIB), pend(2, memory_per_node_bytes=9000 * MIB)]).needed
+        == 2
+    )
+    # --mem above a node's memory → too large.
+    d = one([pend(3, memory_per_node_bytes=20000 * MIB)])
+    assert d.needed == 0 and "per node" in d.too_large[0].why
+
+
+def test_whole_node_memory_takes_a_whole_node() -> None:
+    # three 1-CPU jobs that get all memory of their node (no DefMemPerCPU) → 3 nodes, not 1.
+    jobs = [pend(i, memory_per_node_bytes=None, whole_node_memory=True) for i in (1, 2, 3)]
+    assert one(jobs).needed == 3
+
+
+def test_gpu_sizing() -> None:
+    gpu_shape = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=2)
+    # --gpus=6 (per job) on 2-GPU nodes → ⌈6/2⌉ = 3 nodes.
+    assert one([pend(1, gpus=6)], shape=gpu_shape).needed == 3
+    # two --gpus-per-node=1 jobs share one 2-GPU node; a third needs a second node.
+    assert one([pend(i, gpus_per_node=1, gpus=1) for i in (1, 2, 3)], shape=gpu_shape).needed == 2
+    # --gpus-per-node=4 on 2-GPU nodes → too large; GPUs on a GPU-less target → too large.
+    assert one([pend(1, gpus_per_node=4, gpus=4)], shape=gpu_shape).too_large[0].job == "1"
+    assert len(one([pend(1, gpus=1)]).too_large) == 1
+
+
+def test_exclusive_takes_whole_nodes() -> None:
+    # two 1-CPU exclusive jobs → 2 nodes (not packed together); a 2-node exclusive job → 2 more.
+    jobs = [pend(1, exclusive=True), pend(2, exclusive=True), pend(3, min_nodes=2, cpus=2, exclusive=True)]
+    assert one(jobs).needed == 4
+
+
+# ----------------------------------------------------------------------------------------- packing
+
+
+def test_ffd_packs_three_3cpu_jobs_onto_two_nodes() -> None:
+    # 3+3 on node 1 (2 CPUs left, a third 3-CPU job does not fit) + 3 on node 2 → 2 nodes.
+    assert one([pend(i, cpus=3) for i in (1, 2, 3)]).needed == 2
+
+
+def test_ffd_is_decreasing() -> None:
+    # 3,4,5,4 CPUs in submission order; decreasing: 5,4,4,3 → node1: 5+3, node2: 4+4 → 2 nodes
+    # (first fit in submission order would need 3: 3+4, 5, 4).
+    assert one([pend(1, cpus=3), pend(2, cpus=4), pend(3, cpus=5), pend(4, cpus=4)]).needed == 2
+
+
+def test_packing_uses_memory_as_a_dimension() -> None:
+    # 4 jobs of 1 CPU and 6000 MiB: only 2 fit a 16000-MiB node → 2 nodes (CPUs alone say 1).
+    assert one([pend(i, memory_per_node_bytes=6000 * MIB) for i in range(4)]).needed == 2
+
+
+def test_many_identical_jobs_are_packed_in_bulk() -> None:
+    # 10 000 1-CPU jobs → 10 000 / 8 = 1250 nodes; 1001 2-node 4-CPU jobs (2 CPUs per node)
+    # → 4 jobs per pair of nodes: ⌈1001/4⌉ = 251 rounds × 2 nodes = 502 nodes.
+    assert one([pend(i) for i in range(10_000)]).needed == 1250
+    assert one([pend(i, min_nodes=2, cpus=4) for i in range(1001)]).needed == 502
+
+
+def test_too_large_for_target_max() -> None:
+    # a 5-node job on a target of at most 4 nodes: reported, not counted; a 1-CPU job still counts.
+    d = one([pend(1, min_nodes=5, cpus=5), pend(2)], max_nodes=4)
+    assert d.needed == 1 and d.desired == 1
+    assert [(t.job, t.tasks) for t in d.too_large] == [("1", 1)]
+    assert "target max is 4" in d.too_large[0].why
+    assert any(r.startswith("too large: job 1") for r in d.reasons)
+
+
+# ---------------------------------------------------------------------------------- busy and clamp
+
+
+def test_busy_floor() -> None:
+    # n1 allocated CPUs, n2 COMPLETING flag, n3 idle but a completing job names it, n4 idle.
+    nodes = [
+        node("n1", state="MIXED", alloc_cpus=2),
+        node("n2", state="IDLE", flags=("COMPLETING",)),
+        node("n3"),
+        node("n4"),
+    ]
+    done = Job(job_id=9, state="COMPLETED", state_flags=("COMPLETING",), partitions=("p",), nodes="n3")
+    d = one([done], nodes)
+    assert (d.busy, d.needed, d.desired, d.nodes) == (3, 0, 3, 4)
+    # max below busy: desired stays at busy (never scale below busy nodes)
+    d = one([done], nodes, max_nodes=2)
+    assert d.desired == 3 and any(r.startswith("floor:") for r in d.reasons)
+
+
+def test_min_max_clamp() -> None:
+    assert one([], min_nodes=2).desired == 2
+    # 10 whole-node jobs → needed 10, max 4 → desired 4
+    d = one([pend(i, cpus=8) for i in range(10)], max_nodes=4)
+    assert (d.needed, d.desired) == (10, 4)
+    with pytest.raises(ValueError):
+        Target("bad", "p", min_nodes=3, max_nodes=2)
+
+
+def test_new_pending_jobs_use_free_room_of_busy_nodes() -> None:
+    # n1 runs 4 of 8 CPUs. A fresh (reason None) 2-CPU job fits there → needed 0, desired 1.
+    # The same job with reason Resources was already judged not to fit → 1 new node.
+    nodes = [node("n1", state="MIXED", alloc_cpus=4, alloc_memory_bytes=1000 * MIB)]
+    assert one([pend(1, "None", cpus=2)], nodes).desired == 1
+    assert one([pend(1, "Resources", cpus=2)], nodes).desired == 2
+    # a drained busy node offers no room
+    drained = [node("n1", state="MIXED", flags=("DRAIN",), alloc_cpus=4)]
+    assert one([pend(1, "None", cpus=2)], drained).desired == 2
+
+
+# ------------------------------------------------------------------------------ shape and targets
+
+
+def test_scale_from_zero_with_configured_shape() -> None:
+    # no nodes: shape from Target.shape; 12 CPUs on 8 → 2 nodes.
+    d = one([pend(1, cpus=12)])
+    assert (d.shape_source, d.needed, d.desired) == ("config", 2, 2)
+    # no nodes, no shape → nothing counted, said in reasons
+    d = one([pend(1, cpus=12)], shape=None)
+    assert (d.shape_source, d.needed, d.desired, d.eligible) == ("none", 0, 0, 1)
+    assert any("shape: none" in r for r in d.reasons)
+
+
+def test_snapshot_shape_wins_over_configured() -> None:
+    # nodes of 4 CPUs exist: 6 CPUs → 2 nodes (configured 8 CPUs would say 1).
+    d = one([pend(1, cpus=6)], [node("n1", cpus=4)])
+    assert (d.shape_source, d.shape, d.needed) == ("snapshot", NodeShape(4, 16000 * MIB, 0), 2)
+
+
+def test_partition_config_counts_only_when_target_is_empty() -> None:
+    # 26.05 zero-node dynamic partition: PartitionConfig counts; with nodes present it is ignored.
+    assert one([pend(1, "PartitionConfig", cpus=2)]).needed == 1
+    d = one([pend(1, "PartitionConfig", cpus=2)], [node("n1")])
+    assert (d.needed, d.ignored) == (0, {"PartitionConfig": 1})
+
+
+def test_nodeset_by_feature_and_names() -> None:
+    nodes = [
+        node("a1", state="ALLOCATED", alloc_cpus=8, features=("fa",)),
+        node("b1", state="ALLOCATED", alloc_cpus=8, features=("fb",)),
+        node("b2", state="ALLOCATED", alloc_cpus=8, features=("fb",)),
+    ]
+    jobs = [pend(1, cpus=8, features="fa"), pend(2, cpus=8, features="fb"), pend(3, cpus=8)]
+    s = snap(jobs, nodes)
+    out = compute_demand(
+        s,
+        [
+            Target("a", "p", nodeset_feature="fa"),
+            Target("b", "p", nodeset_feature="fb"),
+            Target("names", "p", node_names="b[1-2]"),
+            Target("prefix", "p", node_names="a*"),
+        ],
+    )
+    # a: busy a1; jobs 1 (constraint fa) and 3 (no constraint) → 2 new nodes.
+    assert (out["a"].busy, out["a"].needed) == (1, 2)
+    # b: busy b1,b2; jobs 2 and 3 → 2 new nodes.
+    assert (out["b"].busy, out["b"].needed) == (2, 2)
+    # by names, no feature filter: busy 2, all 3 jobs → 3.
+    assert (out["names"].busy, out["names"].needed, out["prefix"].busy) == (2, 3, 1)
+
+
+def test_target_names_must_be_unique() -> None:
+    with pytest.raises(ValueError):
+        compute_demand(snap([]), [Target("x", "p"), Target("x", "q")])
+
+
+# -------------------------------------------------------------------------------- recorded payload
+
+
+@pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
+def test_recorded_2605_cpu_and_gpu() -> None:
+    a = adapter_for("v0.0.45")
+    jobs, _ = a.jobs((RECORDED_2605 / "jobs.json").read_bytes())
+    nodes, _ = a.nodes((RECORDED_2605 / "nodes.json").read_bytes())
+    parts, _ = a.partitions((RECORDED_2605 / "partitions.json").read_bytes())
+    s = Snapshot(
+        taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes), partitions=tuple(parts)
+    )
+    out = compute_demand(
+        s,
+        [
+            Target("cpu", "cpu", max_nodes=10),
+            Target("gpu", "gpu", max_nodes=4),
+            Target("dyn", "dyn", max_nodes=4, shape=SHAPE),
+            Target("cloud", "cloud"),
+        ],
+    )
+    # cpu: nodes c1-c3 of 8 CPUs / 16000 MiB. Busy: c1 (job 1, 8 CPUs), c2 (jobs 2, 4, 5, 3_1,
+    # 3_2), c3 (job 4's second node, MIXED 1 CPU) → busy 3.
+    # Pending: 6 "exclusive_pair" (Resources, -N2, no --mem and no DefMemPerCPU → whole node
+    #   memory: 2 pieces of 16000 MiB) → 2 nodes; 7 "behind" (Priority, 8 CPUs, 1000 MiB) → does
+    #   not share with job 6's memory-full nodes → 1 node. Needed 3; desired 3 + 3 = 6.
+    # Ignored: 8 JobHeldUser, 9 Dependency, 10 BeginTime, 11 PartitionNodeLimit (-N3 > MaxNodes
+    #   2), array 3_[3-20%2]: 18 tasks, throttle 2 − 2 running (3_1, 3_2) = 0 → JobArrayTaskLimit.
+    cpu = out["cpu"]
+    assert (cpu.busy, cpu.needed, cpu.desired, cpu.eligible) == (3, 3, 6, 2)
+    assert cpu.ignored == {
+        "JobHeldUser": 1,
+        "Dependency": 1,
+        "BeginTime": 1,
+        "PartitionNodeLimit": 1,
+        "JobArrayTaskLimit": 18,
+    }
+    assert cpu.shape == SHAPE and cpu.shape_source == "snapshot" and cpu.too_large == ()
+    # gpu: g1 = 8 CPUs, 16000 MiB, 2 GPUs; MIXED with job 12 (2 CPUs, 1 GPU) → busy 1.
+    # Pending 13 "gpu_two" (Resources, --gres=gpu:2): needs 2 GPUs per node, g1 has 1 free and
+    # Slurm already judged it (Resources) → 1 new node. Desired 1 + 1 = 2.
+    gpu = out["gpu"]
+    assert (gpu.busy, gpu.needed, gpu.desired, gpu.ignored) == (1, 1, 2, {})
+    assert gpu.shape == NodeShape(8, 16000 * MIB, 2)
+    # dyn: zero nodes; job 15 pends with PartitionConfig (counts: target empty), 2 CPUs 1000 MiB
+    # on the configured 8-CPU shape → 1 node.
+    assert (out["dyn"].needed, out["dyn"].desired, out["dyn"].shape_source) == (1, 1, "config")
+    # cloud: p1, p2 powering up for job 14 (MIXED, allocated CPUs) → busy 2, nothing pending.
+    assert (out["cloud"].busy, out["cloud"].desired) == (2, 2)
