@@ -289,19 +289,24 @@ NO_LAST_UPDATE_CASES = [c for c in CASES if tuple(c.values) in NO_LAST_UPDATE]
 REJECTED_CASES = [c for c in CASES if tuple(c.values) in UPDATE_TIME_REJECTED]
 
 
+async def _stable_two_polls(
+    lab: Lab, api_version: str
+) -> tuple[CliView, Snapshot, Snapshot, Poller, dict[str, float | None]]:
+    """Two consecutive polls between two CLI views that agree (retried a bounded number of times)."""
+    for _ in range(SAMPLE_ATTEMPTS):
+        before = cli_view(lab)
+        first, second, poller, held = await _two_polls(lab, api_version)
+        if before.stable() == cli_view(lab).stable():
+            return before, first, second, poller, held
+    pytest.fail("the workload kept moving")
+
+
 @pytest.mark.parametrize(("lab", "api_version"), REJECTED_CASES, indirect=["lab"])
 async def test_update_time_rejected_falls_back_to_full_fetch(
     lab_demo: tuple[Lab, dict[str, int]], api_version: str
 ) -> None:
     lab, _ = lab_demo
-    for _ in range(SAMPLE_ATTEMPTS):
-        before = cli_view(lab)
-        first, second, poller, _held = await _two_polls(lab, api_version)
-        after = cli_view(lab)
-        if before.stable() == after.stable():
-            break
-    else:
-        pytest.fail("the workload kept moving")
+    before, first, second, poller, _held = await _stable_two_polls(lab, api_version)
     assert endpoint_errors(poller) == {}
     for name in sorted(INCREMENTAL_ENDPOINTS):
         st = poller.status.endpoints[name]
@@ -315,14 +320,7 @@ async def test_no_last_update_means_full_fetches(
     lab_demo: tuple[Lab, dict[str, int]], api_version: str
 ) -> None:
     lab, _ = lab_demo
-    for _ in range(SAMPLE_ATTEMPTS):
-        before = cli_view(lab)
-        first, second, poller, held = await _two_polls(lab, api_version)
-        after = cli_view(lab)
-        if before.stable() == after.stable():
-            break
-    else:
-        pytest.fail("the workload kept moving")
+    before, first, second, poller, held = await _stable_two_polls(lab, api_version)
     assert endpoint_errors(poller) == {}
     for name in sorted(INCREMENTAL_ENDPOINTS):
         st = poller.status.endpoints[name]
