@@ -483,22 +483,14 @@ class Lab:
         user, uid, gid = self._restd_ids()
         release = self.release()
         plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
+
+        def argv(auth: str, listen: str) -> list[str]:
+            conf = self.slurm_conf_inner
+            return ["slurmrestd", "-f", conf, "-u", user, "-g", user, "-a", auth, "-s", plugins, listen]
+
         self._start(
             "slurmrestd-tcp",
-            [
-                "slurmrestd",
-                "-f",
-                self.slurm_conf_inner,
-                "-u",
-                user,
-                "-g",
-                user,
-                "-a",
-                "rest_auth/jwt",
-                "-s",
-                plugins,
-                f"127.0.0.1:{self.ports.slurmrestd}",
-            ],
+            argv("rest_auth/jwt", f"127.0.0.1:{self.ports.slurmrestd}"),
             env={"SLURM_JWT": "daemon"},
         )
         # rest_auth/local: the caller's uid comes from the socket (root and the slurmrestd user are let in).
@@ -508,23 +500,7 @@ class Lab:
             self.unix_socket.parent.mkdir(parents=True, exist_ok=True)
             os.chown(self.unix_socket.parent, uid, gid)
             self.unix_socket.unlink(missing_ok=True)
-        self._start(
-            "slurmrestd-unix",
-            [
-                "slurmrestd",
-                "-f",
-                self.slurm_conf_inner,
-                "-u",
-                user,
-                "-g",
-                user,
-                "-a",
-                "rest_auth/local",
-                "-s",
-                plugins,
-                f"unix:{sock}",
-            ],
-        )
+        self._start("slurmrestd-unix", argv("rest_auth/local", f"unix:{sock}"))
 
     # ----- token, HTTP -----------------------------------------------------------------------------
     def token(self, lifespan: int = 3600) -> str:
