@@ -1,0 +1,190 @@
+"""The demand of every target, kept current from the poller's snapshots; what the scalers read.
+
+* :meth:`DemandService.answer` returns the demand of a target on the current snapshot (computed
+  once per snapshot and target; a target asked for once is recomputed on every new snapshot).
+* :meth:`DemandService.run` follows the snapshot source: each new snapshot → one
+  :func:`~autoscaler.demand.compute_demand` over all known targets, in a worker thread (≤ 100 ms
+  at 100k jobs, kept off the event loop), then waiters of :meth:`changes` wake up.
+* **Missing data never scales down**: before the first snapshot with jobs *and* nodes there is no
+  answer (:class:`NoSnapshotYet`); afterwards the poller keeps serving the last good data when
+  slurmrestd fails, so the answer is held (``stale`` says so) and never drops to zero for lack
+  of data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from autoscaler.demand import Demand, Target, compute_demand
+from exporter.model import Snapshot
+
+__all__ = ["Answer", "DemandService", "NoSnapshotYet", "SnapshotSource"]
+
+log = logging.getLogger(__name__)
+
+REQUIRED_ENDPOINTS = ("jobs", "nodes")
+"""A snapshot answers demand only once both were fetched (never 'no jobs' for lack of data)."""
+
+
+class SnapshotSource(Protocol):
+    """Where snapshots come from: :class:`exporter.poller.Poller`, or a test's recorded list."""
+
+    @property
+    def snapshot(self) -> Snapshot | None: ...
+
+    async def wait_next(self, after: Snapshot | None = None) -> Snapshot: ...
+
+
+class NoSnapshotYet(Exception):
+    """No snapshot with jobs and nodes yet (the only time scalers answer UNAVAILABLE)."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The demand of one target on one snapshot."""
+
+    target: Target
+    demand: Demand
+    taken_at: float
+    """When the jobs/nodes data behind it were fetched (the older of the two), epoch seconds."""
+    stale: bool
+    """The data is older than ``stale_after``: slurmrestd is failing; the value is held."""
+
+    @property
+    def desired(self) -> int:
+        return self.demand.desired
+
+    @property
+    def active(self) -> bool:
+        return self.demand.desired > 0
+
+
+def _usable(snap: Snapshot | None) -> bool:
+    return snap is not None and all(e in snap.fetched_at for e in REQUIRED_ENDPOINTS)
+
+
+def data_time(snap: Snapshot) -> float:
+    """When the older of the jobs/nodes data of ``snap`` was fetched, epoch seconds."""
+    return min(snap.fetched_at.get(e, snap.taken_at) for e in REQUIRED_ENDPOINTS)
+
+
+class DemandService:
+    """Demand per target over the latest usable snapshot of ``source``."""
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        *,
+        stale_after: float = 60.0,
+        targets: Iterable[Target] = (),
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._source = source
+        self.stale_after = stale_after
+        self._clock = clock
+        self._targets: dict[Target, None] = dict.fromkeys(targets)
+        self._snap: Snapshot | None = None
+        self._demands: dict[Target, Demand] = {}
+        self._updated = asyncio.Event()
+        self._following = False
+        self.computations = 0
+        self.last_compute_seconds = 0.0
+
+    @property
+    def targets(self) -> list[Target]:
+        """Every target configured or asked for so far, in first-seen order."""
+        return list(self._targets)
+
+    def _current(self) -> Snapshot:
+        if self._following and self._snap is not None:
+            return self._snap  # run() moves to a new snapshot once its demand is computed
+        snap = self._source.snapshot
+        if _usable(snap):
+            assert snap is not None
+            if snap is not self._snap:
+                self._snap, self._demands = snap, {}
+            return snap
+        if self._snap is None:
+            raise NoSnapshotYet("no snapshot with jobs and nodes from slurmrestd yet")
+        return self._snap  # a newer snapshot lacks jobs or nodes: keep the last usable one
+
+    def answer(self, target: Target) -> Answer:
+        """The demand of ``target`` now; raises :class:`NoSnapshotYet` before the first poll."""
+        snap = self._current()
+        self._targets.setdefault(target, None)
+        demand = self._demands.get(target)
+        if demand is None:
+            demand = self._demands[target] = compute_demand(snap, [target])[target.name]
+        when = data_time(snap)
+        return Answer(target, demand, when, self._clock() - when > self.stale_after)
+
+    def answers(self) -> list[Answer]:
+        """Answers for every known target (empty before the first snapshot)."""
+        try:
+            return [self.answer(t) for t in self._targets]
+        except NoSnapshotYet:
+            return []
+
+    async def refresh(self, snap: Snapshot) -> None:
+        """Compute every known target on ``snap`` (in a thread) and wake :meth:`changes` waiters."""
+        if not _usable(snap):
+            return
+        targets = list(self._targets)
+        t0 = time.perf_counter()
+        by_name = await asyncio.to_thread(_compute, snap, targets) if targets else {}
+        self.last_compute_seconds = time.perf_counter() - t0
+        self.computations += 1
+        for t in self._targets:  # targets first asked for while the thread ran
+            if t not in by_name:
+                by_name[t] = compute_demand(snap, [t])[t.name]
+        self._snap, self._demands = snap, by_name
+        updated, self._updated = self._updated, asyncio.Event()
+        updated.set()
+
+    async def run(self) -> None:
+        """Follow the source forever (cancel to stop)."""
+        seen: Snapshot | None = None
+        self._following = True
+        try:
+            while True:
+                seen = await self._source.wait_next(seen)
+                try:
+                    await self.refresh(seen)
+                except Exception:  # a model bug must not stop the exporter; the last answers stay
+                    log.exception("demand computation failed; holding the previous answers")
+        finally:
+            self._following = False
+
+    async def changes(self, target: Target) -> AsyncIterator[Answer]:
+        """The current answer at once, then each answer whose desired count differs."""
+        last: Answer | None = None
+        while True:
+            updated = self._updated
+            try:
+                ans = self.answer(target)
+            except NoSnapshotYet:
+                ans = None
+            if ans is not None and (last is None or ans.desired != last.desired):
+                last = ans
+                yield ans
+            await updated.wait()
+
+
+def _compute(snap: Snapshot, targets: list[Target]) -> dict[Target, Demand]:
+    """One model run for all targets; targets sharing a name are computed apart."""
+    out: dict[Target, Demand] = {}
+    by_name: dict[str, list[Target]] = {}
+    for t in targets:
+        by_name.setdefault(t.name, []).append(t)
+    while by_name:
+        batch = [ts.pop() for ts in by_name.values()]
+        result = compute_demand(snap, batch)
+        for t in batch:
+            out[t] = result[t.name]
+        by_name = {k: v for k, v in by_name.items() if v}
+    return out

@@ -1,0 +1,157 @@
+"""Scaling targets from KEDA trigger metadata (or a targets file): ``{key: str}`` → :class:`Target`.
+
+The keys (trigger ``metadata:`` of a ScaledObject, or one entry of ``--autoscaler-targets``):
+
+==============  ========  ================================================================================
+key             required  meaning
+==============  ========  ================================================================================
+partition       yes       Slurm partition whose pending jobs and nodes are counted
+nodeset         no        NodeSet name: the target is named after it, and (unless ``nodeFeature`` or
+                          ``nodeNames`` say otherwise) its nodes are the partition's nodes with the Slurm
+                          feature of that name — Slinky registers a NodeSet's slurmd nodes with
+                          ``Feature=<nodeset name>``
+nodeFeature     no        select the partition's nodes (and constrained jobs) by this feature instead
+nodeNames       no        select nodes by Slurm host list (``ns-[0-9]``) or prefix (``ns-*``)
+cpusPerNode     no        node shape used while the target has no nodes (scale from zero): CPUs,
+memoryPerNode   no        memory (MiB as a plain number, or with a binary unit: ``64G``, ``64Gi``,
+                          ``512M``, ``1T``; ``K``/``Ki``, ``M``/``Mi``, … all mean powers of 1024),
+gpusPerNode     no        and GPUs per node. ``cpusPerNode`` is needed for a shape.
+min             no        lower bound of desired nodes (default 0)
+max             no        upper bound of desired nodes (default unbounded); larger jobs are reported
+metricName      no        metric name KEDA asks for (default ``slurm-desired-nodes-<partition>[-<nodeset>]``)
+==============  ========  ================================================================================
+
+KEDA's own keys (``scalerAddress``, ``caCert``, ``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``,
+``enableTLS``) are accepted and ignored. Any other key is an error (a typo such as ``partiton`` must
+not silently give a target that never scales). Errors are :class:`MetadataError`, naming the key.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from autoscaler.demand import NodeShape, Target
+from exporter.model import MIB
+from exporter.slurmtext import hostlist_expand
+
+__all__ = ["KEYS", "MetadataError", "metric_name", "parse_memory_bytes", "target_from_metadata"]
+
+KEYS = frozenset(
+    {
+        "partition",
+        "nodeset",
+        "nodeFeature",
+        "nodeNames",
+        "cpusPerNode",
+        "memoryPerNode",
+        "gpusPerNode",
+        "min",
+        "max",
+        "metricName",
+    }
+)
+KEDA_KEYS = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey", "unsafeSsl", "enableTLS"})
+_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_HOSTLIST = re.compile(r"[A-Za-z0-9_.\-\[\],*]+")
+_MEMORY = re.compile(r"(\d+)\s*([KMGTP]i?)?B?", re.IGNORECASE)
+_UNIT_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+
+
+class MetadataError(ValueError):
+    """Bad trigger metadata; ``key`` names the offending key."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"metadata {key!r}: {message}")
+        self.key = key
+        self.message = message
+
+
+def parse_memory_bytes(text: str) -> int:
+    """``"64G"``/``"64Gi"``/``"65536"`` (MiB) → bytes; units are powers of 1024, as in Slurm."""
+    m = _MEMORY.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a memory size (MiB, or a number with K/M/G/T[i])")
+    unit = (m.group(2) or "M")[0].upper()
+    return int(int(m.group(1)) * _UNIT_MIB[unit] * MIB)
+
+
+def _int(meta: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
+    raw = meta.get(key)
+    if raw is None or raw.strip() == "":
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise MetadataError(key, f"{raw!r} is not an integer") from None
+    if value < minimum:
+        raise MetadataError(key, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _name(meta: Mapping[str, str], key: str, pattern: re.Pattern[str] = _NAME) -> str | None:
+    raw = meta.get(key)
+    if raw is None or raw.strip() == "":
+        return None
+    value = raw.strip()
+    if not pattern.fullmatch(value):
+        raise MetadataError(key, f"{raw!r} is not a valid name")
+    return value
+
+
+def target_from_metadata(meta: Mapping[str, str]) -> Target:
+    """Build the target a trigger's metadata describes; :class:`MetadataError` names a bad key."""
+    for key in sorted(meta):
+        if key not in KEYS and key not in KEDA_KEYS:
+            raise MetadataError(key, f"unknown key (known: {', '.join(sorted(KEYS))})")
+    partition = _name(meta, "partition")
+    if partition is None:
+        raise MetadataError("partition", "is required (the Slurm partition to scale for)")
+    nodeset = _name(meta, "nodeset")
+    feature = _name(meta, "nodeFeature")
+    node_names = _name(meta, "nodeNames", _HOSTLIST)
+    if node_names is not None and not node_names.endswith("*"):
+        try:
+            hostlist_expand(node_names)
+        except ValueError as e:
+            raise MetadataError("nodeNames", f"not a Slurm host list: {e}") from None
+    if nodeset is not None and feature is None and node_names is None:
+        feature = nodeset
+    cpus = _int(meta, "cpusPerNode", minimum=1)
+    gpus = _int(meta, "gpusPerNode")
+    memory = 0
+    raw_mem = meta.get("memoryPerNode")
+    if raw_mem is not None and raw_mem.strip():
+        try:
+            memory = parse_memory_bytes(raw_mem)
+        except ValueError as e:
+            raise MetadataError("memoryPerNode", str(e)) from None
+    shape = None
+    if cpus is not None:
+        shape = NodeShape(cpus=cpus, memory_bytes=memory, gpus=gpus or 0)
+    elif gpus is not None or memory:
+        key = "gpusPerNode" if gpus is not None else "memoryPerNode"
+        raise MetadataError(key, "a node shape needs cpusPerNode too")
+    lo = _int(meta, "min") or 0
+    hi = _int(meta, "max")
+    if hi is not None and hi < lo:
+        raise MetadataError("max", f"{hi} is below min {lo}")
+    return Target(
+        name=nodeset or partition,
+        partition=partition,
+        nodeset_feature=feature,
+        node_names=node_names,
+        min_nodes=lo,
+        max_nodes=hi,
+        shape=shape,
+    )
+
+
+def metric_name(meta: Mapping[str, str], target: Target) -> str:
+    """The metric name KEDA uses for this trigger (``metricName`` or a name from the target)."""
+    given = meta.get("metricName", "").strip()
+    if given:
+        return given
+    if target.name != target.partition:
+        return f"slurm-desired-nodes-{target.partition}-{target.name}"
+    return f"slurm-desired-nodes-{target.partition}"

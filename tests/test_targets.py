@@ -1,0 +1,73 @@
+"""Trigger metadata → Target: every key, and errors that name the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from autoscaler.demand import NodeShape, Target
+from autoscaler.targets import MetadataError, metric_name, parse_memory_bytes, target_from_metadata
+from exporter.model import MIB
+
+
+def test_partition_only() -> None:
+    t = target_from_metadata({"partition": "gpu", "scalerAddress": "x:9342"})
+    assert t == Target(name="gpu", partition="gpu")
+    assert metric_name({}, t) == "slurm-desired-nodes-gpu"
+
+
+def test_nodeset_selects_by_feature_named_after_it() -> None:
+    meta = {"partition": "gpu", "nodeset": "slurm-gpu", "min": "1", "max": "8"}
+    t = target_from_metadata(meta)
+    assert (t.name, t.nodeset_feature, t.node_names, t.min_nodes, t.max_nodes) == (
+        "slurm-gpu",
+        "slurm-gpu",
+        None,
+        1,
+        8,
+    )
+    assert metric_name(meta, t) == "slurm-desired-nodes-gpu-slurm-gpu"
+    assert metric_name({**meta, "metricName": "mine"}, t) == "mine"
+
+
+def test_explicit_node_selection_overrides_the_nodeset_feature() -> None:
+    t = target_from_metadata({"partition": "p", "nodeset": "ns", "nodeNames": "ns-[0-3]"})
+    assert (t.nodeset_feature, t.node_names) == (None, "ns-[0-3]")
+    t = target_from_metadata({"partition": "p", "nodeset": "ns", "nodeFeature": "a100"})
+    assert t.nodeset_feature == "a100"
+
+
+def test_shape_for_scale_from_zero() -> None:
+    meta = {"partition": "p", "cpusPerNode": "64", "memoryPerNode": "256Gi", "gpusPerNode": "8"}
+    assert target_from_metadata(meta).shape == NodeShape(64, 256 * 1024 * MIB, 8)
+    assert target_from_metadata({"partition": "p", "cpusPerNode": "4"}).shape == NodeShape(4, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "mib"),
+    [("16000", 16000), ("64G", 65536), ("64Gi", 65536), ("512M", 512), ("1T", 1 << 20), ("2048K", 2)],
+)
+def test_memory_units_are_binary(text: str, mib: int) -> None:
+    assert parse_memory_bytes(text) == mib * MIB
+
+
+@pytest.mark.parametrize(
+    ("meta", "key"),
+    [
+        ({}, "partition"),
+        ({"partition": " "}, "partition"),
+        ({"partiton": "gpu"}, "partiton"),
+        ({"partition": "p", "min": "abc"}, "min"),
+        ({"partition": "p", "min": "-1"}, "min"),
+        ({"partition": "p", "min": "3", "max": "2"}, "max"),
+        ({"partition": "p", "cpusPerNode": "0"}, "cpusPerNode"),
+        ({"partition": "p", "memoryPerNode": "lots", "cpusPerNode": "2"}, "memoryPerNode"),
+        ({"partition": "p", "gpusPerNode": "2"}, "gpusPerNode"),
+        ({"partition": "p", "nodeNames": "ns-[3-"}, "nodeNames"),
+        ({"partition": "p;rm", "nodeset": "x"}, "partition"),
+    ],
+)
+def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:
+    with pytest.raises(MetadataError) as err:
+        target_from_metadata(meta)
+    assert err.value.key == key
+    assert repr(key) in str(err.value)
