@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
 from autoscaler.demand import Demand, Target, compute_demand
 from exporter.model import Snapshot
 
-__all__ = ["Answer", "DemandService", "NoSnapshotYet", "SnapshotSource"]
+__all__ = ["Answer", "DemandService", "NoSnapshotYet", "SnapshotSource", "StaticSource"]
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,9 @@ class DemandService:
         self.stale_after = stale_after
         self._clock = clock
         self._targets: dict[Target, None] = dict.fromkeys(targets)
+        self._configured = bool(self._targets)
+        self._memo_lock = threading.Lock()
+        self._memo: tuple[Snapshot, tuple[Target, ...], dict[Target, Demand]] | None = None
         self._snap: Snapshot | None = None
         self._demands: dict[Target, Demand] = {}
         self._updated = asyncio.Event()
@@ -123,6 +127,29 @@ class DemandService:
         when = data_time(snap)
         return Answer(target, demand, when, self._clock() - when > self.stale_after)
 
+    def metric_targets(self, snap: Snapshot) -> tuple[Target, ...]:
+        """Targets exported as metrics: configured and asked-for ones; without a configuration,
+        also one target per partition of ``snap`` (named after it)."""
+        known = list(self._targets)
+        if not self._configured:
+            names = {t.name for t in known}
+            known += [Target(p.name, p.name) for p in snap.partitions if p.name not in names]
+        return tuple(known)
+
+    def demands_on(self, snap: Snapshot) -> dict[Target, Demand]:
+        """Demand of every :meth:`metric_targets` target on ``snap`` (memoised for the latest
+        snapshot; safe to call from the metrics render thread). Empty without jobs/nodes data."""
+        if not _usable(snap):
+            return {}
+        targets = self.metric_targets(snap)
+        with self._memo_lock:  # the render thread and refresh() ask at the same moment: compute once
+            memo = self._memo
+            if memo is not None and memo[0] is snap and memo[1] == targets:
+                return memo[2]
+            out = _compute(snap, list(targets))
+            self._memo = (snap, targets, out)
+            return out
+
     def answers(self) -> list[Answer]:
         """Answers for every known target (empty before the first snapshot)."""
         try:
@@ -134,9 +161,8 @@ class DemandService:
         """Compute every known target on ``snap`` (in a thread) and wake :meth:`changes` waiters."""
         if not _usable(snap):
             return
-        targets = list(self._targets)
         t0 = time.perf_counter()
-        by_name = await asyncio.to_thread(_compute, snap, targets) if targets else {}
+        by_name = dict(await asyncio.to_thread(self.demands_on, snap))
         self.last_compute_seconds = time.perf_counter() - t0
         self.computations += 1
         for t in self._targets:  # targets first asked for while the thread ran
@@ -160,7 +186,7 @@ class DemandService:
         finally:
             self._following = False
 
-    async def changes(self, target: Target) -> AsyncIterator[Answer]:
+    async def changes(self, target: Target) -> AsyncGenerator[Answer, None]:
         """The current answer at once, then each answer whose desired count differs."""
         last: Answer | None = None
         while True:
@@ -188,3 +214,16 @@ def _compute(snap: Snapshot, targets: list[Target]) -> dict[Target, Demand]:
             out[t] = result[t.name]
         by_name = {k: v for k, v in by_name.items() if v}
     return out
+
+
+class StaticSource:
+    """A source holding one snapshot (``slurm-keda demand``, tests)."""
+
+    def __init__(self, snap: Snapshot | None) -> None:
+        self.snapshot = snap
+
+    async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
+        if self.snapshot is None or self.snapshot is after:
+            await asyncio.Event().wait()  # never changes: wait until cancelled
+        assert self.snapshot is not None
+        return self.snapshot

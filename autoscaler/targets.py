@@ -30,12 +30,22 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
 
 from autoscaler.demand import NodeShape, Target
 from exporter.model import MIB
 from exporter.slurmtext import hostlist_expand
 
-__all__ = ["KEYS", "MetadataError", "metric_name", "parse_memory_bytes", "target_from_metadata"]
+__all__ = [
+    "KEYS",
+    "MetadataError",
+    "load_targets_file",
+    "metric_name",
+    "parse_memory_bytes",
+    "target_from_metadata",
+]
 
 KEYS = frozenset(
     {
@@ -155,3 +165,30 @@ def metric_name(meta: Mapping[str, str], target: Target) -> str:
     if target.name != target.partition:
         return f"slurm-desired-nodes-{target.partition}-{target.name}"
     return f"slurm-desired-nodes-{target.partition}"
+
+
+def load_targets_file(path: Path) -> list[Target]:
+    """Targets from a YAML file: a list (or ``{targets: [...]}``) of metadata mappings.
+
+    Raises ``ValueError`` naming the entry and key.
+    """
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"{path}: {e}") from None
+    entries = doc.get("targets") if isinstance(doc, dict) else doc
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a non-empty list of targets (or targets: [...])")
+    out: list[Target] = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(f"{path}: target #{i + 1} is not a mapping")
+        meta = {str(k): "" if v is None else str(v) for k, v in entry.items()}
+        try:
+            target = target_from_metadata(meta)
+        except MetadataError as e:
+            raise ValueError(f"{path}: target #{i + 1}: {e}") from None
+        if any(t.name == target.name for t in out):
+            raise ValueError(f"{path}: target #{i + 1}: name {target.name!r} used twice")
+        out.append(target)
+    return out

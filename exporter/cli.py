@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -17,6 +18,11 @@ from pathlib import Path
 from typing import Any, get_args
 
 import msgspec
+
+from autoscaler.demand import Target
+from autoscaler.report import demand_json, demand_table
+from autoscaler.service import DemandService, StaticSource
+from autoscaler.targets import MetadataError, load_targets_file, target_from_metadata
 
 from . import __version__
 from .client import ClientConfig, SlurmClient, TokenSource
@@ -66,6 +72,12 @@ SERVE_FIELDS = [
     "metrics_per_user",
     "metrics_per_account",
     "metrics_node_reasons",
+    "grpc_listen",
+    "grpc_tls_cert_file",
+    "grpc_tls_key_file",
+    "grpc_tls_client_ca_file",
+    "autoscaler_targets_file",
+    "demand_stale_after",
 ]
 
 
@@ -80,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
     _add_settings_flags(snap, POLL_FIELDS)
     snap.add_argument("--format", choices=["json", "table"], default="table")
+    dem = sub.add_parser("demand", help="poll once and print the nodes each scaling target needs")
+    _add_settings_flags(dem, [*POLL_FIELDS, "autoscaler_targets_file"])
+    dem.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="a target as KEDA trigger metadata, e.g. partition=gpu,nodeset=slurm-gpu,cpusPerNode=64 "
+        "(repeatable; default: the targets file, else one target per partition)",
+    )
+    dem.add_argument("--format", choices=["json", "table"], default="table")
     sub.add_parser("lab", help="the local Slurm lab (slurm-keda lab --help)", add_help=False)
     sub.add_parser("version", help="print the version")
     return parser
@@ -157,18 +180,70 @@ def format_table(snap: Snapshot) -> str:
     return "\n".join(out)
 
 
+def targets_from_flags(target_flags: Sequence[str], s: Settings) -> list[Target]:
+    """``--target k=v,...`` flags, else the targets file, else [] (= one per partition).
+
+    Raises :class:`ConfigError` naming the flag and key.
+    """
+    if target_flags:
+        out = []
+        for flag in target_flags:
+            meta: dict[str, str] = {}
+            for item in flag.split(","):
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ConfigError(f"--target {flag!r}: {item!r} is not KEY=VALUE")
+                meta[key.strip()] = value.strip()
+            try:
+                out.append(target_from_metadata(meta))
+            except MetadataError as e:
+                raise ConfigError(f"--target {flag!r}: {e}") from None
+        return out
+    if s.autoscaler_targets_file is not None:
+        try:
+            return load_targets_file(s.autoscaler_targets_file)
+        except ValueError as e:
+            raise ConfigError(f"--autoscaler-targets-file: {e}") from None
+    return []
+
+
+def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
+    """One poll, then the demand of each target as a table or JSON."""
+    try:
+        targets = targets_from_flags(target_flags, s)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    snap = asyncio.run(run_snapshot(s))
+    service = DemandService(StaticSource(snap), targets=targets)
+    demands = service.demands_on(snap)
+    if not demands and not all(e in snap.fetched_at for e in ("jobs", "nodes")):
+        raise SlurmError("no jobs or nodes data from slurmrestd: cannot compute demand")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(demand_json(demands), indent=2) + "\n")
+    else:
+        print(demand_table(demands))
+    return 0
+
+
 async def run_serve(s: Settings) -> int:
-    """Poll and serve until SIGINT/SIGTERM; 2 when the web config (TLS, basic auth) is bad."""
+    """Poll and serve until SIGINT/SIGTERM; 2 when the configuration (web config, TLS files, targets,
+    addresses) is unusable."""
+    from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
+    from autoscaler.metrics import demand_families
+
     from .server import RENDERER, bound_urls, make_app, start
     from .webconfig import WebConfig, load_web_config
 
     try:
         web_config = load_web_config(s.web_config_file) if s.web_config_file else WebConfig()
+        targets = targets_from_flags((), s)
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
     async with SlurmClient(client_config(s)) as client:
         poller = Poller(client, poller_config(s))
+        demand = DemandService(poller, targets=targets, stale_after=s.demand_stale_after)
         app = make_app(
             poller,
             per_node=s.metrics_per_node,
@@ -176,20 +251,35 @@ async def run_serve(s: Settings) -> int:
             per_account=s.metrics_per_account,
             node_reasons=s.metrics_node_reasons,
             web_config=web_config,
+            extra_families=lambda snap: demand_families(demand.demands_on(snap)),
         )
+        grpc_server: ScalerServer | None = None
         try:
             runner = await start(app, s.listen_address, s.listen_port)
         except ConfigError as e:  # certificate or key that won't load
             print(f"slurm-keda: {e}", file=sys.stderr)
             return 2
-        log.info(
-            "serving on %s (metrics at /metrics%s)",
-            ", ".join(bound_urls(runner)),
-            ", basic auth" if web_config.basic_auth_users else "",
-        )
         try:
-            return await supervise({"poller": poller.run(), "metrics-warm": app[RENDERER].warm()})
+            log.info(
+                "serving on %s (metrics at /metrics%s)",
+                ", ".join(bound_urls(runner)),
+                ", basic auth" if web_config.basic_auth_users else "",
+            )
+            if s.grpc_listen is not None:
+                tls = None
+                if s.grpc_tls_cert_file is not None and s.grpc_tls_key_file is not None:
+                    tls = GrpcTLS(s.grpc_tls_cert_file, s.grpc_tls_key_file, s.grpc_tls_client_ca_file)
+                try:
+                    grpc_server = await start_grpc_server(demand, s.grpc_listen, tls=tls)
+                except (GrpcTLSError, RuntimeError) as e:
+                    print(f"slurm-keda: {e}", file=sys.stderr)
+                    return 2
+            return await supervise(
+                {"poller": poller.run(), "demand": demand.run(), "metrics-warm": app[RENDERER].warm()}
+            )
         finally:
+            if grpc_server is not None:
+                await grpc_server.stop()
             await runner.cleanup()
 
 
@@ -223,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 print(format_table(snap))
             return 0
+        if args.command == "demand":
+            return run_demand(settings, args.target, args.format)
         if args.command == "serve":
             return asyncio.run(run_serve(settings))
     except SlurmError as e:

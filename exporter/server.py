@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import itertools
 import logging
 import struct
 import time
@@ -137,8 +138,10 @@ class MetricsRenderer:
         per_account: bool = False,
         node_reasons: bool = False,
         on_render: Callable[[str], None] | None = None,
+        extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
     ) -> None:
         self.poller = poller
+        self.extra_families = extra_families
         self.clock = clock
         self.flags = {
             "per_node": per_node,
@@ -159,7 +162,10 @@ class MetricsRenderer:
 
     def _render(self, snap: Snapshot, fmt: _Format) -> bytes:
         t0 = time.perf_counter()
-        body = fmt.render(snapshot_families(snap, **self.flags))
+        families = snapshot_families(snap, **self.flags)
+        if self.extra_families is not None:
+            families = itertools.chain(families, self.extra_families(snap))
+        body = fmt.render(families)
         self.last_render_seconds = time.perf_counter() - t0
         log.debug(
             "rendered %d bytes of %s in %.1f ms", len(body), fmt.content_type, self.last_render_seconds * 1e3
@@ -274,11 +280,14 @@ def make_app(
     node_reasons: bool = False,
     web_config: WebConfig | None = None,
     on_render: Callable[[str], None] | None = None,
+    extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
 ) -> web.Application:
     """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector).
 
     ``web_config`` adds basic auth and response headers (TLS is the site's: see :func:`start`);
-    ``on_render`` is called with the content type whenever the Slurm families are rendered.
+    ``on_render`` is called with the content type whenever the Slurm families are rendered;
+    ``extra_families`` adds families computed from each snapshot (the autoscaler's demand), rendered
+    and cached with the Slurm families.
     """
     wc = web_config or WebConfig()
     app = web.Application(middlewares=[_auth_middleware])
@@ -291,6 +300,7 @@ def make_app(
         per_account=per_account,
         node_reasons=node_reasons,
         on_render=on_render,
+        extra_families=extra_families,
     )
     app[AUTH] = BasicAuth(wc.basic_auth_users)
     app[WEB_CONFIG] = wc

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from .errors import ConfigError
@@ -62,6 +62,26 @@ class Settings(BaseSettings):
         description="Prometheus exporter-toolkit web config YAML: TLS (tls_server_config) and basic auth "
         "(basic_auth_users, bcrypt hashes) of the HTTP server",
     )
+    grpc_listen: str | None = Field(
+        None,
+        description="host:port of the KEDA external scaler gRPC server (e.g. 0.0.0.0:9342); off when unset",
+    )
+    grpc_tls_cert_file: Path | None = Field(
+        None, description="server certificate (PEM) of the gRPC scaler; with --grpc-tls-key-file turns TLS on"
+    )
+    grpc_tls_key_file: Path | None = Field(None, description="private key (PEM) of --grpc-tls-cert-file")
+    grpc_tls_client_ca_file: Path | None = Field(
+        None,
+        description="CA (PEM) that signed KEDA's client certificate (tlsClientCert): requires mTLS",
+    )
+    autoscaler_targets_file: Path | None = Field(
+        None,
+        description="YAML list of scaling targets (keys as in trigger metadata) exported as "
+        "slurm_autoscaler_* metrics; default: one target per partition",
+    )
+    demand_stale_after: float = Field(
+        60.0, gt=0.0, description="seconds after which demand data is flagged stale (its value is held)"
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     metrics_per_node: bool = Field(True, description="export one series per node (CPUs, memory, GPUs, state)")
     metrics_per_user: bool = Field(False, description="export job counts and resources per user")
@@ -86,12 +106,38 @@ class Settings(BaseSettings):
             raise ValueError("must look like v0.0.42")
         return v
 
-    @field_validator("token_file")
+    @field_validator("grpc_listen")
+    @classmethod
+    def _grpc_listen(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        host, sep, port = v.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("must be host:port, e.g. 0.0.0.0:9342 or [::]:9342")
+        return v
+
+    @field_validator(
+        "token_file",
+        "grpc_tls_cert_file",
+        "grpc_tls_key_file",
+        "grpc_tls_client_ca_file",
+        "autoscaler_targets_file",
+    )
     @classmethod
     def _token_file(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():
             raise ValueError(f"{v} is not a readable file")
         return v
+
+    @model_validator(mode="after")
+    def _grpc_tls_pair(self) -> Settings:
+        if (self.grpc_tls_cert_file is None) != (self.grpc_tls_key_file is None):
+            raise ValueError("--grpc-tls-cert-file and --grpc-tls-key-file go together")
+        if self.grpc_tls_client_ca_file is not None and self.grpc_tls_cert_file is None:
+            raise ValueError(
+                "--grpc-tls-client-ca-file (mTLS) needs --grpc-tls-cert-file/--grpc-tls-key-file"
+            )
+        return self
 
     def jwt_value(self) -> str | None:
         """The fixed JWT: ``--jwt``/``SLURM_KEDA_JWT``, else ``$SLURM_JWT``."""
@@ -121,8 +167,10 @@ def load(cli_values: dict[str, Any], secrets_dir: Path | None = None) -> Setting
         )
     except ValidationError as e:
         first = e.errors()[0]
-        loc = str(first["loc"][0]) if first["loc"] else "?"
         msg = first["msg"]
+        if not first["loc"]:  # a rule over several options: the message names them
+            raise ConfigError(msg.removeprefix("Value error, ")) from None
+        loc = str(first["loc"][0])
         if loc in Settings.model_fields:
             raise ConfigError(f"invalid {flag_name(loc)} (env {env_name(loc)}): {msg}") from None
         raise ConfigError(f"invalid option {loc!r}: {msg}") from None

@@ -1,0 +1,63 @@
+"""Demand as Prometheus families: the numbers KEDA gets, for prometheus/metrics-api triggers and dashboards.
+
+Pure: ``{Target: Demand}`` → fresh families, built per snapshot by the metrics renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from autoscaler.demand import Demand, Target
+
+__all__ = ["demand_families"]
+
+_LABELS = ("target", "partition")
+
+
+def demand_families(demands: Mapping[Target, Demand]) -> Iterable[Metric]:
+    """``slurm_autoscaler_*`` families, one series per target (and reason)."""
+    desired = GaugeMetricFamily(
+        "slurm_autoscaler_desired_nodes",
+        "Nodes the target should have now: clamp(busy + needed, min, max), never below busy "
+        "(the value the KEDA external scaler serves)",
+        labels=_LABELS,
+    )
+    busy = GaugeMetricFamily(
+        "slurm_autoscaler_busy_nodes", "Target nodes with allocated CPUs or jobs (the floor)", labels=_LABELS
+    )
+    needed = GaugeMetricFamily(
+        "slurm_autoscaler_needed_nodes",
+        "New nodes the target's eligible pending jobs need, packed first-fit decreasing",
+        labels=_LABELS,
+    )
+    nodes = GaugeMetricFamily(
+        "slurm_autoscaler_target_nodes", "Nodes of the target in the snapshot, any state", labels=_LABELS
+    )
+    eligible = GaugeMetricFamily(
+        "slurm_autoscaler_pending_eligible_jobs",
+        "Pending jobs (array tasks counted one by one) that more nodes would let start",
+        labels=_LABELS,
+    )
+    ignored = GaugeMetricFamily(
+        "slurm_autoscaler_pending_ignored_jobs",
+        "Pending jobs (array tasks one by one) that more nodes would not help, by pending reason",
+        labels=(*_LABELS, "reason"),
+    )
+    too_large = GaugeMetricFamily(
+        "slurm_autoscaler_pending_too_large_jobs",
+        "Pending jobs that can never run on the target (larger than its node shape or max)",
+        labels=_LABELS,
+    )
+    for target, d in demands.items():
+        key = [target.name, target.partition]
+        desired.add_metric(key, d.desired)
+        busy.add_metric(key, d.busy)
+        needed.add_metric(key, d.needed)
+        nodes.add_metric(key, d.nodes)
+        eligible.add_metric(key, d.eligible)
+        too_large.add_metric(key, sum(t.tasks for t in d.too_large))
+        for reason, count in sorted(d.ignored.items()):
+            ignored.add_metric([*key, reason], count)
+    return [desired, busy, needed, nodes, eligible, ignored, too_large]

@@ -1,0 +1,79 @@
+"""``slurm-keda demand``: the real console script over a fake slurmrestd serving the 26.05 recording."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fake_slurmrestd import FakeSlurmrestd, serve
+
+DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
+SCRIPT = Path(sys.executable).parent / "slurm-keda"
+pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+
+
+async def run(url: str, *args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        str(SCRIPT),
+        "demand",
+        "--slurmrestd-url",
+        url,
+        "--jwt",
+        "good-token",
+        "--retries",
+        "0",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_json_default_is_one_target_per_partition() -> None:
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, out, err = await run(url, "--format", "json")
+    assert code == 0, err
+    rows = {r["target"]: r for r in json.loads(out)}
+    assert set(rows) == {"cpu", "gpu", "cloud", "dyn"}
+    # the hand-computed numbers of tests/test_demand.py::test_recorded_2605_cpu_and_gpu
+    cpu = rows["cpu"]
+    assert (cpu["busy"], cpu["needed"], cpu["desired"], cpu["eligible_pending"]) == (3, 3, 6, 2)
+    assert cpu["ignored_pending"]["JobArrayTaskLimit"] == 18
+    assert (rows["gpu"]["busy"], rows["gpu"]["desired"]) == (1, 2)
+    # dyn has no nodes and no configured shape: nothing can be sized, and it says so
+    assert (rows["dyn"]["desired"], rows["dyn"]["shape_source"]) == (0, "none")
+    assert any("no configured shape" in r for r in rows["dyn"]["reasons"])
+
+
+async def test_target_flag_gives_the_scale_from_zero_shape() -> None:
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, out, err = await run(
+            url, "--target", "partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000"
+        )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["TARGET", "PARTITION", "DESIRED"]
+    row = lines[1].split()
+    assert row[:7] == ["ns-dyn", "dyn", "1", "0", "1", "0", "1"]  # desired, busy, needed, nodes, eligible
+    assert "8/16000/0" in lines[1] and "(config)" in lines[1]
+    assert "ns-dyn:" in lines
+
+
+async def test_bad_target_names_the_key() -> None:
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, _, err = await run(url, "--target", "partiton=dyn")
+    assert code == 2
+    assert "'partiton'" in err and "unknown key" in err
+
+
+async def test_no_jobs_data_is_an_error_not_zero_demand() -> None:
+    async with serve(FakeSlurmrestd(DATA, faults={"jobs": "status:500"})) as url:
+        code, out, err = await run(url, "--format", "json")
+    assert code == 1 and out == ""
+    assert "no jobs or nodes data" in err
