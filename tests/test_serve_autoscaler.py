@@ -1,0 +1,174 @@
+"""``serve`` with the autoscaler: demand families on /metrics, and the real console script serving
+KEDA's external scaler protocol next to /metrics (a real gRPC client, a fake slurmrestd)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+
+from autoscaler._proto import externalscaler_pb2 as pb
+from autoscaler.metrics import demand_families
+from autoscaler.service import DemandService
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.poller import Poller, PollerConfig
+from exporter.server import bound_urls, make_app, start
+from tests.fake_slurmrestd import FakeSlurmrestd, serve
+
+DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
+SCRIPT = Path(sys.executable).parent / "slurm-keda"
+SERVICE = "/externalscaler.ExternalScaler/"
+
+
+def sample(body: str, name: str, **labels: str) -> float | None:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in body.splitlines():
+        m = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if m and ",".join(sorted(m.group(1).split(","))) == want:
+            return float(m.group(2))
+    return None
+
+
+async def test_demand_families_on_metrics_and_promtool_clean() -> None:
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
+        async with client:
+            poller = Poller(client, PollerConfig())
+            demand = DemandService(poller)
+            app = make_app(poller, extra_families=lambda s: demand_families(demand.demands_on(s)))
+            runner = await start(app, "127.0.0.1", 0)
+            try:
+                await poller.poll_once()
+                async with aiohttp.ClientSession() as http, http.get(bound_urls(runner)[0] + "/metrics") as r:
+                    body = await r.text()
+            finally:
+                await runner.cleanup()
+    # the hand-computed cpu numbers of tests/test_demand.py::test_recorded_2605_cpu_and_gpu
+    assert sample(body, "slurm_autoscaler_desired_nodes", target="cpu", partition="cpu") == 6
+    assert sample(body, "slurm_autoscaler_busy_nodes", target="cpu", partition="cpu") == 3
+    assert sample(body, "slurm_autoscaler_needed_nodes", target="cpu", partition="cpu") == 3
+    assert (
+        sample(
+            body, "slurm_autoscaler_pending_ignored_jobs", target="cpu", partition="cpu", reason="Dependency"
+        )
+        == 1
+    )
+    assert sample(body, "slurm_autoscaler_desired_nodes", target="gpu", partition="gpu") == 2
+    if shutil.which("promtool"):
+        out = subprocess.run(
+            ["promtool", "check", "metrics"], input=body.encode(), capture_output=True, timeout=60
+        )
+        assert out.stdout + out.stderr == b"" and out.returncode == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def serve_process(url: str, *extra: str) -> AsyncIterator[tuple[asyncio.subprocess.Process, int, int]]:
+    http_port, grpc_port = free_port(), free_port()
+    proc = await asyncio.create_subprocess_exec(
+        str(SCRIPT),
+        "serve",
+        "--slurmrestd-url",
+        url,
+        "--jwt",
+        "good-token",
+        "--listen-address",
+        "127.0.0.1",
+        "--listen-port",
+        str(http_port),
+        "--grpc-listen",
+        f"127.0.0.1:{grpc_port}",
+        "--poll-interval",
+        "1",
+        *extra,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        yield proc, http_port, grpc_port
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+async def test_console_script_serves_keda_and_metrics_from_one_snapshot() -> None:
+    ref = pb.ScaledObjectRef(
+        name="slurm-cpu",
+        namespace="slurm",
+        scalerMetadata={"partition": "cpu", "max": "10", "scalerAddress": "slurm-keda.slurm.svc:9342"},
+    )
+    async with serve(FakeSlurmrestd(DATA)) as url, serve_process(url) as (proc, http_port, grpc_port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
+            await asyncio.wait_for(ch.channel_ready(), 30)
+            is_active = ch.unary_unary(
+                SERVICE + "IsActive",
+                request_serializer=pb.ScaledObjectRef.SerializeToString,
+                response_deserializer=pb.IsActiveResponse.FromString,
+            )
+            spec = ch.unary_unary(
+                SERVICE + "GetMetricSpec",
+                request_serializer=pb.ScaledObjectRef.SerializeToString,
+                response_deserializer=pb.GetMetricSpecResponse.FromString,
+            )
+            metrics = ch.unary_unary(
+                SERVICE + "GetMetrics",
+                request_serializer=pb.GetMetricsRequest.SerializeToString,
+                response_deserializer=pb.GetMetricsResponse.FromString,
+            )
+            deadline = asyncio.get_running_loop().time() + 30
+            while True:  # UNAVAILABLE until the first poll is in
+                try:
+                    active = await is_active(ref, timeout=5)
+                    break
+                except grpc.aio.AioRpcError as e:
+                    assert e.code() == grpc.StatusCode.UNAVAILABLE, e
+                    assert asyncio.get_running_loop().time() < deadline, "no answer within 30 s"
+                    await asyncio.sleep(0.2)
+            assert active.result is True
+            (ms,) = (await spec(ref, timeout=5)).metricSpecs
+            assert (ms.metricName, ms.targetSize) == ("slurm-desired-nodes-cpu", 1)
+            got = await metrics(
+                pb.GetMetricsRequest(scaledObjectRef=ref, metricName=ms.metricName), timeout=5
+            )
+            assert [(v.metricName, v.metricValue) for v in got.metricValues] == [
+                ("slurm-desired-nodes-cpu", 6)
+            ]
+            bad = pb.ScaledObjectRef(
+                name="x", namespace="slurm", scalerMetadata={"partition": "cpu", "min": "x"}
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await is_active(bad, timeout=5)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "'min'" in (
+                err.value.details() or ""
+            )
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(f"http://127.0.0.1:{http_port}/metrics") as r,
+        ):
+            body = await r.text()
+        # the gRPC-asked target (max 10) is the partition's default target's name: one series, same value
+        assert sample(body, "slurm_autoscaler_desired_nodes", target="cpu", partition="cpu") == 6
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(proc.wait(), 15)
+        assert proc.stderr is not None
+        err_text = (await proc.stderr.read()).decode()
+        assert code == 0, err_text
+        assert "good-token" not in err_text
