@@ -12,6 +12,6 @@ RUN useradd --system --uid 10001 --no-create-home slurmkeda
 COPY --from=build /wheels /wheels
 RUN pip install --no-cache-dir /wheels/*.whl && rm -rf /wheels
 USER 10001
-EXPOSE 9341
+EXPOSE 9341 9342
 ENTRYPOINT ["slurm-keda"]
 CMD ["serve"]

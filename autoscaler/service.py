@@ -82,6 +82,7 @@ class DemandService:
         source: SnapshotSource,
         *,
         stale_after: float = 60.0,
+        forget_after: float = 3600.0,
         targets: Iterable[Target] = (),
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -90,6 +91,10 @@ class DemandService:
         self._clock = clock
         self._targets: dict[Target, None] = dict.fromkeys(targets)
         self._configured = bool(self._targets)
+        self._fixed = frozenset(self._targets)
+        self.forget_after = forget_after
+        self._asked: dict[Target, float] = {}
+        """Targets asked for by a scaler (not configured): when last asked, epoch seconds."""
         self._memo_lock = threading.Lock()
         self._memo: tuple[Snapshot, tuple[Target, ...], dict[Target, Demand]] | None = None
         self._snap: Snapshot | None = None
@@ -121,11 +126,21 @@ class DemandService:
         """The demand of ``target`` now; raises :class:`NoSnapshotYet` before the first poll."""
         snap = self._current()
         self._targets.setdefault(target, None)
+        if target not in self._fixed:
+            self._asked[target] = self._clock()
         demand = self._demands.get(target)
         if demand is None:
             demand = self._demands[target] = compute_demand(snap, [target])[target.name]
         when = data_time(snap)
         return Answer(target, demand, when, self._clock() - when > self.stale_after)
+
+    def _forget_unasked(self) -> None:
+        """Drop asked-for targets no scaler asked about for ``forget_after`` s (a deleted ScaledObject)."""
+        cutoff = self._clock() - self.forget_after
+        for t in [t for t, at in self._asked.items() if at < cutoff]:
+            del self._asked[t]
+            self._targets.pop(t, None)
+            log.info("forgetting target %s: not asked for %.0f s", t.name, self.forget_after)
 
     def metric_targets(self, snap: Snapshot) -> tuple[Target, ...]:
         """Targets exported as metrics: configured and asked-for ones; without a configuration,
@@ -161,6 +176,7 @@ class DemandService:
         """Compute every known target on ``snap`` (in a thread) and wake :meth:`changes` waiters."""
         if not _usable(snap):
             return
+        self._forget_unasked()
         t0 = time.perf_counter()
         by_name = dict(await asyncio.to_thread(self.demands_on, snap))
         self.last_compute_seconds = time.perf_counter() - t0

@@ -136,3 +136,23 @@ async def test_refresh_covers_targets_with_the_same_name() -> None:
     src.push(s)
     await svc.refresh(s)
     assert (svc.answer(a).desired, svc.answer(b).desired) == (2, 1)
+
+
+async def test_targets_no_scaler_asks_for_are_forgotten_configured_ones_kept() -> None:
+    src = Source()
+    clock = [0.0]
+    fixed = Target("fixed", "p", shape=SHAPE)
+    svc = DemandService(src, targets=[fixed], forget_after=600, clock=lambda: clock[0])
+    s = snap(0.0, [pend(1)])
+    src.push(s)
+    svc.answer(T)  # asked by a ScaledObject
+    await svc.refresh(s)
+    assert svc.targets == [fixed, T]
+    clock[0] = 500.0
+    svc.answer(T)  # still asked
+    clock[0] = 1000.0
+    await svc.refresh(snap(1000.0, [pend(1)]))
+    assert svc.targets == [fixed, T]
+    clock[0] = 1200.0  # 700 s since the last question: the ScaledObject is gone
+    await svc.refresh(snap(1200.0, [pend(1)]))
+    assert svc.targets == [fixed]
