@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from autoscaler.demand import NodeShape, Target
-from autoscaler.targets import MetadataError, metric_name, parse_memory_bytes, target_from_metadata
+from autoscaler.targets import (
+    MetadataError,
+    load_targets_file,
+    metric_name,
+    parse_memory_bytes,
+    target_from_metadata,
+)
 from exporter.model import MIB
 
 
@@ -71,3 +80,34 @@ def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:
         target_from_metadata(meta)
     assert err.value.key == key
     assert repr(key) in str(err.value)
+
+
+def test_targets_file(tmp_path: Path) -> None:
+    f = tmp_path / "targets.yaml"
+    f.write_text(
+        "targets:\n"
+        "  - partition: gpu\n    nodeset: slurm-gpu\n    cpusPerNode: 64\n    max: 8\n"
+        "  - partition: cpu\n"
+    )
+    a, b = load_targets_file(f)
+    assert (a.name, a.shape, a.max_nodes) == ("slurm-gpu", NodeShape(64, 0, 0), 8)
+    assert b == Target("cpu", "cpu")
+    f.write_text("- partition: gpu\n")  # a plain list works too
+    assert load_targets_file(f) == [Target("gpu", "gpu")]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- partition: a\n- partition: b\n  mx: 3\n", "target #2: metadata 'mx': unknown key"),
+        ("- partition: a\n- partition: a\n", "target #2: name 'a' used twice"),
+        ("targets: []\n", "expected a non-empty list"),
+        ("- [1, 2]\n", "target #1 is not a mapping"),
+        ("targets: [\n", "while parsing"),
+    ],
+)
+def test_bad_targets_file_says_which_entry(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "t.yaml"
+    f.write_text(text)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_targets_file(f)
