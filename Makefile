@@ -10,7 +10,7 @@ APT_PACKAGES := debootstrap ca-certificates prometheus slurmctld slurmd slurmres
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 
-.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean
+.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto
 
 deps: apt venv
 
@@ -55,6 +55,14 @@ typecheck: venv
 
 test: deps lint typecheck
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# KEDA's external scaler messages: autoscaler/_proto/externalscaler_pb2.py + .pyi (mypy-protobuf), committed;
+# tests/test_grpc_scaler.py regenerates them (PROTO_OUT=<tmp>) and checks they are byte-identical.
+proto: PROTO_OUT ?= autoscaler/_proto
+proto:
+	mkdir -p $(PROTO_OUT)
+	$(BIN)/python -m grpc_tools.protoc -Iautoscaler --plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
+	  --python_out=$(PROTO_OUT) --mypy_out=$(PROTO_OUT) autoscaler/externalscaler.proto
 
 bench: venv
 	$(BIN)/python benchmarks/bench_decode.py

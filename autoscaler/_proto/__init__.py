@@ -1,0 +1,1 @@
+"""Generated protobuf messages of KEDA's external scaler protocol (``make proto``; do not edit)."""
