@@ -21,7 +21,8 @@ max             no        upper bound of desired nodes (default unbounded); larg
 metricName      no        metric name KEDA asks for (default ``slurm-desired-nodes-<partition>[-<nodeset>]``)
 ==============  ========  ================================================================================
 
-KEDA's own keys (``scalerAddress``, ``caCert``, ``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``,
+A key may also come as ``<key>FromEnv`` (KEDA resolves it from the scaled workload's environment);
+the plain key wins when both are given. KEDA's own keys (``scalerAddress``, ``caCert``, ``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``,
 ``enableTLS``) are accepted and ignored. Any other key is an error (a typo such as ``partiton`` must
 not silently give a target that never scales). Errors are :class:`MetadataError`, naming the key.
 """
@@ -109,8 +110,20 @@ def _name(meta: Mapping[str, str], key: str, pattern: re.Pattern[str] = _NAME) -
     return value
 
 
+def _resolve_from_env(meta: Mapping[str, str]) -> dict[str, str]:
+    """KEDA hands ``<key>FromEnv`` on with the value it resolved from the workload's environment."""
+    out = dict(meta)
+    for key, value in meta.items():
+        base = key.removesuffix("FromEnv")
+        if base != key and base in KEYS:
+            del out[key]
+            out.setdefault(base, value)
+    return out
+
+
 def target_from_metadata(meta: Mapping[str, str]) -> Target:
     """Build the target a trigger's metadata describes; :class:`MetadataError` names a bad key."""
+    meta = _resolve_from_env(meta)
     for key in sorted(meta):
         if key not in KEYS and key not in KEDA_KEYS:
             raise MetadataError(key, f"unknown key (known: {', '.join(sorted(KEYS))})")

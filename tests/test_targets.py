@@ -111,3 +111,12 @@ def test_bad_targets_file_says_which_entry(tmp_path: Path, text: str, message: s
     f.write_text(text)
     with pytest.raises(ValueError, match=re.escape(message)):
         load_targets_file(f)
+
+
+def test_from_env_keys_resolved_by_keda() -> None:
+    t = target_from_metadata({"partitionFromEnv": "gpu", "maxFromEnv": "4"})
+    assert (t.partition, t.max_nodes) == ("gpu", 4)
+    assert target_from_metadata({"partition": "a", "partitionFromEnv": "b"}).partition == "a"
+    with pytest.raises(MetadataError) as err:
+        target_from_metadata({"partition": "a", "colorFromEnv": "x"})
+    assert err.value.key == "colorFromEnv"
