@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autoscaler.demand import NodeShape, Target
 from autoscaler.targets import (
@@ -120,3 +121,21 @@ def test_from_env_keys_resolved_by_keda() -> None:
     with pytest.raises(MetadataError) as err:
         target_from_metadata({"partition": "a", "colorFromEnv": "x"})
     assert err.value.key == "colorFromEnv"
+
+
+KEDA_DIR = Path(__file__).resolve().parents[1] / "keda"
+
+
+def test_keda_readme_targets_file_and_push_trigger_parse(tmp_path: Path) -> None:
+    """The examples users copy are accepted by the real parsers."""
+    readme = (KEDA_DIR / "README.md").read_text()
+    block = re.search(r"```yaml\n(targets:\n.*?)```", readme, re.S)
+    assert block is not None
+    f = tmp_path / "targets.yaml"
+    f.write_text(block.group(1))
+    (t,) = load_targets_file(f)
+    assert (t.name, t.partition, t.nodeset_feature) == ("slurm-gpu", "gpu", "slurm-gpu")
+    so = next(d for d in yaml.safe_load_all((KEDA_DIR / "scaledobject-external-push.yaml").read_text()) if d)
+    (trigger,) = so["spec"]["triggers"]
+    assert trigger["type"] == "external-push"
+    assert target_from_metadata(trigger["metadata"]) == t
