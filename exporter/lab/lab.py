@@ -47,9 +47,11 @@ from exporter.lab.conf import (
     power_script,
     slurm_conf,
 )
+from exporter.lab.demo import parse_job_id
 from exporter.lab.errors import LabError, LabNotRunningError
 from exporter.lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
 from exporter.lab.http import Response, get
+from exporter.lab.power import PowerEvent, parse_power_log, resumed_hosts
 
 DEFAULT_NODES = 3
 TOKEN_LIFESPAN = 7 * 24 * 3600
@@ -258,6 +260,37 @@ class Lab:
             )
         except subprocess.TimeoutExpired:
             raise LabError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
+
+    def sbatch(self, *args: str, command: str = "sleep 3600") -> int:
+        """Submit a batch job (``sbatch -o /dev/null ARGS --wrap COMMAND``); its job id."""
+        return parse_job_id(self.run(["sbatch", "-o", "/dev/null", *args, "--wrap", command]))
+
+    # ----- power saving (partition cloud) ------------------------------------------------------------
+    @property
+    def power_log(self) -> Path:
+        """Where the cloud nodes' ResumeProgram/SuspendProgram log the host lists slurmctld gave them."""
+        return self.state_dir / "log" / "power.log"
+
+    def power_events(self) -> list[PowerEvent]:
+        """Every ResumeProgram/SuspendProgram call since the lab (re)started (:mod:`exporter.lab.power`)."""
+        try:
+            return parse_power_log(self.power_log.read_text())
+        except FileNotFoundError:
+            return []
+
+    def resumed_nodes(self) -> set[str]:
+        """Cloud nodes slurmctld powered up for jobs since the lab (re)started."""
+        return resumed_hosts(self.power_events())
+
+    def restart(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
+        """A fresh cluster (no jobs, no dynamic nodes, every cloud node powered down, an empty power log).
+
+        ``down`` + ``up`` takes ~0.6 s on the 26.05 lab; powering the cloud nodes back down instead
+        (``scontrol update nodename=p[1-12] state=power_down_force``) takes ~45 s (SuspendTimeout 30 s, and
+        SuspendRate 60 nodes/min also paces nodes that were never up) and keeps finished jobs and the log.
+        """
+        self.down()
+        return self.up(timeout=timeout)
 
     # ----- up --------------------------------------------------------------------------------------
     def _check_install(self) -> None:
