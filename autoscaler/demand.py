@@ -32,19 +32,34 @@ a node-name host list / prefix (:class:`Target`). For each target:
    whole nodes. A job that can never run on this target (per-node memory/GPUs above the shape,
    more nodes than its own ``--nodes`` maximum or than ``Target.max_nodes``) goes to
    ``too_large`` and is not counted.
-7. **Packing**: per-node pieces are packed first-fit decreasing (bins = nodes, dimensions = CPUs,
-   memory, GPUs; order = largest dominant share first); the n pieces of one job go to n different
-   nodes. Jobs with reason ``None`` (not yet looked at by the scheduler — at 1 s polling every
-   fresh submission) are first packed into the free room of busy, usable nodes, since Slurm will
-   start them there; only what does not fit needs new nodes. Jobs Slurm already evaluated
-   (Resources, Priority, ...) did not fit the current nodes, so they are packed onto new nodes
-   only. Identical pieces are placed in bulk (bins are kept as runs of identical bins), so the
-   cost grows with the number of distinct job shapes, not jobs.
+7. **Packing** (:mod:`autoscaler.packing`): per-node pieces are packed first-fit decreasing (bins =
+   nodes, dimensions = CPUs, memory, GPUs; order = largest dominant share first); the n pieces of one
+   job go to n different nodes. Identical pieces are placed in bulk (bins are kept as runs of
+   identical bins), so the cost grows with the number of distinct job shapes, not jobs. Exact while
+   distinct shapes × kinds of bins stay within ``packing.EXACT_WORK`` (~1000 distinct shapes onto new
+   nodes); beyond (e.g. 100k jobs of all-different sizes, where first fit is ~quadratic) best-fit
+   decreasing through an index of free room: linear, never fewer nodes than the jobs need (a real
+   packing), at most ``2·S + n_max`` (S = the jobs' CPU + memory + GPU shares of a node, summed;
+   exact first fit obeys the same bound), measured 0–2 % above exact first fit; ``reasons`` says
+   which was used (bounds and proof: :mod:`autoscaler.packing`).
+   **Free room first**: jobs with reason ``None`` are first packed into the free room of busy, usable
+   nodes; only what does not fit needs new nodes. ``None`` means the scheduler has not looked at the
+   job yet — at 1 s polling that is nearly every fresh submission — and Slurm's next scheduling pass
+   starts such a job on free room of the running nodes if it fits there, rather than leaving it for
+   a node that still has to be resumed; counting it as new nodes would resume cloud nodes for jobs
+   that start elsewhere a second later. Jobs Slurm already evaluated (Resources, Priority, ...) did
+   not fit the current nodes, so they are packed onto new nodes only. (Beyond the exact budget,
+   free room is not tried: fresh jobs count as new — over-count, never under-count.)
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, and never below busy (if busy
    exceeds ``max_nodes``, desired stays at busy and ``reasons`` says so).
 
 Known limit: v0.0.45 (Slurm 26.05) does not report ``--exclusive`` (``Job.exclusive`` is False);
 without a memory default such a job still has ``whole_node_memory`` and thus takes whole nodes.
+
+Cost: every job is read once (:func:`_count_pending`: the fields above as one tuple, plain attribute
+reads in one generator — ~2× faster than ``attrgetter`` on msgspec structs — counted by ``Counter``);
+everything after works on distinct kinds of jobs, merged per partition where they are equal for the
+model, and on distinct job shapes. Figures: ``benchmarks/bench_demand.py``.
 """
 
 from __future__ import annotations
@@ -53,9 +68,11 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
-from typing import Any
+from functools import lru_cache
+from itertools import compress
+from typing import Any, NamedTuple
 
+from autoscaler.packing import Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import MIB, Job, Node, Snapshot
 from exporter.slurmtext import hostlist_expand
@@ -156,12 +173,13 @@ def _name_matcher(expr: str) -> Callable[[str], bool]:
 
 
 def _target_nodes(target: Target, nodes: Sequence[Node]) -> list[Node]:
+    """``nodes`` (already those of ``target.partition``) narrowed by feature and names."""
     match = _name_matcher(target.node_names) if target.node_names else None
     feature = target.nodeset_feature
+    if feature is None and match is None:
+        return list(nodes)
     out = []
     for node in nodes:
-        if target.partition not in node.partitions:
-            continue
         if feature is not None and feature not in node.features and feature not in node.active_features:
             continue
         if match is not None and not match(node.name):
@@ -170,20 +188,16 @@ def _target_nodes(target: Target, nodes: Sequence[Node]) -> list[Node]:
     return out
 
 
-def _node_shape(node: Node) -> NodeShape:
-    return NodeShape(node.effective_cpus or node.cpus, node.memory_bytes, node.gpus)
-
-
 def _snapshot_shape(nodes: Sequence[Node]) -> NodeShape | None:
     """Most common shape among nodes reporting CPUs (ties → the largest)."""
-    counts = Counter(_node_shape(n) for n in nodes if (n.effective_cpus or n.cpus) > 0)
+    counts = Counter(
+        (n.effective_cpus or n.cpus, n.memory_bytes, n.gpus)
+        for n in nodes
+        if (n.effective_cpus or n.cpus) > 0
+    )
     if not counts:
         return None
-    return max(counts, key=lambda s: (counts[s], s.cpus, s.memory_bytes, s.gpus))
-
-
-def _usable(node: Node) -> bool:
-    return node.state not in _UNUSABLE_NODE_STATES and not _UNUSABLE_NODE_FLAGS.intersection(node.flags)
+    return NodeShape(*max(counts, key=lambda s: (counts[s], *s)))
 
 
 def _job_label(job: Job) -> str:
@@ -194,21 +208,59 @@ def _job_label(job: Job) -> str:
     return f"{job.array_job_id}_[{job.array_task_string}]"
 
 
-def _holds_nodes(job: Job) -> bool:
-    return job.state in _HOLDING_STATES or "COMPLETING" in job.state_flags
+_PLAIN_HOST = re.compile(r"[^\[\](),\s]+")
+_SIMPLE_HOSTLIST = re.compile(r"([^\[\](),\s]*)\[([0-9]+)-([0-9]+)\]")
+_NO_HOSTS = frozenset({"(null)", "None", "N/A"})
+
+
+@lru_cache(maxsize=1 << 15)
+def _hosts(expr: str) -> tuple[str, ...]:
+    """Host names of a job's node list, as :func:`hostlist_expand` reads it (``()`` when it cannot).
+
+    Cached: a running job's list is read again at every poll. ``name`` and ``prefix[lo-hi]`` (most
+    lists) are read here directly, the rest by :func:`hostlist_expand`.
+    """
+    if _PLAIN_HOST.fullmatch(expr):
+        return () if expr in _NO_HOSTS else (expr,)
+    m = _SIMPLE_HOSTLIST.fullmatch(expr)
+    if m is not None:
+        prefix, lo, hi = m.groups()
+        first, last = int(lo), int(hi)
+        if first <= last < first + 1_000_000:  # hostlist_expand's limit
+            width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
+            return tuple([prefix + str(i).zfill(width) for i in range(first, last + 1)])
+    try:
+        return tuple(hostlist_expand(expr))
+    except ValueError:
+        return ()
 
 
 # ------------------------------------------------------------------------------------------ sizing
 
-# (nodes, cpus/node, memory bytes/node, gpus/node) or a "why it can never run" text
-_Piece = tuple[int, int, int, int]
+
+class _Request(NamedTuple):
+    """The job fields sizing reads (``Job`` names; the tail of :func:`_key`)."""
+
+    min_nodes: int
+    max_nodes: int | None
+    cpus: int
+    tasks: int
+    cpus_per_task: int
+    memory_per_node_bytes: int | None
+    memory_per_cpu_bytes: int | None
+    whole_node_memory: bool
+    memory_bytes: int
+    gpus_per_node: int
+    gpus: int
+    exclusive: bool
 
 
 def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _size(job: Job, shape: NodeShape, max_nodes: int | None) -> _Piece | str:
+def _size(job: _Request, shape: NodeShape, max_nodes: int | None) -> Piece | str:
+    """(nodes, cpus/node, memory bytes/node, gpus/node) of a job, or why it can never run."""
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
     cpus = max(job.cpus, job.tasks * job.cpus_per_task if job.cpus_per_task > 1 else 0, 1)
     n = max(job.min_nodes, 1, _ceil(cpus, c_node))
@@ -266,231 +318,194 @@ def _size(job: Job, shape: NodeShape, max_nodes: int | None) -> _Piece | str:
     return (n, cpu_pn, mem_pn, gpu_pn)
 
 
-# ----------------------------------------------------------------------------------------- packing
-
-# A run of identical bins: [free cpus, free memory, free gpus, how many bins].
-_Bins = list[list[int]]
-
-
-def _fit(c: int, m: int, g: int, pc: int, pm: int, pg: int) -> int:
-    f = c // pc
-    if pm:
-        f = min(f, m // pm)
-    if pg:
-        f = min(f, g // pg)
-    return f
-
-
-def _place_single(bins: _Bins, pc: int, pm: int, pg: int, k: int) -> int:
-    """First fit of k identical one-node pieces into existing bins; returns how many are left."""
-    i = 0
-    while k and i < len(bins):
-        c, m, g, cnt = bins[i]
-        f = _fit(c, m, g, pc, pm, pg)
-        if f:
-            if k >= f * cnt:
-                bins[i] = [c - f * pc, m - f * pm, g - f * pg, cnt]
-                k -= f * cnt
-            else:
-                q, r = divmod(k, f)
-                runs = []
-                if q:
-                    runs.append([c - f * pc, m - f * pm, g - f * pg, q])
-                if r:
-                    runs.append([c - r * pc, m - r * pm, g - r * pg, 1])
-                rest = cnt - q - (1 if r else 0)
-                if rest:
-                    runs.append([c, m, g, rest])
-                bins[i : i + 1] = runs
-                return 0
-        i += 1
-    return k
-
-
-def _place_multi(
-    bins: _Bins, shape: NodeShape, n: int, piece: tuple[int, int, int], k: int, *, open_new: bool
-) -> tuple[int, int]:
-    """First fit of k identical jobs of n one-per-node pieces; returns (jobs left, bins opened).
-
-    Job by job, first fit puts a job's pieces into the first n bins that still take a piece; the
-    next identical job finds the same n bins until one of them is full. So whole steps are done
-    at once: the first n available bins (plus new bins if fewer exist) take ``t`` jobs each, ``t``
-    = the smallest room among them (in pieces) or the jobs left. Each step fills a run of bins,
-    so the cost grows with runs, not jobs. Exact first fit, job by job.
-    """
-    pc, pm, pg = piece
-    per_fresh = max(1, _fit(shape.cpus, shape.memory_bytes, shape.gpus, pc, pm, pg))
-    opened = 0
-    start = 0  # runs before ``start`` take no piece: they only get fuller
-    while k:
-        avail: list[tuple[int, int, int]] = []  # (run index, bins taken, pieces per bin)
-        found = 0
-        i = start
-        while found < n and i < len(bins):
-            c, m, g, cnt = bins[i]
-            f = _fit(c, m, g, pc, pm, pg)
-            if f:
-                if not avail:
-                    start = i
-                take = min(cnt, n - found)
-                avail.append((i, take, f))
-                found += take
-            i += 1
-        if not avail:
-            start = len(bins)
-            if not open_new:
-                break
-            # nothing takes a piece: rounds of per_fresh jobs fill n new bins each
-            rounds, r = divmod(k, per_fresh)
-            if rounds:
-                bins.append(
-                    [
-                        shape.cpus - per_fresh * pc,
-                        shape.memory_bytes - per_fresh * pm,
-                        shape.gpus - per_fresh * pg,
-                        rounds * n,
-                    ]
-                )
-            if r:
-                bins.append([shape.cpus - r * pc, shape.memory_bytes - r * pm, shape.gpus - r * pg, n])
-            return 0, opened + (rounds + (1 if r else 0)) * n
-        if found < n and not open_new:
-            break  # the job does not fit the existing bins: place none of its pieces
-        t = min(k, min(f for _, _, f in avail), per_fresh if found < n else k)
-        # the last run may be taken in part: split it (done last, indices before stay valid)
-        for idx, take, _ in reversed(avail):
-            c, m, g, cnt = bins[idx]
-            filled = [c - t * pc, m - t * pm, g - t * pg, take]
-            bins[idx : idx + 1] = [filled] if take == cnt else [filled, [c, m, g, cnt - take]]
-        if found < n:
-            fresh = n - found
-            bins.append([shape.cpus - t * pc, shape.memory_bytes - t * pm, shape.gpus - t * pg, fresh])
-            opened += fresh
-        k -= t
-    return k, opened
-
-
-def _open(bins: _Bins, shape: NodeShape, pieces: int, per_bin: int, pc: int, pm: int, pg: int) -> int:
-    """Append new bins holding ``pieces`` one-node pieces, ``per_bin`` per bin; returns bins opened."""
-    q, r = divmod(pieces, per_bin)
-    if q:
-        bins.append(
-            [shape.cpus - per_bin * pc, shape.memory_bytes - per_bin * pm, shape.gpus - per_bin * pg, q]
-        )
-    if r:
-        bins.append([shape.cpus - r * pc, shape.memory_bytes - r * pm, shape.gpus - r * pg, 1])
-    return q + (1 if r else 0)
-
-
-def _ffd_order(groups: Mapping[_Piece, int], shape: NodeShape) -> list[tuple[_Piece, int]]:
-    def key(item: tuple[_Piece, int]) -> tuple[float, float, int]:
-        n, pc, pm, pg = item[0]
-        shares = (
-            pc / shape.cpus,
-            pm / shape.memory_bytes if shape.memory_bytes else 0.0,
-            pg / shape.gpus if shape.gpus else 0.0,
-        )
-        return (max(shares), sum(shares), n)
-
-    return sorted(groups.items(), key=key, reverse=True)
-
-
-def _pack(
-    groups: Mapping[_Piece, int], bins: _Bins, shape: NodeShape, *, open_new: bool
-) -> tuple[int, dict[_Piece, int]]:
-    """FFD of ``{piece: jobs}`` into ``bins`` (and new bins if ``open_new``).
-
-    Returns (new bins opened, {piece: jobs left unplaced}) — leftovers only when not ``open_new``.
-    """
-    opened = 0
-    left: dict[_Piece, int] = {}
-    for (n, pc, pm, pg), k in _ffd_order(groups, shape):
-        per_fresh = max(1, _fit(shape.cpus, shape.memory_bytes, shape.gpus, pc, pm, pg))
-        if n == 1:
-            k = _place_single(bins, pc, pm, pg, k)
-            if k and open_new:
-                opened += _open(bins, shape, k, per_fresh, pc, pm, pg)
-                k = 0
-        else:
-            k, new = _place_multi(bins, shape, n, (pc, pm, pg), k, open_new=open_new)
-            opened += new
-        if k:
-            left[(n, pc, pm, pg)] = left.get((n, pc, pm, pg), 0) + k
-    return opened, left
-
-
 # ------------------------------------------------------------------------------------------ demand
 
+_Key = tuple[Any, ...]
 
-_JOB_KEY = attrgetter(
-    "partitions", "reason", "features", "array_job_id", "array_task_id", "array_task_string",
-    "array_pending_tasks", "array_max_tasks", "min_nodes", "max_nodes", "cpus", "tasks",
-    "cpus_per_task", "memory_per_node_bytes", "memory_per_cpu_bytes", "whole_node_memory",
-    "memory_bytes", "gpus_per_node", "gpus", "exclusive",
-)  # fmt: skip
-"""Every job field the model reads: pending jobs equal on these are counted together."""
-_KEY_PARTITIONS = 0
+
+def _count_pending(jobs: Iterable[Job], others: list[Job]) -> Counter[_Key]:
+    """Pending jobs counted by key (every job field the model reads); the other jobs go to ``others``.
+
+    Key: ``(partitions, reason, features, tasks, throttle, *request)``: ``tasks`` is
+    ``Job.task_count`` (an array record stands for its pending tasks); ``throttle`` is None for jobs
+    without a ``%N`` throttle (no other array field matters for them), else every array field, so
+    that records of a throttled array are only counted together when the job by job reading would
+    (the throttle's allowance is handed out in order); ``request`` is :class:`_Request`.
+
+    The hot loop of the model (once per job): one generator, plain attribute reads (~2× faster
+    than ``attrgetter`` on msgspec structs), one ``Counter`` in C; a job that is not pending is
+    appended to ``others`` in passing (``append`` returns None: the condition stays false).
+    """
+    other = others.append
+    return Counter(
+        (
+            j.partitions, j.reason, j.features,
+            j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
+            None if j.array_max_tasks is None
+            else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
+            j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
+            j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
+            j.exclusive,
+        )
+        for j in jobs
+        if j.state == "PENDING" or other(j)
+    )  # fmt: skip
+
+
+def _key(job: Job) -> _Key:
+    """The key :func:`_count_pending` counts a pending job under."""
+    (key,) = _count_pending((job,), [])
+    return key
+
+
+def _full_key(j: Job) -> _Key:
+    """:func:`_key` with the array fields themselves: how too-large jobs are listed (grouped)."""
+    return (_key(j), j.array_job_id, j.array_task_id, j.array_task_string, j.array_pending_tasks)
+
+
+_TASKS, _THROTTLE, _REQUEST = 3, 4, 5
+"""Positions in :func:`_key`; ``key[_REQUEST:]`` is the job's :class:`_Request`."""
+
+
+class _Kind:
+    """Pending jobs of one partition that the model treats alike, in order of first appearance.
+
+    Built once per snapshot from the distinct keys: an ineligible kind is one reason (all that counts
+    of it is how many); an eligible, unthrottled kind is one (fresh — reason None — or not,
+    constraint, request); a throttled key (``%N``) stays its own kind, as the throttle's allowance
+    is handed out in order. Merged keys keep the place of the first one, so everything counted per
+    kind (``ignored``, pieces) is first seen in the same order as job by job.
+    """
+
+    __slots__ = ("count", "elig", "features", "keys", "name", "request", "throttle")
+
+    def __init__(self, key: _Key, name: str, elig: Eligibility, count: int) -> None:
+        self.name = name
+        self.elig = elig
+        self.features: str = key[2]
+        throttle = key[_THROTTLE]
+        self.throttle: tuple[int, int] | None = (
+            (throttle[0], throttle[3]) if throttle is not None and throttle[0] is not None else None
+        )
+        """(array job id, %N) of a throttled array."""
+        self.request: _Key = key[_REQUEST:]
+        self.count = count
+        """Jobs (array tasks individually)."""
+        self.keys = [key]
 
 
 class _Index:
     """What every target needs from the snapshot, built once per snapshot.
 
-    Pending jobs are collapsed (in C: ``map``/``Counter``) into distinct keys with a multiplicity,
-    so the per-target work grows with distinct job kinds, not with jobs.
+    Pending jobs are collapsed into distinct keys with a multiplicity (:func:`_count_pending`),
+    then into :class:`_Kind` per partition, so the per-target work grows with kinds, not jobs.
     """
 
     def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
         wanted = frozenset(partitions)
-        jobs = snapshot.jobs
-        self.pending_jobs = [j for j in jobs if j.state == "PENDING"]
-        self.keys: list[tuple[Any, ...]] = list(map(_JOB_KEY, self.pending_jobs))
-        self.rep: dict[tuple[Any, ...], Job] = dict(zip(self.keys, self.pending_jobs, strict=True))
-        self.pending: dict[str, list[tuple[tuple[Any, ...], int]]] = {p: [] for p in wanted}
-        for key, cnt in Counter(self.keys).items():
-            for p in key[_KEY_PARTITIONS]:
-                lst = self.pending.get(p)
+        self.jobs = snapshot.jobs
+        others: list[Job] = []
+        counts = _count_pending(self.jobs, others)
+        self.kinds: dict[str, list[_Kind]] = {p: [] for p in wanted}
+        merged: dict[str, dict[Any, _Kind]] = {p: {} for p in wanted}
+        parts_of: dict[tuple[str, ...], list[str]] = {}
+        class_of: dict[str, tuple[str, Eligibility]] = {}
+        ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
+        for key, multiplicity in counts.items():
+            parts = parts_of.get(key[0])
+            if parts is None:
+                parts = parts_of[key[0]] = [p for p in key[0] if p in wanted]
+                if not parts:
+                    continue
+            elif not parts:
+                continue
+            cls = class_of.get(key[1])
+            if cls is None:
+                cls = class_of[key[1]] = classify(key[1])[:2]
+            name, elig = cls
+            count = multiplicity * key[_TASKS]
+            mkey: Any
+            if elig is ineligible:
+                mkey = name  # all that counts is how many
+            elif key[_THROTTLE] is not None:
+                mkey = None  # %N: keeps its place in the order
+            elif elig is eligible:
+                mkey = (name == "None", key[2], key[_REQUEST:])  # fresh or not, constraint, request
+            else:
+                mkey = (name, key[2], key[_REQUEST:])
+            for p in parts:
+                kind = merged[p].get(mkey) if mkey is not None else None
+                if kind is None:
+                    kind = _Kind(key, name, elig, count)
+                    self.kinds[p].append(kind)
+                    if mkey is not None:
+                        merged[p][mkey] = kind
+                else:
+                    kind.count += count
+                    kind.keys.append(key)
+        holding = [j for j in others if j.state in _HOLDING_STATES or "COMPLETING" in j.state_flags]
+        self.array_running: Counter[int] = Counter(
+            j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
+        )
+        self._held_exprs = {j.nodes for j in holding if j.nodes and not wanted.isdisjoint(j.partitions)}
+        self._held: set[str] | None = None
+        self.nodes: dict[str, list[Node]] = {p: [] for p in wanted}
+        for node in snapshot.nodes:
+            for p in node.partitions:
+                lst = self.nodes.get(p)
                 if lst is not None:
-                    lst.append((key, cnt))
-        self.array_running: Counter[int] = Counter()
-        held_exprs: set[str] = set()
-        for job in jobs:
-            if job.state == "PENDING" or not _holds_nodes(job):
-                continue
-            if job.array_task_id is not None and job.array_job_id is not None:
-                self.array_running[job.array_job_id] += 1
-            if job.nodes and wanted.intersection(job.partitions):
-                held_exprs.add(job.nodes)
-        self.held_nodes: set[str] = set()
-        for expr in held_exprs:
-            try:
-                self.held_nodes.update(hostlist_expand(expr))
-            except ValueError:
-                continue
+                    lst.append(node)
 
-    def labels(self, keys: set[tuple[Any, ...]], partition: str) -> dict[tuple[Any, ...], list[str]]:
-        """Job ids of the pending jobs with these keys (rare: only for too-large jobs)."""
-        out: dict[tuple[Any, ...], list[str]] = {}
-        for key, job in zip(self.keys, self.pending_jobs, strict=True):
-            if key in keys and partition in job.partitions:
-                out.setdefault(key, []).append(_job_label(job))
-        return out
+    def held_nodes(self) -> set[str]:
+        """Names of nodes held by jobs (RUNNING, SUSPENDED, COMPLETING) of the wanted partitions."""
+        if self._held is None:
+            self._held = set().union(*map(_hosts, self._held_exprs))
+        return self._held
+
+    def labels(self, keys: Mapping[_Key, str], partition: str) -> list[tuple[Job, str]]:
+        """The pending jobs with these keys and their ``why`` (rare: only for too-large jobs), grouped
+        like job by job: by all their fields, groups in order of first appearance."""
+        cpus = {k[_REQUEST + 2] for k in keys}
+        groups: dict[_Key, list[tuple[Job, str]]] = {}
+        for job in self.jobs:
+            if job.cpus in cpus and job.state == "PENDING" and partition in job.partitions:
+                why = keys.get(_key(job))
+                if why is not None:
+                    groups.setdefault(_full_key(job), []).append((job, why))
+        return [item for group in groups.values() for item in group]
 
 
-def _constraint_names(job: Job, feature: str) -> bool:
-    return feature in _CONSTRAINT_TOKEN.findall(job.features)
+def _room(busy_nodes: Iterable[Node]) -> Bins:
+    """Free room of busy, usable nodes, in node order (equal neighbours as one run)."""
+    runs: list[list[int]] = []
+    last = [0, 0, 0, 0]
+    for n in busy_nodes:
+        c = (n.effective_cpus or n.cpus) - n.alloc_cpus
+        if c <= 0 or n.state in _UNUSABLE_NODE_STATES or not _UNUSABLE_NODE_FLAGS.isdisjoint(n.flags):
+            continue
+        m = n.memory_bytes - n.alloc_memory_bytes
+        g = n.gpus - n.gpus_used
+        if m < 0:
+            m = 0
+        if g < 0:
+            g = 0
+        if last[0] == c and last[1] == m and last[2] == g:
+            last[3] += 1
+        else:
+            last = [c, m, g, 1]
+            runs.append(last)
+    return Bins(runs)
 
 
-def _demand_for(target: Target, snapshot: Snapshot, index: _Index) -> Demand:
+def _demand_for(target: Target, index: _Index) -> Demand:
     reasons: list[str] = []
-    nodes = _target_nodes(target, snapshot.nodes)
-    busy_nodes = [
-        n
-        for n in nodes
-        if n.alloc_cpus > 0
-        or n.state in _BUSY_NODE_STATES
-        or "COMPLETING" in n.flags
-        or n.name in index.held_nodes
-    ]
+    nodes = _target_nodes(target, index.nodes[target.partition])
+    busy_flags = [n.alloc_cpus > 0 or n.state in _BUSY_NODE_STATES or "COMPLETING" in n.flags for n in nodes]
+    if not all(busy_flags):
+        held = index.held_nodes()
+        if held:
+            busy_flags = [b or n.name in held for b, n in zip(busy_flags, nodes, strict=True)]
+    busy_nodes = list(compress(nodes, busy_flags))
     busy = len(busy_nodes)
     shape = _snapshot_shape(nodes)
     shape_source = "snapshot"
@@ -511,28 +526,31 @@ def _demand_for(target: Target, snapshot: Snapshot, index: _Index) -> Demand:
 
     ignored: Counter[str] = Counter()
     too_large: list[TooLarge] = []
-    fresh: Counter[_Piece] = Counter()  # reason None: may use busy nodes' free room
-    evaluated: Counter[_Piece] = Counter()
-    sizes: dict[tuple[Any, ...], _Piece | str] = {}
+    fresh: Counter[Piece] = Counter()  # reason None: may use busy nodes' free room
+    evaluated: Counter[Piece] = Counter()
+    sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
+    constraint_ok: dict[str, bool] = {}
     other_nodeset = 0
     eligible = 0
     empty = not nodes
     feature = target.nodeset_feature
-    too_large_keys: dict[tuple[Any, ...], str] = {}
-    for jkey, multiplicity in index.pending[target.partition]:
-        job = index.rep[jkey]
-        name, elig, _ = classify(job.reason)
-        count = multiplicity * job.task_count
+    too_large_keys: dict[_Key, str] = {}
+    for kind in index.kinds[target.partition]:
+        elig = kind.elig
+        count = kind.count
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
-            ignored[name] += count
+            ignored[kind.name] += count
             continue
-        if feature is not None and job.features and not _constraint_names(job, feature):
-            other_nodeset += count
-            continue
-        throttle = job.array_max_tasks
-        if throttle is not None and job.array_job_id is not None:
-            aid = job.array_job_id
+        if feature is not None and kind.features:
+            ok = constraint_ok.get(kind.features)
+            if ok is None:
+                ok = constraint_ok[kind.features] = feature in _CONSTRAINT_TOKEN.findall(kind.features)
+            if not ok:
+                other_nodeset += count
+                continue
+        if kind.throttle is not None:
+            aid, throttle = kind.throttle
             left = allowance.get(aid)
             if left is None:
                 left = max(0, throttle - index.array_running[aid])
@@ -546,45 +564,49 @@ def _demand_for(target: Target, snapshot: Snapshot, index: _Index) -> Demand:
         eligible += count
         if shape is None:
             continue
-        key = jkey[_KEY_PARTITIONS + 8 :]
-        size = sizes.get(key)
+        size = sizes.get(kind.request)
         if size is None:
-            size = sizes[key] = _size(job, shape, target.max_nodes)
+            size = sizes[kind.request] = _size(_Request._make(kind.request), shape, target.max_nodes)
         if isinstance(size, str):
-            too_large_keys[jkey] = size
+            too_large_keys.update(dict.fromkeys(kind.keys, size))
             eligible -= count
             continue
-        (fresh if name == "None" else evaluated)[size] += count
+        (fresh if kind.name == "None" else evaluated)[size] += count
 
     if too_large_keys:
-        for jkey, labels in index.labels(set(too_large_keys), target.partition).items():
-            why = too_large_keys[jkey]
-            tasks = index.rep[jkey].task_count
-            too_large.extend(TooLarge(label, tasks, why) for label in labels)
+        too_large = [
+            TooLarge(_job_label(job), job.task_count, why)
+            for job, why in index.labels(too_large_keys, target.partition)
+        ]
 
     needed = 0
     if shape is not None and (fresh or evaluated):
-        room: _Bins = []
-        for n in busy_nodes:
-            if _usable(n):
-                c = max(0, (n.effective_cpus or n.cpus) - n.alloc_cpus)
-                m = max(0, n.memory_bytes - n.alloc_memory_bytes)
-                g = max(0, n.gpus - n.gpus_used)
-                if c:
-                    room.append([c, m, g, 1])
+        cap = (shape.cpus, shape.memory_bytes, shape.gpus)
         in_room = 0
-        if fresh and room:
-            _, unplaced = _pack(fresh, room, shape, open_new=False)
-            in_room = sum(fresh.values()) - sum(unplaced.values())
-            evaluated.update(unplaced)
+        room = _room(busy_nodes) if fresh else None
+        if fresh and room is not None and room.blocks:
+            if is_exact(len(fresh), room.run_count()):
+                _, unplaced = pack(fresh, room, cap, open_new=False)
+                in_room = sum(fresh.values()) - sum(unplaced.values())
+                evaluated.update(unplaced)
+            else:
+                evaluated.update(fresh)
+                reasons.append(
+                    f"free room: not tried ({len(fresh)} distinct sizes of not-yet-scheduled jobs,"
+                    f" {room.run_count()} kinds of free room: too many for exact first fit); counted as new"
+                )
         else:
             evaluated.update(fresh)
         if in_room:
             reasons.append(f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes")
-        needed, _ = _pack(evaluated, [], shape, open_new=True)
+        needed, _ = pack(evaluated, Bins(), cap, open_new=True)
+        how = (
+            "first-fit decreasing"
+            if is_exact(len(evaluated), 0)
+            else f"best-fit decreasing: {len(evaluated)} distinct job sizes, too many for exact first fit"
+        )
         reasons.append(
-            f"needed: {needed} new nodes for {sum(evaluated.values())} eligible pending jobs"
-            " (first-fit decreasing)"
+            f"needed: {needed} new nodes for {sum(evaluated.values())} eligible pending jobs ({how})"
         )
     elif eligible:
         reasons.append(f"needed: 0 ({eligible} eligible pending jobs, but no node shape)")
@@ -636,4 +658,4 @@ def compute_demand(snapshot: Snapshot, targets: Sequence[Target]) -> dict[str, D
     if len(set(names)) != len(names):
         raise ValueError("target names must be unique")
     index = _Index(snapshot, (t.partition for t in targets))
-    return {t.name: _demand_for(t, snapshot, index) for t in targets}
+    return {t.name: _demand_for(t, index) for t in targets}

@@ -1,0 +1,443 @@
+"""Vector bin packing for the demand model: exact first-fit decreasing while small, bounded beyond.
+
+Pure, no I/O. Read by :mod:`autoscaler.demand` only.
+
+**Pieces** are ``(n, cpus, memory, gpus)``: a job of ``n`` one-per-node pieces, each asking that much of
+one node, the n pieces on n different nodes; identical jobs come as ``{piece: jobs}``. **Bins** are
+nodes, described by their free room (CPUs, memory bytes, GPUs), kept as *runs* of identical bins
+``[cpus, memory, gpus, count]`` in first-fit order (:class:`Bins`). Every piece asks at least one CPU.
+**Order**: largest dominant share first (the largest of a piece's CPU, memory and GPU shares of a
+node; ties: larger sum of shares, more nodes, then first seen — a stable sort).
+
+**Exact first-fit decreasing** — while ``distinct pieces × (runs of bins + distinct pieces)`` is at most
+:data:`EXACT_WORK` (~1000 distinct pieces into new bins): job by job, each of a job's pieces goes to
+the first bin, in bin order, that still has room for it; a job that does not fit opens new bins (or,
+into existing room only, stays unplaced). Identical jobs are placed in bulk (a run of bins takes as
+many as fit at once), so the cost grows with distinct pieces × runs, not with jobs. Runs are held in
+blocks of :data:`BLOCK` with an upper bound of their room, so a scan skips blocks that cannot take the
+piece; runs no remaining piece fits are dropped. Same answer as placing the jobs one by one.
+
+**Bounded: best-fit decreasing** — beyond that budget (e.g. 100k jobs of all-different sizes, where
+first fit grows as pieces × bins, ~quadratic): same order, but each job goes to the bins with the
+*fewest free CPUs, then the least free memory*, that take it, found through an index of the bins by
+free room (free CPU count → sorted free memory), so each placement costs a few bisections: linear in
+distinct pieces overall (100k all-different pieces: ~1 s here, where first fit would take minutes).
+Into the free room of busy nodes (no new bins) the bounded path places nothing: those jobs count as
+needing new nodes (over-count, never under-count); :mod:`autoscaler.demand` says so in ``reasons``.
+
+**Bounds** (both paths), with ``S`` = the pieces' total size (the sum over all pieces of their CPU +
+memory + GPU shares of a node) and ``n_max`` = the most nodes one job asks:
+
+* **never fewer nodes than the jobs need**: both are real packings (a piece only goes where it fits),
+  so ``needed ≥ OPT ≥ max(⌈CPU shares⌉, ⌈memory shares⌉, ⌈GPU shares⌉, n_max)``; under-counting the
+  true need is impossible;
+* **never more than ``2·S + n_max``**: a bin is only opened for a job that finds fewer than ``n``
+  bins with room, after using all that have room; so a new bin is either "full" for that piece or
+  got a piece that did not fit some other bin with load ≤ 1/2 (then the piece is > 1/2 in some
+  resource) — at most ``n_max`` bins ever have a load (used shares summed) ≤ 1/2, every other bin
+  has more than 1/2. As ``S ≤ d·OPT`` (d = 2 or 3 resource kinds), ``needed < 2d·OPT + n_max``;
+* **bounded against exact**: not ordered by construction (best fit is another heuristic, and can pack
+  tighter); measured on all-different random mixes (``tests/test_demand.py``,
+  ``benchmarks/bench_demand.py``): best fit needs 0–2 % more nodes than exact first fit, at most
+  ~1 % fewer on small GPU mixes.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Iterable, Iterator, Mapping
+from operator import itemgetter
+
+__all__ = ["BLOCK", "EXACT_WORK", "Bins", "Piece", "is_exact", "pack"]
+
+Piece = tuple[int, int, int, int]
+"""(nodes, cpus per node, memory bytes per node, gpus per node)."""
+Capacity = tuple[int, int, int]
+"""(cpus, memory bytes, gpus) of one node of the target's shape."""
+
+EXACT_WORK = 1 << 20
+"""Exact first fit while distinct pieces × (runs of bins + distinct pieces) is at most this (~1M:
+about 1000 distinct pieces into new bins, ~400 into the room of 2000 busy nodes of all-different
+free room; ≤ ~0.1 s on this project's VM)."""
+BLOCK = 32
+"""Runs per block of :class:`Bins` (a block is skipped whole when its room bound is too small)."""
+
+
+_C, _M, _G = itemgetter(0), itemgetter(1), itemgetter(2)
+
+
+class Bins:
+    """Bins in first-fit order, as runs of identical bins ``[free cpus, free memory, free gpus, count]``.
+
+    Runs are held in blocks of about :data:`BLOCK` runs; ``tops[b]`` is an upper bound of the room of
+    the runs of block ``b`` (componentwise), so a scan skips a whole block that cannot take a piece.
+    Rooms only shrink, so a bound stays valid; a block whose bound let a scan in for nothing is
+    *tightened*: its bound recomputed and its dead runs (no room for ``floor``, the componentwise
+    smallest piece still to come) dropped.
+    """
+
+    __slots__ = ("blocks", "floor", "grown", "shrunk", "tops")
+
+    def __init__(self, runs: Iterable[list[int]] = ()) -> None:
+        self.blocks: list[list[list[int]]] = []
+        self.tops: list[list[int]] = []
+        self.floor: tuple[int, int, int] = (1, 0, 0)
+        """Every piece still to come asks at least this much (every piece asks a CPU)."""
+        self.grown: set[int] = set()
+        """Blocks that got runs inserted (split when too big by :meth:`tidy`)."""
+        self.shrunk: set[int] = set()
+        """Blocks tightened to nothing (dropped by :meth:`tidy`)."""
+        for run in runs:
+            self.append(run)
+
+    def append(self, run: list[int]) -> None:
+        """Add a run after every other run (new bins)."""
+        if not self.blocks or len(self.blocks[-1]) >= BLOCK:
+            self.blocks.append([run])
+            self.tops.append(run[:3])
+            return
+        self.blocks[-1].append(run)
+        top = self.tops[-1]
+        if run[0] > top[0]:
+            top[0] = run[0]
+        if run[1] > top[1]:
+            top[1] = run[1]
+        if run[2] > top[2]:
+            top[2] = run[2]
+
+    def runs(self) -> Iterator[list[int]]:
+        for block in self.blocks:
+            yield from block
+
+    def run_count(self) -> int:
+        return sum(map(len, self.blocks))
+
+    def bin_count(self) -> int:
+        return sum(run[3] for run in self.runs())
+
+    def tighten(self, bi: int) -> None:
+        """Drop the dead runs of block ``bi`` and recompute its bound (block indices unchanged)."""
+        block = self.blocks[bi]
+        fc, fm, fg = self.floor
+        block[:] = [r for r in block if r[0] >= fc and r[1] >= fm and r[2] >= fg]
+        if block:
+            self.tops[bi] = [max(map(_C, block)), max(map(_M, block)), max(map(_G, block))]
+        else:
+            self.tops[bi] = [0, -1, -1]  # takes nothing
+            self.shrunk.add(bi)
+
+    def tidy(self) -> None:
+        """Between pieces: split blocks grown too big, drop emptied blocks (block indices change)."""
+        if not self.grown and not self.shrunk:
+            return
+        blocks, tops = self.blocks, self.tops
+        for bi in sorted(self.grown | self.shrunk, reverse=True):
+            block = blocks[bi]
+            if not block:
+                del blocks[bi], tops[bi]
+            elif len(block) > 2 * BLOCK:
+                parts = [block[i : i + BLOCK] for i in range(0, len(block), BLOCK)]
+                blocks[bi : bi + 1] = parts
+                tops[bi : bi + 1] = [[max(map(_C, p)), max(map(_M, p)), max(map(_G, p))] for p in parts]
+        self.grown.clear()
+        self.shrunk.clear()
+
+
+def _fit(c: int, m: int, g: int, pc: int, pm: int, pg: int) -> int:
+    f = c // pc
+    if pm:
+        f = min(f, m // pm)
+    if pg:
+        f = min(f, g // pg)
+    return f
+
+
+def _place_single(bins: Bins, pc: int, pm: int, pg: int, k: int) -> int:
+    """First fit of k identical one-node pieces into the bins; returns how many are left."""
+    tops = bins.tops
+    for bi, block in enumerate(bins.blocks):
+        tc, tm, tg = tops[bi]
+        if tc < pc or tm < pm or tg < pg:
+            continue
+        hit = False
+        for i, run in enumerate(block):
+            c, m, g, cnt = run
+            if c < pc or m < pm or g < pg:
+                continue
+            f = c // pc
+            if pm and m // pm < f:
+                f = m // pm
+            if pg and g // pg < f:
+                f = g // pg
+            if k >= f * cnt:
+                run[0], run[1], run[2] = c - f * pc, m - f * pm, g - f * pg
+                k -= f * cnt
+                if not k:
+                    return 0
+                hit = True
+            else:
+                q, r = divmod(k, f)
+                split = []
+                if q:
+                    split.append([c - f * pc, m - f * pm, g - f * pg, q])
+                if r:
+                    split.append([c - r * pc, m - r * pm, g - r * pg, 1])
+                rest = cnt - q - (1 if r else 0)
+                if rest:
+                    split.append([c, m, g, rest])
+                block[i : i + 1] = split
+                bins.grown.add(bi)
+                return 0
+        if not hit:
+            bins.tighten(bi)
+    return k
+
+
+def _open(bins: Bins, cap: Capacity, pieces: int, per_bin: int, pc: int, pm: int, pg: int) -> int:
+    """Append new bins holding ``pieces`` one-node pieces, ``per_bin`` per bin; returns bins opened."""
+    cc, cm, cg = cap
+    q, r = divmod(pieces, per_bin)
+    if q:
+        bins.append([cc - per_bin * pc, cm - per_bin * pm, cg - per_bin * pg, q])
+    if r:
+        bins.append([cc - r * pc, cm - r * pm, cg - r * pg, 1])
+    return q + (1 if r else 0)
+
+
+def _place_multi(
+    bins: Bins, cap: Capacity, n: int, piece: tuple[int, int, int], k: int, *, open_new: bool
+) -> tuple[int, int]:
+    """First fit of k identical jobs of n one-per-node pieces; returns (jobs left, bins opened).
+
+    Job by job, first fit puts a job's pieces into the first n bins that still take a piece; the
+    next identical job finds the same n bins until one of them is full. So whole steps are done
+    at once: the first n available bins (plus new bins if fewer exist) take ``t`` jobs each, ``t``
+    = the smallest room among them (in pieces) or the jobs left. Each step fills a run of bins,
+    so the cost grows with runs, not jobs. Exact first fit, job by job.
+    """
+    pc, pm, pg = piece
+    cc, cm, cg = cap
+    per_fresh = max(1, _fit(cc, cm, cg, pc, pm, pg))
+    blocks, tops = bins.blocks, bins.tops
+    opened = 0
+    sb, si = 0, 0  # runs before (block sb, index si) take no piece: they only get fuller
+    while k:
+        avail: list[tuple[int, int, int]] = []  # (block, index, bins taken)
+        found = 0
+        least = k  # the smallest room (in pieces) among the available runs
+        bi, i = sb, si
+        while found < n and bi < len(blocks):
+            tc, tm, tg = tops[bi]
+            if tc >= pc and tm >= pm and tg >= pg:
+                block = blocks[bi]
+                hit = False
+                start = i
+                while found < n and i < len(block):
+                    c, m, g, cnt = block[i]
+                    if c >= pc and m >= pm and g >= pg:
+                        f = c // pc
+                        if pm and m // pm < f:
+                            f = m // pm
+                        if pg and g // pg < f:
+                            f = g // pg
+                        if not avail:
+                            sb, si = bi, i
+                        take = cnt if cnt < n - found else n - found
+                        avail.append((bi, i, take))
+                        found += take
+                        if f < least:
+                            least = f
+                        hit = True
+                    i += 1
+                if not hit and start == 0:
+                    bins.tighten(bi)  # scanned whole for nothing (no position points into it)
+            bi += 1
+            i = 0
+        if not avail:
+            if not open_new:
+                break
+            # nothing takes a piece: rounds of per_fresh jobs fill n new bins each
+            rounds, r = divmod(k, per_fresh)
+            if rounds:
+                bins.append([cc - per_fresh * pc, cm - per_fresh * pm, cg - per_fresh * pg, rounds * n])
+            if r:
+                bins.append([cc - r * pc, cm - r * pm, cg - r * pg, n])
+            return 0, opened + (rounds + (1 if r else 0)) * n
+        if found < n:
+            if not open_new:
+                break  # the job does not fit the existing bins: place none of its pieces
+            if per_fresh < least:
+                least = per_fresh
+        t = least
+        # the last run may be taken in part: split it (done last, indices before stay valid)
+        for bi, i, take in reversed(avail):
+            block = blocks[bi]
+            c, m, g, cnt = block[i]
+            filled = [c - t * pc, m - t * pm, g - t * pg, take]
+            if take == cnt:
+                block[i] = filled
+            else:
+                block[i : i + 1] = [filled, [c, m, g, cnt - take]]
+                bins.grown.add(bi)
+        if found < n:
+            fresh = n - found
+            bins.append([cc - t * pc, cm - t * pm, cg - t * pg, fresh])
+            opened += fresh
+        k -= t
+    return k, opened
+
+
+def ffd_order(groups: Mapping[Piece, int], cap: Capacity) -> list[tuple[Piece, int]]:
+    """``groups`` largest first: dominant share, then sum of shares, then nodes (stable)."""
+    cc, cm, cg = cap
+
+    def key(item: tuple[Piece, int]) -> tuple[float, float, int]:
+        n, pc, pm, pg = item[0]
+        shares = (pc / cc, pm / cm if cm else 0.0, pg / cg if cg else 0.0)
+        return (max(shares), sum(shares), n)
+
+    return sorted(groups.items(), key=key, reverse=True)
+
+
+class _Rooms:
+    """Bins indexed by free room for the bounded path: ``{(cpus, memory, gpus): bins}``, plus per
+    free-CPU count the sorted ``(memory, gpus)`` present and a bit mask of the non-empty counts."""
+
+    __slots__ = ("by_cpus", "counts", "mask")
+
+    def __init__(self, runs: Iterable[list[int]]) -> None:
+        self.counts: dict[tuple[int, int, int], int] = {}
+        self.by_cpus: dict[int, list[tuple[int, int]]] = {}
+        self.mask = 0
+        for c, m, g, cnt in runs:
+            self.put(c, m, g, cnt)
+
+    def put(self, c: int, m: int, g: int, cnt: int) -> None:
+        if c <= 0:
+            return  # takes no piece ever (every piece asks a CPU)
+        key = (c, m, g)
+        old = self.counts.get(key, 0)
+        self.counts[key] = old + cnt
+        if not old:
+            insort(self.by_cpus.setdefault(c, []), (m, g))
+            self.mask |= 1 << c
+
+    def take(self, key: tuple[int, int, int], cnt: int) -> None:
+        left = self.counts[key] - cnt
+        if left:
+            self.counts[key] = left
+            return
+        del self.counts[key]
+        c, m, g = key
+        lst = self.by_cpus[c]
+        del lst[bisect_left(lst, (m, g))]
+        if not lst:
+            self.mask &= ~(1 << c)
+
+    def fitting(self, pc: int, pm: int, pg: int) -> Iterator[tuple[int, int, int]]:
+        """Room keys with room for the piece, best fit first: fewest free CPUs, then least memory."""
+        mask = self.mask >> pc
+        c = pc
+        while mask:
+            skip = (mask & -mask).bit_length() - 1
+            c += skip
+            mask >>= skip
+            lst = self.by_cpus[c]
+            if lst[-1][0] >= pm:
+                for i in range(bisect_left(lst, (pm, pg)), len(lst)):
+                    m, g = lst[i]
+                    if g >= pg:
+                        yield (c, m, g)
+            mask >>= 1
+            c += 1
+
+
+def _best_fit(order: list[tuple[Piece, int]], runs: Iterable[list[int]], cap: Capacity) -> int:
+    """The bounded path: best-fit decreasing into ``runs`` and new bins; returns new bins opened."""
+    cc, cm, cg = cap
+    rooms = _Rooms(runs)
+    opened = 0
+    for (n, pc, pm, pg), k in order:
+        per_fresh = max(1, _fit(cc, cm, cg, pc, pm, pg))
+        while k:
+            # the n best rooms (a room stands for its count of identical bins)
+            chosen: list[tuple[tuple[int, int, int], int]] = []  # (room, bins taken)
+            found = 0
+            t = k  # jobs placed in this step: at most the smallest room (in pieces) chosen
+            for key in rooms.fitting(pc, pm, pg):
+                take = min(rooms.counts[key], n - found)
+                chosen.append((key, take))
+                found += take
+                t = min(t, _fit(*key, pc, pm, pg))
+                if found == n:
+                    break
+            if not found:  # nothing takes a piece: rounds of per_fresh jobs on n new bins
+                rounds, r = divmod(k, per_fresh)
+                if rounds:
+                    rooms.put(cc - per_fresh * pc, cm - per_fresh * pm, cg - per_fresh * pg, rounds * n)
+                if r:
+                    rooms.put(cc - r * pc, cm - r * pm, cg - r * pg, n)
+                opened += (rounds + (1 if r else 0)) * n
+                break
+            if found < n:
+                t = min(t, per_fresh)
+            if n == 1:
+                # one-node pieces: every bin of the best room takes t (as many as fit, or all left)
+                key, _ = chosen[0]
+                chosen = [(key, min(rooms.counts[key], k // t))]
+            for (c, m, g), take in chosen:
+                rooms.take((c, m, g), take)
+                rooms.put(c - t * pc, m - t * pm, g - t * pg, take)
+            if found < n:
+                rooms.put(cc - t * pc, cm - t * pm, cg - t * pg, n - found)
+                opened += n - found
+            k -= t * chosen[0][1] if n == 1 else t
+    return opened
+
+
+def pack(
+    groups: Mapping[Piece, int], bins: Bins, cap: Capacity, *, open_new: bool, exact: bool | None = None
+) -> tuple[int, dict[Piece, int]]:
+    """Pack ``{piece: jobs}`` into ``bins`` (and new bins if ``open_new``), largest first.
+
+    Exact first-fit decreasing while ``distinct pieces × (runs of bins + distinct pieces)`` is at
+    most :data:`EXACT_WORK`, else bounded best-fit decreasing (module docstring); ``exact`` forces
+    either path (tests compare them). Returns (new bins opened, {piece: jobs left unplaced}) —
+    leftovers only when not ``open_new``. ``bins`` is used up.
+    """
+    if exact is None:
+        exact = is_exact(len(groups), bins.run_count())
+    if not exact and not open_new:
+        return 0, dict(groups)  # bounded into existing room: place nothing (over-count, never under)
+    order = ffd_order(groups, cap)
+    if not exact:
+        return _best_fit(order, bins.runs(), cap), {}
+    # floors[j]: the componentwise smallest piece among order[j:] (runs below it are dead)
+    floors: list[tuple[int, int, int]] = [(1, 0, 0)] * len(order)
+    fc = fm = fg = 1 << 62
+    for j in range(len(order) - 1, -1, -1):
+        _, pc, pm, pg = order[j][0]
+        fc, fm, fg = min(fc, pc), min(fm, pm), min(fg, pg)
+        floors[j] = (fc, fm, fg)
+    opened = 0
+    left: dict[Piece, int] = {}
+    for j, ((n, pc, pm, pg), k) in enumerate(order):
+        bins.floor = floors[j]
+        if n == 1:
+            k = _place_single(bins, pc, pm, pg, k)
+            if k and open_new:
+                per_fresh = max(1, _fit(cap[0], cap[1], cap[2], pc, pm, pg))
+                opened += _open(bins, cap, k, per_fresh, pc, pm, pg)
+                k = 0
+        else:
+            k, new = _place_multi(bins, cap, n, (pc, pm, pg), k, open_new=open_new)
+            opened += new
+        if k:
+            left[(n, pc, pm, pg)] = left.get((n, pc, pm, pg), 0) + k
+        bins.tidy()
+    return opened, left
+
+
+def is_exact(pieces: int, runs: int) -> bool:
+    """Whether :func:`pack` takes the exact path for this many distinct pieces and runs of bins."""
+    return pieces * (runs + pieces) <= EXACT_WORK
