@@ -259,20 +259,23 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _size(job: _Request, shape: NodeShape, max_nodes: int | None) -> Piece | str:
-    """(nodes, cpus/node, memory bytes/node, gpus/node) of a job, or why it can never run."""
+def _size(request: _Key, shape: NodeShape, max_nodes: int | None) -> Piece | str:
+    """(nodes, cpus/node, memory bytes/node, gpus/node) of a job's :class:`_Request`, or why it can
+    never run on this shape."""
+    (
+        min_nodes, job_max_nodes, job_cpus, tasks, cpus_per_task, mem_per_node, mem_per_cpu,
+        whole_node_memory, memory_bytes, gpus_pn, job_gpus, exclusive,
+    ) = request  # fmt: skip
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
-    cpus = max(job.cpus, job.tasks * job.cpus_per_task if job.cpus_per_task > 1 else 0, 1)
-    n = max(job.min_nodes, 1, _ceil(cpus, c_node))
-    if job.cpus_per_task > 1:
-        per_node_tasks = c_node // job.cpus_per_task
+    cpus = max(job_cpus, tasks * cpus_per_task if cpus_per_task > 1 else 0, 1)
+    n = max(min_nodes, 1, _ceil(cpus, c_node))
+    if cpus_per_task > 1:
+        per_node_tasks = c_node // cpus_per_task
         if per_node_tasks == 0:
-            return f"{job.cpus_per_task} CPUs per task > {c_node} CPUs per node"
-        n = max(n, _ceil(max(job.tasks, 1), per_node_tasks))
-    mem_per_node = job.memory_per_node_bytes
-    mem_per_cpu = job.memory_per_cpu_bytes
+            return f"{cpus_per_task} CPUs per task > {c_node} CPUs per node"
+        n = max(n, _ceil(max(tasks, 1), per_node_tasks))
     total_mem = 0
-    if job.whole_node_memory:
+    if whole_node_memory:
         pass
     elif mem_per_node is not None:
         if mem_per_node > m_node:
@@ -282,31 +285,30 @@ def _size(job: _Request, shape: NodeShape, max_nodes: int | None) -> Piece | str
             return f"--mem-per-cpu {mem_per_cpu // MIB} MiB > {m_node // MIB} MiB per node"
         total_mem = cpus * mem_per_cpu
     else:
-        total_mem = job.memory_bytes
+        total_mem = memory_bytes
     if total_mem and m_node:
         n = max(n, _ceil(total_mem, m_node))
     elif total_mem:
         return "asks memory, nodes have none"
-    gpus_pn = job.gpus_per_node
     if gpus_pn:
         if gpus_pn > g_node:
             return f"{gpus_pn} GPUs per node > {g_node} GPUs per node"
-    elif job.gpus:
+    elif job_gpus:
         if not g_node:
-            return f"asks {job.gpus} GPUs, nodes have none"
-        n = max(n, _ceil(job.gpus, g_node))
+            return f"asks {job_gpus} GPUs, nodes have none"
+        n = max(n, _ceil(job_gpus, g_node))
     # --mem-per-cpu: the CPUs of the fullest node must fit its memory
-    if mem_per_cpu is not None and not job.whole_node_memory and mem_per_node is None:
+    if mem_per_cpu is not None and not whole_node_memory and mem_per_node is None:
         while _ceil(cpus, n) * mem_per_cpu > m_node:
             n += 1
-    if job.max_nodes is not None and n > job.max_nodes:
-        return f"needs {n} nodes of {shape}, the job allows at most {job.max_nodes}"
+    if job_max_nodes is not None and n > job_max_nodes:
+        return f"needs {n} nodes of {shape}, the job allows at most {job_max_nodes}"
     if max_nodes is not None and n > max_nodes:
         return f"needs {n} nodes, target max is {max_nodes}"
-    if job.exclusive:
+    if exclusive:
         return (n, c_node, m_node, g_node)
     cpu_pn = _ceil(cpus, n)
-    if job.whole_node_memory:
+    if whole_node_memory:
         mem_pn = m_node
     elif mem_per_node is not None:
         mem_pn = mem_per_node
@@ -314,7 +316,7 @@ def _size(job: _Request, shape: NodeShape, max_nodes: int | None) -> Piece | str
         mem_pn = cpu_pn * mem_per_cpu
     else:
         mem_pn = _ceil(total_mem, n)
-    gpu_pn = gpus_pn or _ceil(job.gpus, n)
+    gpu_pn = gpus_pn or _ceil(job_gpus, n)
     return (n, cpu_pn, mem_pn, gpu_pn)
 
 
@@ -379,16 +381,17 @@ class _Kind:
 
     __slots__ = ("count", "elig", "features", "keys", "name", "request", "throttle")
 
-    def __init__(self, key: _Key, name: str, elig: Eligibility, count: int) -> None:
+    def __init__(self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int) -> None:
         self.name = name
         self.elig = elig
         self.features: str = key[2]
         throttle = key[_THROTTLE]
         self.throttle: tuple[int, int] | None = (
-            (throttle[0], throttle[3]) if throttle is not None and throttle[0] is not None else None
+            None if throttle is None or throttle[0] is None else (throttle[0], throttle[3])
         )
         """(array job id, %N) of a throttled array."""
-        self.request: _Key = key[_REQUEST:]
+        self.request = request
+        """``key[_REQUEST:]``: what sizing reads (:class:`_Request`)."""
         self.count = count
         """Jobs (array tasks individually)."""
         self.keys = [key]
@@ -424,25 +427,28 @@ class _Index:
                 cls = class_of[key[1]] = classify(key[1])[:2]
             name, elig = cls
             count = multiplicity * key[_TASKS]
+            request = key[_REQUEST:]
             mkey: Any
             if elig is ineligible:
                 mkey = name  # all that counts is how many
             elif key[_THROTTLE] is not None:
                 mkey = None  # %N: keeps its place in the order
             elif elig is eligible:
-                mkey = (name == "None", key[2], key[_REQUEST:])  # fresh or not, constraint, request
+                mkey = (name == "None", key[2], request)  # fresh or not, constraint, request
             else:
-                mkey = (name, key[2], key[_REQUEST:])
+                mkey = (name, key[2], request)
             for p in parts:
-                kind = merged[p].get(mkey) if mkey is not None else None
-                if kind is None:
-                    kind = _Kind(key, name, elig, count)
-                    self.kinds[p].append(kind)
-                    if mkey is not None:
-                        merged[p][mkey] = kind
+                if mkey is None:
+                    kind = _Kind(key, request, name, elig, count)
                 else:
-                    kind.count += count
-                    kind.keys.append(key)
+                    same = merged[p]
+                    seen = same.get(mkey)
+                    if seen is not None:
+                        seen.count += count
+                        seen.keys.append(key)
+                        continue
+                    kind = same[mkey] = _Kind(key, request, name, elig, count)
+                self.kinds[p].append(kind)
         holding = [j for j in others if j.state in _HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -566,7 +572,7 @@ def _demand_for(target: Target, index: _Index) -> Demand:
             continue
         size = sizes.get(kind.request)
         if size is None:
-            size = sizes[kind.request] = _size(_Request._make(kind.request), shape, target.max_nodes)
+            size = sizes[kind.request] = _size(kind.request, shape, target.max_nodes)
         if isinstance(size, str):
             too_large_keys.update(dict.fromkeys(kind.keys, size))
             eligible -= count

@@ -112,9 +112,6 @@ class Bins:
     def run_count(self) -> int:
         return sum(map(len, self.blocks))
 
-    def bin_count(self) -> int:
-        return sum(run[3] for run in self.runs())
-
     def tighten(self, bi: int) -> None:
         """Drop the dead runs of block ``bi`` and recompute its bound (block indices unchanged)."""
         block = self.blocks[bi]

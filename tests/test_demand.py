@@ -10,9 +10,20 @@ import random
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
-from autoscaler.demand import Demand, NodeShape, Target, _hosts, compute_demand
+from autoscaler.demand import (
+    _REQUEST,
+    _THROTTLE,
+    Demand,
+    NodeShape,
+    Target,
+    _hosts,
+    _key,
+    _Request,
+    compute_demand,
+)
 from autoscaler.packing import EXACT_WORK, Bins, Piece, ffd_order, is_exact, pack
 from autoscaler.reasons import Eligibility, classify, normalize
 from exporter.model import MIB, Job, Node, Snapshot
@@ -565,3 +576,20 @@ def test_node_lists_read_like_hostlist_expand(expr: str) -> None:
     except ValueError:
         expected = ()
     assert _hosts(expr) == expected
+
+
+def test_key_layout() -> None:
+    # The counting key's tail is the job's sizing request, field by field (_Request names Job fields),
+    # and its head what the model reads besides; a throttled array keeps every array field.
+    job = pend(
+        5, "Priority", min_nodes=2, max_nodes=3, cpus=4, tasks=5, cpus_per_task=6, memory_per_node_bytes=7,
+        memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
+        exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
+    )  # fmt: skip
+    key = _key(job)
+    assert dict(zip(_Request._fields, key[_REQUEST:], strict=True)) == {
+        f: getattr(job, f) for f in _Request._fields
+    }
+    assert key[:_REQUEST] == (("p",), "Priority", "fa", 3, None)
+    throttled = msgspec.structs.replace(job, array_max_tasks=2)
+    assert _key(throttled)[_THROTTLE] == (1, None, "1-3", 2)
