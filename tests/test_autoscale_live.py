@@ -1,4 +1,4 @@
-"""Autoscaling against the real Slurm 26.05 lab.
+"""Autoscaling against the real Slurm 26.05 lab: an oracle for the demand model, then the whole loop.
 
 **Oracle** (``test_desired_equals_nodes_slurm_resumed``): Slurm itself says how many nodes a queue needs.
 The lab's ``cloud`` partition has 12 ``State=CLOUD`` nodes p1..p12 whose ResumeProgram only logs the host
@@ -56,23 +56,58 @@ the fourth job would pend with Resources after the scale-up and cost a second ro
 ``--ntasks-per-node=2 -c2`` land on 4 fresh nodes p6..p9, not on the 3-node job's half-empty p1..p3
 (placed one at a time, the same jobs use 6 nodes). Slurm's multi-node selection prefers whole runs of
 unused nodes; the model puts pieces into any node with room.
+
+**End to end** (``test_scale_from_zero_runs_the_jobs_and_returns_to_zero``): :mod:`tests.scale_harness`
+plays KEDA (``external-push`` trigger, pollingInterval 1 s, cooldownPeriod 5 s, min 0, max 10), the HPA it
+creates (AverageValue, tolerance 0.1, sync every 1 s, scale-down stabilization 5 s) and the Slinky operator
+(dynamic slurmd nodes ``dyn-<n>``; drain, then delete) around a real ``slurm-keda serve --grpc-listen``
+polling the lab every second. First only held, dependent and begin-time jobs are queued: the scaler must
+stay inactive at zero through two KEDA checks and two HPA syncs on a snapshot holding them. Then nine
+short jobs (5–20 s, 4 or 8 CPUs, one of them on 2 nodes) that need exactly :data:`NEEDED` nodes: they all
+start, the group never has more, and it is back at zero after they end. Activation (submission → KEDA sees
+active) and scale-up times are printed.
+
+**Side by side** (``test_side_by_side_with_the_naive_pending_jobs_trigger``): the same workload, harness and
+timings with the trigger of SchedMD's Slinky autoscaling guide (pending jobs of the partition, replicas
+= ⌈pending / threshold⌉, threshold 5 and 1). The table: replicas in the held phase; seconds from the
+submission to activity, first new node, peak replicas, all jobs started; Slurm's submit → start wait
+(mean, max); idle node-minutes over the run; seconds until back at zero. Asserted are only robust facts:
+the naive trigger scales up for held jobs and never returns to zero while they wait, ours does neither,
+and ours idles no more node-minutes than naive-1.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
+import grpc.aio
 import pytest
 
 from autoscaler.demand import Demand, NodeShape, Target, compute_demand
-from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.lab import Lab
 from exporter.lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
-from exporter.model import MIB, Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.lab.power import parse_power_log, resumed_hosts
+from exporter.model import MIB
 from exporter.slurmtext import hostlist_expand
-from tests.scale_harness import wait_for
+from tests.scale_harness import (
+    SCRIPT,
+    DemandFeed,
+    FeedFactory,
+    HpaConfig,
+    KedaConfig,
+    PendingJobsFeed,
+    RunResult,
+    ScalerFeed,
+    ScalerProcess,
+    Stabilizer,
+    WorkJob,
+    hpa_recommendation,
+    lab_snapshot,
+    run_scenario,
+    wait_for,
+)
 
 pytestmark = pytest.mark.lab
 
@@ -168,20 +203,40 @@ KNOWN_DIFFERENCES = {
 """Mixes where the model and Slurm differ (xfail; a plain failure once the model agrees)."""
 
 
+# ----------------------------------------------------------------------------------- pure parts
+
+
+def test_power_log_parsing_skips_torn_lines() -> None:
+    events = parse_power_log("1 resume p[1-3]\n2 suspend p2\n3 resume p[4-\n4 resu")
+    assert [(e.time, e.action, e.hosts) for e in events] == [
+        (1, "resume", ("p1", "p2", "p3")),
+        (2, "suspend", ("p2",)),
+    ]
+    assert resumed_hosts(events) == {"p1", "p2", "p3"}
+
+
+def test_hpa_formula_and_stabilization() -> None:
+    hpa = HpaConfig(tolerance=0.1, scale_down_window=5.0)
+    assert hpa_recommendation(12, 5, 1, hpa) == 3  # AverageValue: ⌈12 / 5⌉
+    assert hpa_recommendation(10.5, 1, 10, hpa) == 10  # within tolerance: unchanged
+    assert hpa_recommendation(12, 1, 10, hpa) == 12
+    value = HpaConfig(metric_type="Value")
+    assert hpa_recommendation(12, 5, 2, value) == 5  # Value: ⌈2 × 12 / 5⌉
+    stab = Stabilizer(up_window=0.0, down_window=5.0)
+    assert stab(0.0, 1, 6) == 6  # up at once
+    assert stab(1.0, 6, 2) == 6  # down: the highest recommendation of the last 5 s
+    assert stab(5.5, 6, 2) == 2
+
+
+# ------------------------------------------------------------------------------------------- oracle
+
+
 @pytest.fixture(scope="module")
 def lab26(lab_2605: Lab) -> Iterator[Lab]:
     """The 26.05 lab; restarted fresh afterwards, so later tests find no leftovers (their demo is
     resubmitted by ``lab_demo``)."""
     yield lab_2605
     lab_2605.restart()
-
-
-async def snapshot_of(lab: Lab) -> Snapshot:
-    config = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
-    async with SlurmClient(config) as client:
-        snap = await Poller(client, PollerConfig()).poll_once()
-    assert snap is not None, "no snapshot from the lab"
-    return snap
 
 
 def submit_mix(lab: Lab, partition: str, mix: Mix) -> dict[str, int]:
@@ -220,7 +275,7 @@ async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
 
     resumed = await wait_for(all_resumed, SETTLE_TIMEOUT, f"ResumeProgram to name {sorted(allocated)}")
     assert resumed == allocated, f"resumed {sorted(resumed)} but jobs hold {sorted(allocated)}"
-    snap = await snapshot_of(lab)
+    snap = await lab_snapshot(lab)
     seen = {j.array_job_id or j.job_id for j in snap.jobs if "dyn" in j.partitions}
     assert seen >= set(dyn_ids.values()), "the snapshot misses dyn jobs"
     return resumed, compute_demand(snap, [DYN_TARGET])["dyn"]
@@ -236,3 +291,122 @@ async def test_desired_equals_nodes_slurm_resumed(lab26: Lab, mix: Mix) -> None:
             pytest.xfail(f"{KNOWN_DIFFERENCES[mix.name]} (desired {demand.desired})")
         pytest.fail(f"the model now agrees with Slurm on {mix.name}: move it to MIXES")
     assert demand.desired == len(resumed), "\n".join(demand.reasons)
+
+
+# ----------------------------------------------------------------------------- end to end, side by side
+
+PARTITION = "dyn"
+INELIGIBLE = (
+    WorkJob("held", "-H -c8"),
+    WorkJob("dependent", "-c8 -d afterok:{held}"),
+    WorkJob("later", "--begin=now+1hour -c8"),
+)
+"""Pending forever (held; waiting for the held job; begin time an hour away): no node helps them."""
+ELIGIBLE = (
+    WorkJob("whole_a", "-c8 --mem=1000", 20),
+    WorkJob("whole_b", "-c8 --mem=1000", 20),
+    WorkJob("half_a", "-c4 --mem=1000", 10),
+    WorkJob("half_b", "-c4 --mem=1000", 10),
+    WorkJob("half_c", "-c4 --mem=1000", 10),
+    WorkJob("half_d", "-c4 --mem=1000", 10),
+    WorkJob("pair", "-N2 --ntasks-per-node=1 -c4 --mem=1000", 10),
+    WorkJob("quick_a", "-c4 --mem=1000", 5),
+    WorkJob("quick_b", "-c4 --mem=1000", 5),
+)
+NEEDED = 6
+"""By hand: 2 jobs of 8 CPUs take a node each; 8 pieces of 4 CPUs (4 ``half``, the 2 nodes of ``pair``,
+2 ``quick``) take two per node = 4 nodes (``pair``'s pieces on two different ones). 48 CPUs = 6 nodes of 8:
+no placement needs more, since every piece is 4 or 8 CPUs (memory: 2 × 1000 MB per node at most). ``-c``
+rather than ``-n``: Slurm may split ``-n8`` over two half-used nodes."""
+KEDA = KedaConfig(polling_interval=1.0, cooldown=5.0, min_replicas=0, max_replicas=10)
+HPA = HpaConfig(sync_period=1.0, tolerance=0.1, metric_type="AverageValue", scale_down_window=5.0)
+SCALER_METADATA = {
+    "partition": PARTITION,
+    "nodeset": DYN_FEATURE,
+    "cpusPerNode": str(NODE_CPUS),
+    "memoryPerNode": str(NODE_MEMORY_MB),
+    "max": str(KEDA.max_replicas),
+}
+"""The external-push trigger's metadata: the dyn NodeSet, its node shape for scale from zero."""
+
+
+def _ours(scaler: ScalerProcess, channel: grpc.aio.Channel) -> DemandFeed:
+    return ScalerFeed(channel, SCALER_METADATA, "ours")
+
+
+def _naive(threshold: int) -> FeedFactory:
+    def make(scaler: ScalerProcess, channel: grpc.aio.Channel) -> DemandFeed:
+        return PendingJobsFeed(scaler, PARTITION, threshold, f"naive-{threshold}")
+
+    return make
+
+
+FEEDS: dict[str, FeedFactory] = {"ours": _ours, "naive-5": _naive(5), "naive-1": _naive(1)}
+
+
+class ScaleRuns:
+    """Scenario results, each run once per module, on first use (ours is shared by both tests)."""
+
+    def __init__(self, lab: Lab, log_dir: Path) -> None:
+        self.lab = lab
+        self.log_dir = log_dir
+        self.results: dict[str, RunResult] = {}
+
+    async def get(self, name: str) -> RunResult:
+        if name not in self.results:
+            scenario = run_scenario(
+                self.lab,
+                name,
+                FEEDS[name],
+                ineligible=INELIGIBLE,
+                eligible=ELIGIBLE,
+                partition=PARTITION,
+                log_dir=self.log_dir,
+                keda=KEDA,
+                hpa=HPA,
+            )
+            self.results[name] = await scenario
+        return self.results[name]
+
+
+@pytest.fixture(scope="module")
+def scale_runs(lab26: Lab, tmp_path_factory: pytest.TempPathFactory) -> ScaleRuns:
+    if not SCRIPT.exists():
+        pytest.skip("console script not installed (make venv)")
+    return ScaleRuns(lab26, tmp_path_factory.mktemp("scale"))
+
+
+def _table(runs: list[RunResult]) -> str:
+    return "\n".join([RunResult.header(), *(r.row() for r in runs)])
+
+
+async def test_scale_from_zero_runs_the_jobs_and_returns_to_zero(scale_runs: ScaleRuns) -> None:
+    """KEDA (external-push, our gRPC scaler) + HPA + operator on a NodeSet at zero: held, dependent and
+    begin-time jobs alone never activate it; the mixed workload starts on at most the nodes it needs;
+    after the jobs the group is back at zero."""
+    r = await scale_runs.get("ours")
+    print("\n" + _table([r]))
+    timeline = " ".join(f"{s.at - r.timeline[0].at:.1f}:{s.replicas}/{s.nodes}" for s in r.timeline[::4])
+    print(f"timeline (s:replicas/nodes): {timeline}")
+    assert not r.operator_errors, r.operator_errors
+    assert r.held_phase_replicas == 0 and not r.held_phase_active, "held/dependent jobs activated the scaler"
+    assert r.activation is not None, "never active"
+    assert r.peak_replicas == NEEDED, f"peak {r.peak_replicas} replicas, the jobs need {NEEDED}"
+    assert r.max_nodes <= NEEDED, f"{r.max_nodes} nodes at once, the jobs need {NEEDED}"
+    assert r.all_started is not None
+    assert sorted(r.never_started) == sorted(j.key for j in INELIGIBLE)
+    assert r.zero_at is not None, f"not back at zero {r.window:.0f} s into the run"
+
+
+async def test_side_by_side_with_the_naive_pending_jobs_trigger(scale_runs: ScaleRuns) -> None:
+    """The same workload through the same harness with SchedMD's documented trigger (pending jobs of the
+    partition; replicas = ⌈pending / threshold⌉) at threshold 5 and 1."""
+    ours, naive5, naive1 = [await scale_runs.get(n) for n in ("ours", "naive-5", "naive-1")]
+    print("\n" + _table([ours, naive5, naive1]))
+    for r in (naive5, naive1):
+        assert not r.operator_errors, r.operator_errors
+        assert r.held_phase_replicas >= 1, f"{r.name} did not scale up for held jobs"
+        assert r.zero_at is None, f"{r.name} got back to zero although held jobs are pending"
+        assert sorted(r.never_started) == sorted(j.key for j in INELIGIBLE)
+    assert ours.held_phase_replicas == 0
+    assert ours.idle_node_minutes <= naive1.idle_node_minutes

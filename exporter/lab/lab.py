@@ -27,6 +27,7 @@ import pwd
 import re
 import secrets
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -590,8 +591,16 @@ class Lab:
         timeout: float = 30.0,
     ) -> NodeRecord:
         """Start a slurmd: a configured node's (after ``remove_node``), or a new dynamic node (``slurmd -Z``)
-        that joins nodeset ``ns-dyn`` (partition ``dyn``)."""
+        that joins nodeset ``ns-dyn`` (partition ``dyn``). Safe to call from several threads at once (an
+        operator starting nodes in parallel): ports and node records are handed out under a lock."""
         self._require_running()
+        with _node_lock(self.state_dir):
+            node = self._start_node(name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=dynamic)
+        deadline = time.monotonic() + timeout
+        self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
+        return node
+
+    def _start_node(self, name: str, *, cpus: int, memory_mb: int, gpus: int, dynamic: bool) -> NodeRecord:
         static = {n.name: n for n in self._static_nodes()}
         record_path = self.state_dir / "nodes" / f"{name}.json"
         if name in static:
@@ -621,8 +630,6 @@ class Lab:
             record_path.write_text(json.dumps(asdict(node)) + "\n")
             self._write_gres(self._config())
             self._start_slurmd(node)
-        deadline = time.monotonic() + timeout
-        self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
         return node
 
     def remove_node(self, name: str, *, timeout: float = 30.0) -> None:
@@ -645,8 +652,9 @@ class Lab:
             if time.monotonic() > deadline:
                 raise LabError(f"could not delete node {name}: {result.stderr.strip()}")
             time.sleep(0.5)
-        record_path.unlink(missing_ok=True)
-        self._write_gres(self._config())
+        with _node_lock(self.state_dir):
+            record_path.unlink(missing_ok=True)
+            self._write_gres(self._config())
 
     def _require_running(self) -> None:
         require_root()
@@ -729,6 +737,16 @@ class Lab:
             nodes=list(self.node_states()),
             components={comp: self._pid(comp) for comp in self._components()},
         )
+
+
+_NODE_LOCKS: dict[Path, threading.Lock] = {}
+_NODE_LOCKS_GUARD = threading.Lock()
+
+
+def _node_lock(state_dir: Path) -> threading.Lock:
+    """One lock per lab for handing out runtime node ports and records (threads of one process)."""
+    with _NODE_LOCKS_GUARD:
+        return _NODE_LOCKS.setdefault(state_dir, threading.Lock())
 
 
 def _clear_dir(path: Path) -> None:
