@@ -48,8 +48,7 @@ a node-name host list / prefix (:class:`Target`). For each target:
    starts such a job on free room of the running nodes if it fits there, rather than leaving it for
    a node that still has to be resumed; counting it as new nodes would resume cloud nodes for jobs
    that start elsewhere a second later. Jobs Slurm already evaluated (Resources, Priority, ...) did
-   not fit the current nodes, so they are packed onto new nodes only. (Beyond the exact budget,
-   free room is not tried: fresh jobs count as new — over-count, never under-count.)
+   not fit the current nodes, so they are packed onto new nodes only.
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, and never below busy (if busy
    exceeds ``max_nodes``, desired stays at busy and ``reasons`` says so).
 
@@ -591,20 +590,17 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         in_room = 0
         room = _room(busy_nodes) if fresh else None
         if fresh and room is not None and room.blocks:
-            if is_exact(len(fresh), room.run_count()):
-                _, unplaced = pack(fresh, room, cap, open_new=False)
-                in_room = sum(fresh.values()) - sum(unplaced.values())
-                evaluated.update(unplaced)
-            else:
-                evaluated.update(fresh)
+            exact = is_exact(len(fresh), room.run_count())
+            _, unplaced = pack(fresh, room, cap, open_new=False, exact=exact)
+            in_room = sum(fresh.values()) - sum(unplaced.values())
+            evaluated.update(unplaced)
+            if in_room:
                 reasons.append(
-                    f"free room: not tried ({len(fresh)} distinct sizes of not-yet-scheduled jobs,"
-                    f" {room.run_count()} kinds of free room: too many for exact first fit); counted as new"
+                    f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes"
+                    + ("" if exact else f" (best fit: {len(fresh)} distinct job sizes)")
                 )
         else:
             evaluated.update(fresh)
-        if in_room:
-            reasons.append(f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes")
         needed, _ = pack(evaluated, Bins(), cap, open_new=True)
         how = (
             "first-fit decreasing"
