@@ -299,14 +299,14 @@ def ffd_order(groups: Mapping[Piece, int], cap: Capacity) -> list[tuple[Piece, i
 
 class _Rooms:
     """Bins indexed by free room for the bounded path: ``{(cpus, memory, gpus): bins}``, plus per
-    free-CPU count the sorted ``(memory, gpus)`` present and a bit mask of the non-empty counts."""
+    free-CPU count the sorted ``(memory, gpus)`` present, and the sorted free-CPU counts present."""
 
-    __slots__ = ("by_cpus", "counts", "mask")
+    __slots__ = ("by_cpus", "counts", "cpus")
 
     def __init__(self, runs: Iterable[list[int]]) -> None:
         self.counts: dict[tuple[int, int, int], int] = {}
         self.by_cpus: dict[int, list[tuple[int, int]]] = {}
-        self.mask = 0
+        self.cpus: list[int] = []
         for c, m, g, cnt in runs:
             self.put(c, m, g, cnt)
 
@@ -317,8 +317,12 @@ class _Rooms:
         old = self.counts.get(key, 0)
         self.counts[key] = old + cnt
         if not old:
-            insort(self.by_cpus.setdefault(c, []), (m, g))
-            self.mask |= 1 << c
+            lst = self.by_cpus.get(c)
+            if lst is None:
+                self.by_cpus[c] = [(m, g)]
+                insort(self.cpus, c)
+            else:
+                insort(lst, (m, g))
 
     def take(self, key: tuple[int, int, int], cnt: int) -> None:
         left = self.counts[key] - cnt
@@ -330,24 +334,19 @@ class _Rooms:
         lst = self.by_cpus[c]
         del lst[bisect_left(lst, (m, g))]
         if not lst:
-            self.mask &= ~(1 << c)
+            del self.by_cpus[c]
+            del self.cpus[bisect_left(self.cpus, c)]
 
     def fitting(self, pc: int, pm: int, pg: int) -> Iterator[tuple[int, int, int]]:
         """Room keys with room for the piece, best fit first: fewest free CPUs, then least memory."""
-        mask = self.mask >> pc
-        c = pc
-        while mask:
-            skip = (mask & -mask).bit_length() - 1
-            c += skip
-            mask >>= skip
-            lst = self.by_cpus[c]
+        by_cpus = self.by_cpus
+        for c in self.cpus[bisect_left(self.cpus, pc) :]:
+            lst = by_cpus[c]
             if lst[-1][0] >= pm:
                 for i in range(bisect_left(lst, (pm, pg)), len(lst)):
                     m, g = lst[i]
                     if g >= pg:
                         yield (c, m, g)
-            mask >>= 1
-            c += 1
 
 
 def _best_fit(
