@@ -30,11 +30,13 @@ memory + GPU shares of a node) and ``n_max`` = the most nodes one job asks:
 * **never fewer nodes than the jobs need**: both are real packings (a piece only goes where it fits),
   so ``needed ≥ OPT ≥ max(⌈CPU shares⌉, ⌈memory shares⌉, ⌈GPU shares⌉, n_max)``; under-counting the
   true need is impossible;
-* **never more than ``2·S + n_max``**: a bin is only opened for a job that finds fewer than ``n``
-  bins with room, after using all that have room; so a new bin is either "full" for that piece or
-  got a piece that did not fit some other bin with load ≤ 1/2 (then the piece is > 1/2 in some
-  resource) — at most ``n_max`` bins ever have a load (used shares summed) ≤ 1/2, every other bin
-  has more than 1/2. As ``S ≤ d·OPT`` (d = 2 or 3 resource kinds), ``needed < 2d·OPT + n_max``;
+* **never more than ``2·S + n_max``**: call a bin *low* while its load (its used CPU + memory + GPU
+  shares, summed) is at most 1/2. A job opens bins only after filling every bin that takes its
+  piece. If some low bin cannot take the piece, the piece is above 1/2 in some resource and the new
+  bins are not low; otherwise the job used every low bin and opens at most ``n`` new ones. So there
+  are never more than ``n_max`` low bins; every other bin has a load above 1/2, and all loads add up
+  to ``S``, so there are fewer than ``2·S`` of those. As ``S ≤ d·OPT`` (d = 2 or 3 resource kinds),
+  ``needed < 2d·OPT + n_max``;
 * **bounded against exact**: not ordered by construction (best fit is another heuristic, and can pack
   tighter); measured on all-different random mixes (``tests/test_demand.py``,
   ``benchmarks/bench_demand.py``): onto new nodes best fit needs 0–2 % more nodes than exact first
