@@ -377,7 +377,6 @@ class NodeSetOperator:
         self.max_nodes = 0
         self.registered: list[float] = []
         """When each started node registered (monotonic)."""
-        self.started_total = 0
         self._last: float | None = None
         self.errors: list[str] = []
 
@@ -418,7 +417,7 @@ class NodeSetOperator:
                 )
                 node.phase = "up"
             for _ in range(self.replicas - len(self.live)):
-                self._start(now)
+                self._start()
         elif len(live) > self.replicas:
             up = [n for n in live if n.phase == "up"]
             surplus = sorted(up, key=lambda n: (n.alloc_cpus > 0 or n.completing, -n.ordinal))
@@ -435,12 +434,11 @@ class NodeSetOperator:
                     self._removing[node.name] = asyncio.create_task(self._remove(node.name))
         self.max_nodes = max(self.max_nodes, len(self.nodes))
 
-    def _start(self, now: float) -> None:
+    def _start(self) -> None:
         used = {n.ordinal for n in self.nodes.values()}
         ordinal = next(i for i in range(len(used) + 1) if i not in used)
         name = f"{self.prefix}{ordinal}"
         self.nodes[name] = NodeInfo(name, ordinal)
-        self.started_total += 1
         self._starting[name] = asyncio.create_task(self._add(name))
 
     async def _add(self, name: str) -> None:
