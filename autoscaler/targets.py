@@ -22,9 +22,10 @@ metricName      no        metric name KEDA asks for (default ``slurm-desired-nod
 ==============  ========  ================================================================================
 
 A key may also come as ``<key>FromEnv`` (KEDA resolves it from the scaled workload's environment);
-the plain key wins when both are given. KEDA's own keys (``scalerAddress``, ``caCert``, ``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``,
-``enableTLS``) are accepted and ignored. Any other key is an error (a typo such as ``partiton`` must
-not silently give a target that never scales). Errors are :class:`MetadataError`, naming the key.
+the plain key wins when both are given. KEDA's own keys (``scalerAddress``, ``caCert``,
+``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``, ``enableTLS``) are accepted and ignored. Any other
+key is an error (a typo such as ``partiton`` must not silently give a target that never scales).
+Errors are :class:`MetadataError`, naming the key.
 """
 
 from __future__ import annotations
