@@ -32,33 +32,46 @@ a node-name host list / prefix (:class:`Target`). For each target:
    whole nodes. A job that can never run on this target (per-node memory/GPUs above the shape,
    more nodes than its own ``--nodes`` maximum or than ``Target.max_nodes``) goes to
    ``too_large`` and is not counted.
-7. **Packing** (:mod:`autoscaler.packing`): per-node pieces are packed first-fit decreasing (bins =
-   nodes, dimensions = CPUs, memory, GPUs; order = largest dominant share first); the n pieces of one
-   job go to n different nodes. Identical pieces are placed in bulk (bins are kept as runs of
-   identical bins), so the cost grows with the number of distinct job shapes, not jobs. Exact while
-   distinct shapes × kinds of bins stay within ``packing.EXACT_WORK`` (~1000 distinct shapes onto new
-   nodes); beyond (e.g. 100k jobs of all-different sizes, where first fit is ~quadratic) best-fit
-   decreasing through an index of free room: linear, never fewer nodes than the jobs need (a real
-   packing), at most ``2·S + n_max`` (S = the jobs' CPU + memory + GPU shares of a node, summed;
-   exact first fit obeys the same bound), measured 0–2 % above exact first fit; ``reasons`` says
-   which was used (bounds and proof: :mod:`autoscaler.packing`).
+7. **Packing** (:mod:`autoscaler.packing`): per-node pieces are packed by first fit **in Slurm's
+   scheduling order** (bins = nodes, dimensions = CPUs, memory, GPUs; the n pieces of one job go to n
+   different nodes). Slurm's main scheduler takes pending jobs up in priority order (within one
+   partition: priority descending, then submit time, then job id — an array's tasks at the array's id)
+   and gives each the first nodes that fit; when a NodeSet scales up from zero its nodes register one
+   after the other and are filled in that order, so first fit in that order is what Slurm will really
+   use. The issue's original rule, first-fit *decreasing* (largest first), under-counted Slurm by one
+   node on the oracle's ``priority_order`` mix (``-c3, -c3, -c5, -c5``: Slurm resumes 3 — 3+3, 5, 5 —,
+   decreasing said 2 — 5+3 twice); on a real NodeSet the fourth job would pend after the scale-up and
+   cost a second round (``tests/test_autoscale_live.py``).
+   Identical jobs are placed in bulk, as one run at the place of the first of them Slurm takes up (the
+   kind's highest priority; among its jobs of that priority, the first one slurmctld lists), so the
+   cost grows with the number of distinct job shapes, not jobs (bins are kept as runs of identical
+   bins). The price: jobs that Slurm interleaves with others are placed together (``-c3, -c5, -c3,
+   -c5``: Slurm uses 2 nodes — 3+5 twice —, the model counts 3 — 3+3, 5, 5). Exact while distinct
+   shapes × kinds of bins stay within ``packing.EXACT_WORK`` (~1000 distinct shapes onto new nodes);
+   beyond (e.g. 100k jobs of all-different sizes, where first fit is ~quadratic) best fit in the same
+   order through an index of free room: linear, never fewer nodes than the jobs need (a real
+   packing), at most ``2·S + n_max`` (S = the jobs' CPU + memory + GPU shares of a node, summed; exact
+   first fit obeys the same bound, in any order), measured within ±1.5 % of exact first fit; ``reasons``
+   says which was used (bounds and proof: :mod:`autoscaler.packing`).
    **Free room first**: jobs with reason ``None`` are first packed into the free room of busy, usable
-   nodes; only what does not fit needs new nodes. ``None`` means the scheduler has not looked at the
-   job yet — at 1 s polling that is nearly every fresh submission — and Slurm's next scheduling pass
-   starts such a job on free room of the running nodes if it fits there, rather than leaving it for
-   a node that still has to be resumed; counting it as new nodes would resume cloud nodes for jobs
-   that start elsewhere a second later. Jobs Slurm already evaluated (Resources, Priority, ...) did
-   not fit the current nodes, so they are packed onto new nodes only.
+   nodes (in the same order); only what does not fit needs new nodes, packed with the others in
+   Slurm's order. ``None`` means the scheduler has not looked at the job yet — at 1 s polling that is
+   nearly every fresh submission — and Slurm's next scheduling pass starts such a job on free room of
+   the running nodes if it fits there, rather than leaving it for a node that still has to be resumed;
+   counting it as new nodes would resume cloud nodes for jobs that start elsewhere a second later.
+   Jobs Slurm already evaluated (Resources, Priority, ...) did not fit the current nodes, so they are
+   packed onto new nodes only.
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, and never below busy (if busy
    exceeds ``max_nodes``, desired stays at busy and ``reasons`` says so).
 
 Known limit: v0.0.45 (Slurm 26.05) does not report ``--exclusive`` (``Job.exclusive`` is False);
 without a memory default such a job still has ``whole_node_memory`` and thus takes whole nodes.
 
-Cost: every job is read once (:func:`_count_pending`: the fields above as one tuple, plain attribute
-reads in one generator — ~2× faster than ``attrgetter`` on msgspec structs — counted by ``Counter``);
-everything after works on distinct kinds of jobs, merged per partition where they are equal for the
-model, and on distinct job shapes. Figures: ``benchmarks/bench_demand.py``.
+Cost: every job is read once (:func:`_scan`: the fields above as one tuple and the priority, plain
+attribute reads in one list comprehension — ~2× faster than ``attrgetter`` on msgspec structs —, the
+tuple grouped by ``dict.setdefault``; :func:`_tally` counts the groups and finds their lead jobs with
+numpy); everything after works on distinct kinds of jobs, merged per partition where they are equal
+for the model, and on distinct job shapes. Figures: ``benchmarks/bench_demand.py``.
 """
 
 from __future__ import annotations
@@ -68,8 +81,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import compress
+from itertools import compress, count
+from operator import attrgetter
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from autoscaler.packing import Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify
@@ -208,7 +224,7 @@ def _job_label(job: Job) -> str:
 
 
 _PLAIN_HOST = re.compile(r"[^\[\](),\s]+")
-_SIMPLE_HOSTLIST = re.compile(r"([^\[\](),\s]*)\[([0-9]+)-([0-9]+)\]")
+_PREFIX = re.compile(r"[^\[\](),\s]*")
 _NO_HOSTS = frozenset({"(null)", "None", "N/A"})
 
 
@@ -219,15 +235,27 @@ def _hosts(expr: str) -> tuple[str, ...]:
     Cached: a running job's list is read again at every poll. ``name`` and ``prefix[lo-hi]`` (most
     lists) are read here directly, the rest by :func:`hostlist_expand`.
     """
-    if _PLAIN_HOST.fullmatch(expr):
-        return () if expr in _NO_HOSTS else (expr,)
-    m = _SIMPLE_HOSTLIST.fullmatch(expr)
-    if m is not None:
-        prefix, lo, hi = m.groups()
-        first, last = int(lo), int(hi)
-        if first <= last < first + 1_000_000:  # hostlist_expand's limit
-            width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
-            return tuple([prefix + str(i).zfill(width) for i in range(first, last + 1)])
+    prefix, bracket, rest = expr.partition("[")
+    if not bracket:
+        if _PLAIN_HOST.fullmatch(expr):
+            return () if expr in _NO_HOSTS else (expr,)
+    elif rest[-1:] == "]":
+        lo, dash, hi = rest[:-1].partition("-")
+        if (
+            dash
+            and lo.isdigit()
+            and hi.isdigit()
+            and lo.isascii()
+            and hi.isascii()
+            and _PREFIX.fullmatch(prefix)
+        ):
+            first, last = int(lo), int(hi)
+            if first <= last < first + 1_000_000:  # hostlist_expand's limit
+                width = len(lo) if lo[0] == "0" and len(lo) > 1 else 0
+                names = []
+                for i in range(first, last + 1):
+                    names.append(prefix + str(i).zfill(width))
+                return tuple(names)
     try:
         return tuple(hostlist_expand(expr))
     except ValueError:
@@ -322,40 +350,100 @@ def _size(request: _Key, shape: NodeShape, max_nodes: int | None) -> Piece | str
 # ------------------------------------------------------------------------------------------ demand
 
 _Key = tuple[Any, ...]
+_GROUP = (1 << 31) - 1
+"""The group bits of a :func:`_scan` code (group 0: not pending)."""
+_U32 = 0xFFFFFFFF
+_Rank = tuple[int, float, int]
+"""(−priority, submit time, job id): :func:`_rank`."""
+_UNRANKED: _Rank = (1, 0.0, 0)
+"""Rank of ineligible kinds (never packed): after every :func:`_rank` (priorities are ≥ 0)."""
 
 
-def _count_pending(jobs: Iterable[Job], others: list[Job]) -> Counter[_Key]:
-    """Pending jobs counted by key (every job field the model reads); the other jobs go to ``others``.
+def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list[int]]:
+    """One pass over the jobs: the pending ones by key (every job field the model reads), the others
+    appended to ``others``.
 
-    Key: ``(partitions, reason, features, tasks, throttle, *request)``: ``tasks`` is
-    ``Job.task_count`` (an array record stands for its pending tasks); ``throttle`` is None for jobs
-    without a ``%N`` throttle (no other array field matters for them), else every array field, so
-    that records of a throttled array are only counted together when the job by job reading would
-    (the throttle's allowance is handed out in order); ``request`` is :class:`_Request`.
+    Key: ``(partitions, reason, features, tasks, array, *request)``: ``tasks`` is ``Job.task_count``
+    (an array record stands for its pending tasks); ``array`` is None for a job outside an array, the
+    ``array_job_id`` for a record of an array without a ``%N`` throttle (the array's records are one
+    group, see :func:`_tally`), else every array field, so that records of a throttled array are only
+    counted together when the job by job reading would (the throttle's allowance is handed out in
+    order); ``request`` is :class:`_Request`.
 
-    The hot loop of the model (once per job): one generator, plain attribute reads (~2× faster
-    than ``attrgetter`` on msgspec structs), one ``Counter`` in C; a job that is not pending is
-    appended to ``others`` in passing (``append`` returns None: the condition stays false).
+    Returns ``({key: group}, codes)``: ``group`` numbers the key (1 + the ordinal among pending jobs of
+    its first job: below 2³¹); ``codes`` holds one int per job, in snapshot order: ``priority << 31 |
+    group`` for a pending job (Slurm's priority is a uint32: the code fits an int64), 0 for the others.
+    :func:`_tally` reads them.
+
+    The hot loop of the model (once per job): one list comprehension, plain attribute reads (~2× faster
+    than ``attrgetter`` on msgspec structs), the key hashed once by ``dict.setdefault``; a job that is
+    not pending is appended to ``others`` in passing (``append`` returns None).
     """
     other = others.append
-    return Counter(
-        (
-            j.partitions, j.reason, j.features,
-            j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
-            None if j.array_max_tasks is None
-            else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
-            j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
-            j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-            j.exclusive,
-        )
+    groups: dict[_Key, int] = {}
+    group = groups.setdefault
+    ordinal = count(1).__next__
+    codes = [
+        group(
+            (
+                j.partitions, j.reason, j.features,
+                j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
+                j.array_job_id if j.array_max_tasks is None
+                else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
+                j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
+                j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
+                j.exclusive,
+            ),
+            ordinal(),
+        ) | j.priority << 31
+        if j.state == "PENDING"
+        else other(j) or 0
         for j in jobs
-        if j.state == "PENDING" or other(j)
-    )  # fmt: skip
+    ]  # fmt: skip
+    return groups, codes
+
+
+def _tally(groups: Mapping[_Key, int], codes: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Per key of :func:`_scan` (in its order): (pending jobs, index of its *lead* job in the snapshot).
+
+    The lead is the job of the key that Slurm takes up first: the highest priority, and among those the
+    first one listed. slurmctld lists job records in the order it created them, which is job id order —
+    except array records (an array's pending record moves to the end each time a task is split off
+    from it), which is why each array's records are keyed apart. Vectorised (numpy): the per-job work
+    stays in :func:`_scan`.
+    """
+    if not groups:
+        return [], []
+    try:
+        code = np.fromiter(codes, dtype=np.int64, count=len(codes))
+    except OverflowError:  # a priority beyond Slurm's uint32: clamped (never seen)
+        code = np.fromiter(
+            (c & _GROUP | min(max(c >> 31, 0), _U32) << 31 for c in codes),
+            dtype=np.int64,
+            count=len(codes),
+        )
+    n = len(codes)
+    group = code & _GROUP  # 0 for the jobs that are not pending
+    size = int(group.max()) + 1
+    jobs = np.bincount(group, minlength=size)
+    # per group the largest (priority, n − index): the highest priority, then the first listed
+    best = (code >> 31).clip(0).astype(np.uint64) << np.uint64(32) | np.arange(n, 0, -1, dtype=np.uint64)
+    top = np.zeros(size, dtype=np.uint64)
+    np.maximum.at(top, group, best)
+    keys = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
+    return jobs[keys].tolist(), (n - (top[keys] & np.uint64(_U32)).astype(np.int64)).tolist()
+
+
+def _rank(job: Job) -> _Rank:
+    """Where Slurm's main scheduler takes ``job`` up (smaller first; within one partition): priority
+    descending, then submit time, then job id (an array's tasks: the array's id), as slurmctld sorts its
+    job queue (``sort_job_queue2``)."""
+    return (-job.priority, job.submit_time or 0.0, job.array_job_id or job.job_id)
 
 
 def _key(job: Job) -> _Key:
-    """The key :func:`_count_pending` counts a pending job under."""
-    (key,) = _count_pending((job,), [])
+    """The key :func:`_scan` groups a pending job under."""
+    (key,) = _scan((job,), [])[0]
     return key
 
 
@@ -369,51 +457,60 @@ _TASKS, _THROTTLE, _REQUEST = 3, 4, 5
 
 
 class _Kind:
-    """Pending jobs of one partition that the model treats alike, in order of first appearance.
+    """Pending jobs of one partition that the model treats alike, placed as one run.
 
     Built once per snapshot from the distinct keys: an ineligible kind is one reason (all that counts
     of it is how many); an eligible, unthrottled kind is one (fresh — reason None — or not,
     constraint, request); a throttled key (``%N``) stays its own kind, as the throttle's allowance
-    is handed out in order. Merged keys keep the place of the first one, so everything counted per
-    kind (``ignored``, pieces) is first seen in the same order as job by job.
+    is handed out in order. A kind's ``rank`` is its lead job's (:func:`_rank`): the kinds of a
+    partition are listed in Slurm's scheduling order (ties: first seen first).
     """
 
-    __slots__ = ("count", "elig", "features", "keys", "name", "request", "throttle")
+    __slots__ = ("count", "elig", "features", "keys", "name", "rank", "request", "throttle")
 
-    def __init__(self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int) -> None:
+    def __init__(
+        self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int, rank: _Rank
+    ) -> None:
         self.name = name
         self.elig = elig
         self.features: str = key[2]
         throttle = key[_THROTTLE]
         self.throttle: tuple[int, int] | None = (
-            None if throttle is None or throttle[0] is None else (throttle[0], throttle[3])
+            (throttle[0], throttle[3]) if type(throttle) is tuple and throttle[0] is not None else None
         )
         """(array job id, %N) of a throttled array."""
         self.request = request
         """``key[_REQUEST:]``: what sizing reads (:class:`_Request`)."""
         self.count = count
         """Jobs (array tasks individually)."""
+        self.rank = rank
+        """The smallest :func:`_rank` of its keys' lead jobs (:data:`_UNRANKED` if ineligible)."""
         self.keys = [key]
+
+
+_by_rank = attrgetter("rank")
 
 
 class _Index:
     """What every target needs from the snapshot, built once per snapshot.
 
-    Pending jobs are collapsed into distinct keys with a multiplicity (:func:`_count_pending`),
-    then into :class:`_Kind` per partition, so the per-target work grows with kinds, not jobs.
+    Pending jobs are collapsed into distinct keys with a multiplicity and a lead job (:func:`_scan`,
+    :func:`_tally`), then into :class:`_Kind` per partition, listed in Slurm's scheduling order, so the
+    per-target work grows with kinds, not jobs.
     """
 
     def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
         wanted = frozenset(partitions)
-        self.jobs = snapshot.jobs
+        self.jobs = jobs = snapshot.jobs
         others: list[Job] = []
-        counts = _count_pending(self.jobs, others)
+        groups, codes = _scan(jobs, others)
+        multiplicities, leads = _tally(groups, codes)
         self.kinds: dict[str, list[_Kind]] = {p: [] for p in wanted}
         merged: dict[str, dict[Any, _Kind]] = {p: {} for p in wanted}
         parts_of: dict[tuple[str, ...], list[str]] = {}
         class_of: dict[str, tuple[str, Eligibility]] = {}
         ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
-        for key, multiplicity in counts.items():
+        for key, multiplicity, lead in zip(groups, multiplicities, leads, strict=True):
             parts = parts_of.get(key[0])
             if parts is None:
                 parts = parts_of[key[0]] = [p for p in key[0] if p in wanted]
@@ -428,26 +525,33 @@ class _Index:
             count = multiplicity * key[_TASKS]
             request = key[_REQUEST:]
             mkey: Any
+            rank = _UNRANKED
             if elig is ineligible:
                 mkey = name  # all that counts is how many
-            elif key[_THROTTLE] is not None:
-                mkey = None  # %N: keeps its place in the order
-            elif elig is eligible:
-                mkey = (name == "None", key[2], request)  # fresh or not, constraint, request
             else:
-                mkey = (name, key[2], request)
+                rank = _rank(jobs[lead])
+                if type(key[_THROTTLE]) is tuple:
+                    mkey = None  # %N: keeps its place in the order
+                elif elig is eligible:
+                    mkey = (name == "None", key[2], request)  # fresh or not, constraint, request
+                else:
+                    mkey = (name, key[2], request)
             for p in parts:
                 if mkey is None:
-                    kind = _Kind(key, request, name, elig, count)
+                    kind = _Kind(key, request, name, elig, count, rank)
                 else:
                     same = merged[p]
                     seen = same.get(mkey)
                     if seen is not None:
                         seen.count += count
                         seen.keys.append(key)
+                        if rank < seen.rank:
+                            seen.rank = rank
                         continue
-                    kind = same[mkey] = _Kind(key, request, name, elig, count)
+                    kind = same[mkey] = _Kind(key, request, name, elig, count, rank)
                 self.kinds[p].append(kind)
+        for kinds in self.kinds.values():
+            kinds.sort(key=_by_rank)  # stable: equal ranks stay in the order first seen
         holding = [j for j in others if j.state in _HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -531,8 +635,10 @@ def _demand_for(target: Target, index: _Index) -> Demand:
 
     ignored: Counter[str] = Counter()
     too_large: list[TooLarge] = []
+    # {piece: jobs}, in the order of the first kind of that size (the kinds come in Slurm's order)
     fresh: Counter[Piece] = Counter()  # reason None: may use busy nodes' free room
     evaluated: Counter[Piece] = Counter()
+    place: dict[Piece, int] = {}  # a piece's place in that order, fresh or not
     sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
@@ -577,6 +683,8 @@ def _demand_for(target: Target, index: _Index) -> Demand:
             eligible -= count
             continue
         (fresh if kind.name == "None" else evaluated)[size] += count
+        if size not in place:
+            place[size] = len(place)
 
     if too_large_keys:
         too_large = [
@@ -587,25 +695,26 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     needed = 0
     if shape is not None and (fresh or evaluated):
         cap = (shape.cpus, shape.memory_bytes, shape.gpus)
-        in_room = 0
         room = _room(busy_nodes) if fresh else None
+        unplaced: Mapping[Piece, int] = fresh
         if fresh and room is not None and room.blocks:
             exact = is_exact(len(fresh), room.run_count())
             _, unplaced = pack(fresh, room, cap, open_new=False, exact=exact)
             in_room = sum(fresh.values()) - sum(unplaced.values())
-            evaluated.update(unplaced)
             if in_room:
                 reasons.append(
                     f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes"
                     + ("" if exact else f" (best fit: {len(fresh)} distinct job sizes)")
                 )
-        else:
-            evaluated.update(fresh)
+        if unplaced:  # the fresh jobs that did not fit join the others, in Slurm's order
+            evaluated.update(unplaced)
+            evaluated = Counter(dict(sorted(evaluated.items(), key=lambda item: place[item[0]])))
         needed, _ = pack(evaluated, Bins(), cap, open_new=True)
         how = (
-            "first-fit decreasing"
+            "first fit in Slurm's scheduling order"
             if is_exact(len(evaluated), 0)
-            else f"best-fit decreasing: {len(evaluated)} distinct job sizes, too many for exact first fit"
+            else f"best fit in Slurm's scheduling order: {len(evaluated)} distinct job sizes,"
+            " too many for exact first fit"
         )
         reasons.append(
             f"needed: {needed} new nodes for {sum(evaluated.values())} eligible pending jobs ({how})"

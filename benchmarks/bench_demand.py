@@ -15,6 +15,9 @@ Snapshots, built in-process (seeded, so every run measures the same thing):
   (fresh: first tried on the free room of the MIXED nodes); same nodes.
 * **distinct-multi**: like distinct, a third of the jobs spanning 2–4 nodes.
 
+Every pending job has a priority of its own (1000–100 000, as multifactor priorities are), so identical
+jobs differ in where Slurm takes them up (the model's order of kinds: a kind's highest priority).
+
 Targets: one per partition, two GPU NodeSets by feature, the cloud partition with a configured shape.
 
 Baseline, measured in the same run: one pass over the snapshot's jobs reading three fields (``state``,
@@ -231,11 +234,23 @@ def realistic(
                 exclusive=rng.random() < 0.02,
             )
         )
-    # interleave the kinds, then build the records in that order: a decoded snapshot allocates its
-    # records in the order it iterates them (memory locality matters at 100k records)
-    rng.shuffle(jobs)
-    jobs = [msgspec.structs.replace(j) for j in jobs]
+    rng.shuffle(jobs)  # interleave the kinds
+    jobs = with_priorities(jobs, seed)
     return Snapshot(taken_at=time.time(), api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes))
+
+
+def with_priorities(jobs: list[Job], seed: int) -> list[Job]:
+    """The jobs, rebuilt in this order (a decoded snapshot allocates its records in the order it iterates
+    them, each record's field values just before it: memory locality matters at 100k records), the
+    pending ones with a multifactor-like priority of their own (fairshare, age, QOS weights), drawn from a
+    generator of its own, so the snapshots are otherwise the same with or without priorities."""
+    rng = random.Random(seed + 1000)
+    return [
+        msgspec.structs.replace(j, priority=rng.randint(1_000, 100_000))
+        if j.state == "PENDING"
+        else msgspec.structs.replace(j)
+        for j in jobs
+    ]
 
 
 def distinct(seed: int = 2, pending: int = 100_000, multi: bool = False) -> Snapshot:
@@ -255,6 +270,7 @@ def distinct(seed: int = 2, pending: int = 100_000, multi: bool = False) -> Snap
         )
         for i in range(pending)
     ]
+    jobs = with_priorities(jobs, seed)
     return Snapshot(taken_at=time.time(), api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes))
 
 

@@ -22,9 +22,11 @@ from autoscaler.demand import (
     _hosts,
     _key,
     _Request,
+    _scan,
+    _tally,
     compute_demand,
 )
-from autoscaler.packing import EXACT_WORK, Bins, Piece, ffd_order, is_exact, pack
+from autoscaler.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify, normalize
 from exporter.model import MIB, Job, Node, Snapshot
 from exporter.slurmtext import hostlist_expand
@@ -234,15 +236,62 @@ def test_exclusive_takes_whole_nodes() -> None:
 # ----------------------------------------------------------------------------------------- packing
 
 
-def test_ffd_packs_three_3cpu_jobs_onto_two_nodes() -> None:
+def test_first_fit_packs_three_3cpu_jobs_onto_two_nodes() -> None:
     # 3+3 on node 1 (2 CPUs left, a third 3-CPU job does not fit) + 3 on node 2 → 2 nodes.
     assert one([pend(i, cpus=3) for i in (1, 2, 3)]).needed == 2
 
 
-def test_ffd_is_decreasing() -> None:
-    # 3,4,5,4 CPUs in submission order; decreasing: 5,4,4,3 → node1: 5+3, node2: 4+4 → 2 nodes
-    # (first fit in submission order would need 3: 3+4, 5, 4).
-    assert one([pend(1, cpus=3), pend(2, cpus=4), pend(3, cpus=5), pend(4, cpus=4)]).needed == 2
+def test_first_fit_in_slurm_scheduling_order() -> None:
+    # Equal priorities: Slurm takes the jobs up by job id. -c3,-c3,-c5,-c5: 3+3 on node 1 (2 CPUs
+    # left), each 5 alone → 3 nodes (the oracle's priority_order mix: Slurm resumes 3; first-fit
+    # decreasing said 2: 5+3 twice).
+    assert one([pend(1, cpus=3), pend(2, cpus=3), pend(3, cpus=5), pend(4, cpus=5)]).needed == 3
+    # -c5,-c3,-c5,-c3: 5 on node 1; the 3-CPU jobs are one kind, placed at the first one's place
+    # (after the first 5): the second 5 on node 2, then 3 into node 1's 3 free CPUs, 3 into node 2's → 2.
+    assert one([pend(1, cpus=5), pend(2, cpus=3), pend(3, cpus=5), pend(4, cpus=3)]).needed == 2
+
+
+def test_higher_priority_is_placed_first() -> None:
+    # The same -c3,-c3,-c5,-c5, but the later 5-CPU jobs have the higher priority: Slurm takes them up
+    # first: 5, 5 on nodes 1 and 2, each 3 into one's 3 free CPUs → 2 nodes (3 in id order).
+    jobs = [pend(1, cpus=3, priority=10), pend(2, cpus=3, priority=10)]
+    jobs += [pend(3, cpus=5, priority=20), pend(4, cpus=5, priority=20)]
+    assert one(jobs).needed == 2
+    # equal priorities: the earlier submit time first, then the smaller job id: the 5-CPU jobs were
+    # submitted first (ids handed out in another order, e.g. after a requeue) → 2 nodes
+    jobs = [pend(1, cpus=3, submit_time=200.0), pend(2, cpus=3, submit_time=200.0)]
+    jobs += [pend(3, cpus=5, submit_time=100.0), pend(4, cpus=5, submit_time=100.0)]
+    assert one(jobs).needed == 2
+
+
+def test_an_array_is_taken_up_at_its_array_id() -> None:
+    # Array 1 (2 pending tasks of 5 CPUs) is listed after jobs 2 and 3 (-c3), as slurmctld lists an
+    # array's pending record once a task was split off; Slurm takes it up at its id, first: 5, 5 on
+    # nodes 1 and 2, each 3 into one's 3 free CPUs → 2 nodes (3 in listing order: 3+3, 5, 5).
+    array = pend(1, cpus=5, array_job_id=1, array_task_string="2-3", array_pending_tasks=2)
+    assert one([pend(2, cpus=3), pend(3, cpus=3), array]).needed == 2
+
+
+def test_a_kind_is_led_by_its_highest_priority_then_first_listed_job() -> None:
+    # One key (identical jobs 10..13, listed in that order) with priorities 5, 9, 9, 1: the lead is job 11
+    # (index 2 of the snapshot: a running job comes first). Priorities beyond Slurm's uint32 are clamped
+    # (job 21: 2**40 → 2**32 − 1 leads its key), negative ones count as 0 (job 31 after job 30's 0).
+    running = Job(job_id=1, state="RUNNING", partitions=("p",), cpus=1)
+    jobs = [running] + [pend(10 + i, priority=p) for i, p in enumerate((5, 9, 9, 1))]
+    jobs += [pend(20, cpus=2, priority=7), pend(21, cpus=2, priority=2**40)]
+    jobs += [pend(30, cpus=3, priority=0), pend(31, cpus=3, priority=-3)]
+    others: list[Job] = []
+    groups, codes = _scan(jobs, others)
+    assert others == [running]
+    counts, leads = _tally(groups, codes)
+    assert (counts, [jobs[i].job_id for i in leads]) == ([4, 2, 2], [11, 21, 30])
+
+
+def test_identical_jobs_are_placed_as_one_run() -> None:
+    # -c3,-c5,-c3,-c5: Slurm, one job at a time: 3+5 on node 1, 3+5 on node 2 → 2. The model places
+    # identical jobs in bulk, at the place of the first of them: 3, 3, then 5, 5 → 3+3, 5, 5 → 3. The
+    # price of a cost that grows with kinds of jobs, not with jobs.
+    assert one([pend(1, cpus=3), pend(2, cpus=5), pend(3, cpus=3), pend(4, cpus=5)]).needed == 3
 
 
 def test_packing_uses_memory_as_a_dimension() -> None:
@@ -303,6 +352,20 @@ def test_new_pending_jobs_use_free_room_of_busy_nodes() -> None:
     # a drained busy node offers no room
     drained = [node("n1", state="MIXED", flags=("DRAIN",), alloc_cpus=4)]
     assert one([pend(1, "None", cpus=2)], drained).desired == 2
+
+
+def test_free_room_and_new_nodes_in_slurm_order() -> None:
+    # n1 has 5 free CPUs. Fresh jobs -c3, -c5, -c5 (reason None), in id order: 3 into n1's room (2 left),
+    # each 5 on a new node → needed 2, desired 3 (largest first would say 1: 5 in the room, 5+3 new).
+    room5 = [node("n1", state="MIXED", alloc_cpus=3)]
+    jobs = [pend(1, "None", cpus=3), pend(2, "None", cpus=5), pend(3, "None", cpus=5)]
+    assert (one(jobs, room5).needed, one(jobs, room5).desired) == (2, 3)
+    # n1 has 2 free CPUs. Fresh job 1 (-c5) does not fit there; it joins the evaluated jobs 2, 3 (-c3)
+    # and 4 (-c5) at its own place, first: 5, 5 (one kind of size: jobs 1 and 4), then 3, 3 into
+    # their free CPUs → needed 2, desired 3 (appended after the others: 3+3, 5, 5 → 3).
+    room2 = [node("n1", state="MIXED", alloc_cpus=6)]
+    jobs = [pend(1, "None", cpus=5), pend(2, cpus=3), pend(3, cpus=3), pend(4, "Priority", cpus=5)]
+    assert (one(jobs, room2).needed, one(jobs, room2).desired) == (2, 3)
 
 
 # ------------------------------------------------------------------------------ shape and targets
@@ -415,14 +478,15 @@ def test_recorded_2605_cpu_and_gpu() -> None:
 # --------------------------------------------------------------------- packing: exact and bounded
 
 
-def _ffd_job_by_job(
+def _first_fit_job_by_job(
     groups: dict[Piece, int], rooms: list[list[int]], cap: tuple[int, int, int], *, open_new: bool
 ) -> tuple[int, dict[Piece, int]]:
-    """Reference: first-fit decreasing one job at a time over one bin per node (no runs, no blocks)."""
+    """Reference: first fit one job at a time, in the groups' order, over one bin per node (no runs, no
+    blocks)."""
     bins = [room[:3] for room in rooms for _ in range(room[3])]
     opened = 0
     left: dict[Piece, int] = {}
-    for (n, pc, pm, pg), k in ffd_order(groups, cap):
+    for (n, pc, pm, pg), k in groups.items():
         for _ in range(k):
             fits = [b for b in bins if b[0] >= pc and b[1] >= pm and b[2] >= pg][:n]
             if len(fits) < n and not open_new:
@@ -461,8 +525,8 @@ def test_exact_packing_is_first_fit_job_by_job(seed: int) -> None:
     ]
     for open_new in (False, True):
         got = pack(groups, Bins([r[:] for r in rooms]), cap, open_new=open_new, exact=True)
-        assert got == _ffd_job_by_job(groups, rooms, cap, open_new=open_new)
-    assert pack(groups, Bins(), cap, open_new=True, exact=True) == _ffd_job_by_job(
+        assert got == _first_fit_job_by_job(groups, rooms, cap, open_new=open_new)
+    assert pack(groups, Bins(), cap, open_new=True, exact=True) == _first_fit_job_by_job(
         groups, [], cap, open_new=True
     )
 
@@ -482,19 +546,21 @@ def _bounds(groups: dict[Piece, int], cap: tuple[int, int, int]) -> tuple[int, f
     ("seed", "multi", "gpus"), [(1, False, 0), (2, True, 0), (3, False, 4), (4, True, 4)]
 )
 def test_bounded_packing_against_exact_on_all_distinct_sizes(seed: int, multi: bool, gpus: int) -> None:
-    # 700 job kinds of all-different sizes (CPUs 1–64 × memory) on 64-CPU / 256000-MiB nodes: onto
-    # new nodes the bounded path (best fit) needs at least what exact first fit needs, at most 3 %
-    # more (measured 0.7–2 %), and both lie between the lower bound and the proven 2·S + n_max.
+    # 700 job kinds of all-different sizes (CPUs 1–64 × memory) on 64-CPU / 256000-MiB nodes, in a random
+    # order (as Slurm's scheduling order may be): onto new nodes the bounded path (best fit) needs within
+    # 3 % of what exact first fit needs (measured −0.7 to +0.4 % here, ±1.5 % over 80 such mixes; best
+    # fit may need fewer), and both lie between the lower bound and the proven 2·S + n_max.
     rng = random.Random(seed)
     cap = (64, 256_000 * MIB, gpus)
     groups = _random_pieces(rng, 700, cap, multi)
     exact, _ = pack(groups, Bins(), cap, open_new=True, exact=True)
     bounded, _ = pack(groups, Bins(), cap, open_new=True, exact=False)
     low, high = _bounds(groups, cap)
-    assert low <= exact <= bounded <= 1.03 * exact
-    assert bounded < high and exact < high
-    # into the free room of 1500 busy nodes (no new nodes): both place only where a job fits, best
-    # fit within 6 % of the jobs first fit places (measured +1.2 to +1.6 % here)
+    assert low <= exact < high and low <= bounded < high
+    assert abs(bounded / exact - 1) <= 0.03
+    # into the free room of 1500 busy nodes (no new nodes): both place only where a job fits, best fit
+    # within 10 % of the jobs first fit places (measured −3.9 to −0.6 % here, −7.4 to +0.9 % over 80
+    # mixes: fewer jobs in the room, more new nodes — never fewer than the jobs need)
     rooms = [
         [rng.randint(1, 64), rng.randint(0, 256_000) * MIB, rng.randint(0, gpus), 1] for _ in range(1500)
     ]
@@ -502,7 +568,7 @@ def test_bounded_packing_against_exact_on_all_distinct_sizes(seed: int, multi: b
     _, left_exact = pack(groups, Bins([r[:] for r in rooms]), cap, open_new=False, exact=True)
     _, left_bounded = pack(groups, Bins([r[:] for r in rooms]), cap, open_new=False, exact=False)
     placed_exact, placed_bounded = total - sum(left_exact.values()), total - sum(left_bounded.values())
-    assert placed_exact > 0 and abs(placed_bounded / placed_exact - 1) <= 0.06
+    assert placed_exact > 0 and abs(placed_bounded / placed_exact - 1) <= 0.10
 
 
 def test_exact_budget() -> None:
@@ -517,7 +583,8 @@ def test_many_distinct_sizes_take_the_bounded_path() -> None:
     # exact first fit → best fit; 8 per node by CPUs, memory fits → ⌈1100/8⌉ = 138 nodes, either way.
     jobs = [pend(i, cpus=1, memory_per_node_bytes=(100 + i) * MIB) for i in range(1100)]
     d = one(jobs)
-    assert d.needed == 138 and any("best-fit decreasing: 1100 distinct" in r for r in d.reasons)
+    assert d.needed == 138
+    assert any("best fit in Slurm's scheduling order: 1100 distinct" in r for r in d.reasons)
     # the same jobs fresh (reason None) beside a busy node with 4 free CPUs: best fit into that room
     # too — 4 jobs fit (1 CPU each, memory to spare), ⌈1096/8⌉ = 137 new nodes, desired 1 + 137
     fresh = [pend(i, "None", cpus=1, memory_per_node_bytes=(100 + i) * MIB) for i in range(1100)]
@@ -590,7 +657,8 @@ def test_node_lists_read_like_hostlist_expand(expr: str) -> None:
 
 def test_key_layout() -> None:
     # The counting key's tail is the job's sizing request, field by field (_Request names Job fields),
-    # and its head what the model reads besides; a throttled array keeps every array field.
+    # and its head what the model reads besides: an array record its array id (an array's records are
+    # grouped apart: they are taken up at that id), a throttled array every array field.
     job = pend(
         5, "Priority", min_nodes=2, max_nodes=3, cpus=4, tasks=5, cpus_per_task=6, memory_per_node_bytes=7,
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
@@ -600,6 +668,7 @@ def test_key_layout() -> None:
     assert dict(zip(_Request._fields, key[_REQUEST:], strict=True)) == {
         f: getattr(job, f) for f in _Request._fields
     }
-    assert key[:_REQUEST] == (("p",), "Priority", "fa", 3, None)
+    assert key[:_REQUEST] == (("p",), "Priority", "fa", 3, 1)
+    assert _key(msgspec.structs.replace(job, array_job_id=None))[_THROTTLE] is None
     throttled = msgspec.structs.replace(job, array_max_tasks=2)
     assert _key(throttled)[_THROTTLE] == (1, None, "1-3", 2)
