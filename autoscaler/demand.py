@@ -36,31 +36,36 @@ a node-name host list / prefix (:class:`Target`). For each target:
    scheduling order** (bins = nodes, dimensions = CPUs, memory, GPUs; the n pieces of one job go to n
    different nodes). Slurm's main scheduler takes pending jobs up in priority order (within one
    partition: priority descending, then submit time, then job id — an array's tasks at the array's id)
-   and gives each the first nodes that fit; when a NodeSet scales up from zero its nodes register one
-   after the other and are filled in that order, so first fit in that order is what Slurm will really
-   use. The issue's original rule, first-fit *decreasing* (largest first), under-counted Slurm by one
-   node on the oracle's ``priority_order`` mix (``-c3, -c3, -c5, -c5``: Slurm resumes 3 — 3+3, 5, 5 —,
-   decreasing said 2 — 5+3 twice); on a real NodeSet the fourth job would pend after the scale-up and
-   cost a second round (``tests/test_autoscale_live.py``).
-   Identical jobs are placed in bulk, as one run at the place of the first of them Slurm takes up (the
-   kind's highest priority; among its jobs of that priority, the first one slurmctld lists), so the
-   cost grows with the number of distinct job shapes, not jobs (bins are kept as runs of identical
-   bins). The price: jobs that Slurm interleaves with others are placed together (``-c3, -c5, -c3,
-   -c5``: Slurm uses 2 nodes — 3+5 twice —, the model counts 3 — 3+3, 5, 5). Exact while distinct
-   shapes × kinds of bins stay within ``packing.EXACT_WORK`` (~1000 distinct shapes onto new nodes);
-   beyond (e.g. 100k jobs of all-different sizes, where first fit is ~quadratic) best fit in the same
-   order through an index of free room: linear, never fewer nodes than the jobs need (a real
-   packing), at most ``2·S + n_max`` (S = the jobs' CPU + memory + GPU shares of a node, summed; exact
-   first fit obeys the same bound, in any order), measured within ±1.5 % of exact first fit; ``reasons``
-   says which was used (bounds and proof: :mod:`autoscaler.packing`).
+   and gives each job nodes that fit: in the oracle's mixes the lowest-numbered ones (its node
+   selection prefers the tightest run of adjacent nodes that holds a job alone; ``multinode_after`` is
+   where that differs). When a NodeSet scales up from zero its nodes register one after the other and
+   are filled in that order, so first fit in that order models what Slurm will really use. The issue's
+   original rule, first-fit *decreasing* (largest first), under-counted Slurm by one node on the
+   oracle's ``priority_order`` mix (``-c3, -c3, -c5, -c5``: Slurm resumes 3 — 3+3, 5, 5 —, decreasing
+   said 2 — 5+3 twice); on a real NodeSet the fourth job would pend after the scale-up and cost a second
+   round (``tests/test_autoscale_live.py``).
+   **Runs**: up to :data:`ORDER_JOBS` pending job records the jobs are ordered one by one and
+   consecutive jobs of one size form a run, placed in bulk (the oracle's and most queues' case: exact
+   first fit in Slurm's order). Beyond, each size is one run, at the place of the first job of that
+   size Slurm takes up (a kind's lead job: its highest priority; among its jobs of that priority, the
+   first one slurmctld lists), so the cost grows with the number of distinct job shapes, not jobs (bins
+   are kept as runs of identical bins). The price: jobs Slurm interleaves with others are placed
+   together (``-c3, -c5, -c3, -c5``: Slurm uses 2 nodes — 3+5 twice —, as runs 3 — 3+3, 5, 5; the
+   end-to-end workload of ``tests/test_autoscale_live.py``: 6, as runs 7). Exact while runs of jobs ×
+   kinds of bins stay within ``packing.EXACT_WORK`` (~1000 runs onto new nodes); beyond (e.g. 100k jobs
+   of all-different sizes, where first fit is ~quadratic) best fit in the same order through an index
+   of free room: linear, never fewer nodes than the jobs need (a real packing), at most ``2·S + n_max``
+   (S = the jobs' CPU + memory + GPU shares of a node, summed; exact first fit obeys the same bound, in
+   any order), measured within ±1.5 % of exact first fit; ``reasons`` says which was used (bounds and
+   proof: :mod:`autoscaler.packing`).
    **Free room first**: jobs with reason ``None`` are first packed into the free room of busy, usable
-   nodes (in the same order); only what does not fit needs new nodes, packed with the others in
-   Slurm's order. ``None`` means the scheduler has not looked at the job yet — at 1 s polling that is
-   nearly every fresh submission — and Slurm's next scheduling pass starts such a job on free room of
-   the running nodes if it fits there, rather than leaving it for a node that still has to be resumed;
-   counting it as new nodes would resume cloud nodes for jobs that start elsewhere a second later.
-   Jobs Slurm already evaluated (Resources, Priority, ...) did not fit the current nodes, so they are
-   packed onto new nodes only.
+   nodes (in the same order); only what does not fit needs new nodes, packed with the others, each
+   run in its place in Slurm's order. ``None`` means the scheduler has not looked at the job yet — at
+   1 s polling that is nearly every fresh submission — and Slurm's next scheduling pass starts such a
+   job on free room of the running nodes if it fits there, rather than leaving it for a node that still
+   has to be resumed; counting it as new nodes would resume cloud nodes for jobs that start elsewhere a
+   second later. Jobs Slurm already evaluated (Resources, Priority, ...) did not fit the current nodes,
+   so they are packed onto new nodes only.
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, and never below busy (if busy
    exceeds ``max_nodes``, desired stays at busy and ``reasons`` says so).
 
@@ -70,7 +75,8 @@ without a memory default such a job still has ``whole_node_memory`` and thus tak
 Cost: every job is read once (:func:`_scan`: the fields above as one tuple and the priority, plain
 attribute reads in one list comprehension — ~2× faster than ``attrgetter`` on msgspec structs —, the
 tuple grouped by ``dict.setdefault``; :func:`_tally` counts the groups and finds their lead jobs with
-numpy); everything after works on distinct kinds of jobs, merged per partition where they are equal
+numpy); up to :data:`ORDER_JOBS` pending records they are sorted job by job (:func:`_job_order`);
+everything after works on runs and distinct kinds of jobs, merged per partition where they are equal
 for the model, and on distinct job shapes. Figures: ``benchmarks/bench_demand.py``.
 """
 
@@ -81,7 +87,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from itertools import compress, count
+from itertools import compress
+from itertools import count as counter
 from operator import attrgetter
 from typing import Any, NamedTuple
 
@@ -353,10 +360,12 @@ _Key = tuple[Any, ...]
 _GROUP = (1 << 31) - 1
 """The group bits of a :func:`_scan` code (group 0: not pending)."""
 _U32 = 0xFFFFFFFF
+ORDER_JOBS = 2000
+"""Up to this many pending job records, the pending jobs are ordered job by job for the packing (runs =
+consecutive jobs of one kind); beyond, each kind is one run at its lead job's place (module docstring,
+rule 7)."""
 _Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`_rank`."""
-_UNRANKED: _Rank = (1, 0.0, 0)
-"""Rank of ineligible kinds (never packed): after every :func:`_rank` (priorities are ≥ 0)."""
 
 
 def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list[int]]:
@@ -382,7 +391,7 @@ def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list
     other = others.append
     groups: dict[_Key, int] = {}
     group = groups.setdefault
-    ordinal = count(1).__next__
+    ordinal = counter(1).__next__
     codes = [
         group(
             (
@@ -403,8 +412,12 @@ def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list
     return groups, codes
 
 
-def _tally(groups: Mapping[_Key, int], codes: Sequence[int]) -> tuple[list[int], list[int]]:
-    """Per key of :func:`_scan` (in its order): (pending jobs, index of its *lead* job in the snapshot).
+def _tally(
+    groups: Mapping[_Key, int], codes: Sequence[int], *, positions: bool = False
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Per key of :func:`_scan` (in its order): pending jobs, index of its *lead* job in the snapshot,
+    the lead's priority; with ``positions``, also the snapshot indices of the pending jobs (else
+    ``[]``).
 
     The lead is the job of the key that Slurm takes up first: the highest priority, and among those the
     first one listed. slurmctld lists job records in the order it created them, which is job id order —
@@ -413,7 +426,7 @@ def _tally(groups: Mapping[_Key, int], codes: Sequence[int]) -> tuple[list[int],
     stays in :func:`_scan`.
     """
     if not groups:
-        return [], []
+        return [], [], [], []
     try:
         code = np.fromiter(codes, dtype=np.int64, count=len(codes))
     except OverflowError:  # a priority beyond Slurm's uint32: clamped (never seen)
@@ -426,12 +439,16 @@ def _tally(groups: Mapping[_Key, int], codes: Sequence[int]) -> tuple[list[int],
     group = code & _GROUP  # 0 for the jobs that are not pending
     size = int(group.max()) + 1
     jobs = np.bincount(group, minlength=size)
-    # per group the largest (priority, n − index): the highest priority, then the first listed
-    best = (code >> 31).clip(0).astype(np.uint64) << np.uint64(32) | np.arange(n, 0, -1, dtype=np.uint64)
-    top = np.zeros(size, dtype=np.uint64)
+    # per group the largest priority << 31 | (n − index): the highest priority, then the first listed
+    best = code & ~_GROUP
+    best |= np.arange(n, 0, -1, dtype=np.int64)
+    top = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(top, group, best)
     keys = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
-    return jobs[keys].tolist(), (n - (top[keys] & np.uint64(_U32)).astype(np.int64)).tolist()
+    top = top[keys]
+    leads = (n - (top & _GROUP)).tolist()
+    priorities = (top >> 31).tolist()
+    return jobs[keys].tolist(), leads, priorities, np.flatnonzero(group).tolist() if positions else []
 
 
 def _rank(job: Job) -> _Rank:
@@ -439,6 +456,22 @@ def _rank(job: Job) -> _Rank:
     descending, then submit time, then job id (an array's tasks: the array's id), as slurmctld sorts its
     job queue (``sort_job_queue2``)."""
     return (-job.priority, job.submit_time or 0.0, job.array_job_id or job.job_id)
+
+
+def _job_order(
+    jobs: Sequence[Job], positions: Iterable[int], codes: Sequence[int], key_index: Mapping[int, int]
+) -> list[list[int]]:
+    """The pending jobs at ``positions`` of the snapshot in Slurm's scheduling order (:func:`_rank`;
+    equal ranks — an array's tasks — in snapshot order), as runs ``[key index, jobs]`` of consecutive
+    jobs of one key (``key_index``: a :func:`_scan` group → the index of its key)."""
+    runs: list[list[int]] = []
+    for _, i in sorted([(_rank(jobs[i]), i) for i in positions]):
+        k = key_index[codes[i] & _GROUP]
+        if runs and runs[-1][0] == k:
+            runs[-1][1] += 1
+        else:
+            runs.append([k, 1])
+    return runs
 
 
 def _key(job: Job) -> _Key:
@@ -457,19 +490,18 @@ _TASKS, _THROTTLE, _REQUEST = 3, 4, 5
 
 
 class _Kind:
-    """Pending jobs of one partition that the model treats alike, placed as one run.
+    """Pending jobs of one partition that the model treats alike.
 
     Built once per snapshot from the distinct keys: an ineligible kind is one reason (all that counts
     of it is how many); an eligible, unthrottled kind is one (fresh — reason None — or not,
     constraint, request); a throttled key (``%N``) stays its own kind, as the throttle's allowance
-    is handed out in order. A kind's ``rank`` is its lead job's (:func:`_rank`): the kinds of a
-    partition are listed in Slurm's scheduling order (ties: first seen first).
+    is handed out in order. Its lead job is its keys' lead (:func:`_tally`) that Slurm takes up first.
     """
 
-    __slots__ = ("count", "elig", "features", "keys", "name", "rank", "request", "throttle")
+    __slots__ = ("count", "elig", "features", "keys", "leads", "name", "priority", "request", "throttle")
 
     def __init__(
-        self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int, rank: _Rank
+        self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int, priority: int, lead: int
     ) -> None:
         self.name = name
         self.elig = elig
@@ -483,20 +515,43 @@ class _Kind:
         """``key[_REQUEST:]``: what sizing reads (:class:`_Request`)."""
         self.count = count
         """Jobs (array tasks individually)."""
-        self.rank = rank
-        """The smallest :func:`_rank` of its keys' lead jobs (:data:`_UNRANKED` if ineligible)."""
+        self.priority = priority
+        """The highest priority of its jobs (−1 if ineligible: never packed)."""
+        self.leads = [lead]
+        """Snapshot indices of its keys' lead jobs of that priority."""
         self.keys = [key]
 
+    def rank(self, jobs: Sequence[Job]) -> _Rank:
+        """Its lead job's :func:`_rank`."""
+        return min([_rank(jobs[i]) for i in self.leads])
 
-_by_rank = attrgetter("rank")
+
+_by_priority = attrgetter("priority")
+
+
+def _by_lead(kinds: list[_Kind], jobs: Sequence[Job]) -> list[_Kind]:
+    """``kinds`` in the order Slurm takes their lead jobs up: by priority, and kinds of equal priority
+    by their leads' :func:`_rank` (read only then: most kinds differ in priority). Stable."""
+    kinds = sorted(kinds, key=_by_priority, reverse=True)
+    i, n = 0, len(kinds)
+    while i < n:
+        priority = kinds[i].priority
+        j = i + 1
+        while j < n and kinds[j].priority == priority:
+            j += 1
+        if j - i > 1 and priority >= 0:
+            kinds[i:j] = sorted(kinds[i:j], key=lambda kind: kind.rank(jobs))
+        i = j
+    return kinds
 
 
 class _Index:
     """What every target needs from the snapshot, built once per snapshot.
 
     Pending jobs are collapsed into distinct keys with a multiplicity and a lead job (:func:`_scan`,
-    :func:`_tally`), then into :class:`_Kind` per partition, listed in Slurm's scheduling order, so the
-    per-target work grows with kinds, not jobs.
+    :func:`_tally`), then into :class:`_Kind` per partition, and listed per partition in Slurm's
+    scheduling order as runs ``(kind, jobs)`` (:attr:`order`), so the per-target work grows with runs
+    and kinds, not jobs.
     """
 
     def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
@@ -504,13 +559,18 @@ class _Index:
         self.jobs = jobs = snapshot.jobs
         others: list[Job] = []
         groups, codes = _scan(jobs, others)
-        multiplicities, leads = _tally(groups, codes)
-        self.kinds: dict[str, list[_Kind]] = {p: [] for p in wanted}
+        self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
+        """Whether the pending jobs are ordered job by job (else kind by kind): :attr:`order`."""
+        multiplicities, leads, priorities, positions = _tally(groups, codes, positions=by_job)
+        kinds: dict[str, list[_Kind]] = {p: [] for p in wanted}
+        kind_at: dict[str, dict[int, _Kind]] = {p: {} for p in wanted}  # key index → its kind
         merged: dict[str, dict[Any, _Kind]] = {p: {} for p in wanted}
         parts_of: dict[tuple[str, ...], list[str]] = {}
         class_of: dict[str, tuple[str, Eligibility]] = {}
         ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
-        for key, multiplicity, lead in zip(groups, multiplicities, leads, strict=True):
+        for k, (key, multiplicity, lead, priority) in enumerate(
+            zip(groups, multiplicities, leads, priorities, strict=True)
+        ):
             parts = parts_of.get(key[0])
             if parts is None:
                 parts = parts_of[key[0]] = [p for p in key[0] if p in wanted]
@@ -525,11 +585,10 @@ class _Index:
             count = multiplicity * key[_TASKS]
             request = key[_REQUEST:]
             mkey: Any
-            rank = _UNRANKED
             if elig is ineligible:
                 mkey = name  # all that counts is how many
+                priority = -1
             else:
-                rank = _rank(jobs[lead])
                 if type(key[_THROTTLE]) is tuple:
                     mkey = None  # %N: keeps its place in the order
                 elif elig is eligible:
@@ -538,20 +597,48 @@ class _Index:
                     mkey = (name, key[2], request)
             for p in parts:
                 if mkey is None:
-                    kind = _Kind(key, request, name, elig, count, rank)
+                    kind = _Kind(key, request, name, elig, count, priority, lead)
                 else:
                     same = merged[p]
                     seen = same.get(mkey)
                     if seen is not None:
                         seen.count += count
                         seen.keys.append(key)
-                        if rank < seen.rank:
-                            seen.rank = rank
+                        if priority > seen.priority:
+                            seen.priority = priority
+                            seen.leads = [lead]
+                        elif priority == seen.priority:
+                            seen.leads.append(lead)
+                        if by_job:
+                            kind_at[p][k] = seen
                         continue
-                    kind = same[mkey] = _Kind(key, request, name, elig, count, rank)
-                self.kinds[p].append(kind)
-        for kinds in self.kinds.values():
-            kinds.sort(key=_by_rank)  # stable: equal ranks stay in the order first seen
+                    kind = same[mkey] = _Kind(key, request, name, elig, count, priority, lead)
+                kinds[p].append(kind)
+                if by_job:
+                    kind_at[p][k] = kind
+        self.order: dict[str, list[tuple[_Kind, int]]] = {}
+        """Per partition, its pending jobs in Slurm's scheduling order as runs ``(kind, jobs)`` (array
+        tasks counted individually): job by job (consecutive jobs of one kind as one run) up to
+        :data:`ORDER_JOBS` pending job records, else one run per kind at its lead job's place."""
+        if by_job:
+            key_index = {g: k for k, g in enumerate(groups.values())}
+            tasks = [key[_TASKS] for key in groups]
+            runs = _job_order(jobs, positions, codes, key_index)
+            for p in wanted:
+                at = kind_at[p]
+                order: list[list[Any]] = []
+                for k, n in runs:
+                    run_kind = at.get(k)
+                    if run_kind is None:
+                        continue
+                    if order and order[-1][0] is run_kind:
+                        order[-1][1] += n * tasks[k]
+                    else:
+                        order.append([run_kind, n * tasks[k]])
+                self.order[p] = [(run_kind, n) for run_kind, n in order]
+        else:
+            for p in wanted:
+                self.order[p] = [(kind, kind.count) for kind in _by_lead(kinds[p], jobs)]
         holding = [j for j in others if j.state in _HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -635,10 +722,10 @@ def _demand_for(target: Target, index: _Index) -> Demand:
 
     ignored: Counter[str] = Counter()
     too_large: list[TooLarge] = []
-    # {piece: jobs}, in the order of the first kind of that size (the kinds come in Slurm's order)
-    fresh: Counter[Piece] = Counter()  # reason None: may use busy nodes' free room
-    evaluated: Counter[Piece] = Counter()
-    place: dict[Piece, int] = {}  # a piece's place in that order, fresh or not
+    # runs [piece, jobs, fresh] in Slurm's order; fresh (reason None) ones may use busy nodes' free room
+    runs: list[list[Any]] = []
+    by_job = index.by_job
+    run_of: dict[tuple[Piece, bool], list[Any]] = {}
     sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
@@ -647,9 +734,8 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     empty = not nodes
     feature = target.nodeset_feature
     too_large_keys: dict[_Key, str] = {}
-    for kind in index.kinds[target.partition]:
+    for kind, count in index.order[target.partition]:
         elig = kind.elig
-        count = kind.count
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
             ignored[kind.name] += count
             continue
@@ -682,9 +768,18 @@ def _demand_for(target: Target, index: _Index) -> Demand:
             too_large_keys.update(dict.fromkeys(kind.keys, size))
             eligible -= count
             continue
-        (fresh if kind.name == "None" else evaluated)[size] += count
-        if size not in place:
-            place[size] = len(place)
+        fresh = kind.name == "None"
+        if by_job:  # consecutive jobs of one size are one run
+            if runs and runs[-1][0] == size and runs[-1][2] is fresh:
+                runs[-1][1] += count
+            else:
+                runs.append([size, count, fresh])
+        else:  # all jobs of one size are one run, at the first one's place
+            run = run_of.get((size, fresh))
+            if run is None:
+                run = run_of[size, fresh] = [size, 0, fresh]
+                runs.append(run)
+            run[1] += count
 
     if too_large_keys:
         too_large = [
@@ -693,31 +788,38 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         ]
 
     needed = 0
-    if shape is not None and (fresh or evaluated):
+    if shape is not None and runs:
         cap = (shape.cpus, shape.memory_bytes, shape.gpus)
-        room = _room(busy_nodes) if fresh else None
-        unplaced: Mapping[Piece, int] = fresh
-        if fresh and room is not None and room.blocks:
-            exact = is_exact(len(fresh), room.run_count())
-            _, unplaced = pack(fresh, room, cap, open_new=False, exact=exact)
-            in_room = sum(fresh.values()) - sum(unplaced.values())
+        fresh_runs = [r for r in runs if r[2]]
+        room = _room(busy_nodes) if fresh_runs else None
+        if room is not None and room.blocks:
+            exact = is_exact(len(fresh_runs), room.run_count())
+            _, unplaced = pack([(r[0], r[1]) for r in fresh_runs], room, cap, open_new=False, exact=exact)
+            in_room = sum(r[1] for r in fresh_runs) - sum(unplaced)
+            for r, k in zip(fresh_runs, unplaced, strict=True):
+                r[1] = k  # what does not fit stays in its place in the order
             if in_room:
                 reasons.append(
                     f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes"
-                    + ("" if exact else f" (best fit: {len(fresh)} distinct job sizes)")
+                    + ("" if exact else f" (best fit: {len(fresh_runs)} runs of jobs)")
                 )
-        if unplaced:  # the fresh jobs that did not fit join the others, in Slurm's order
-            evaluated.update(unplaced)
-            evaluated = Counter(dict(sorted(evaluated.items(), key=lambda item: place[item[0]])))
-        needed, _ = pack(evaluated, Bins(), cap, open_new=True)
+        groups: list[tuple[Piece, int]] = []
+        for piece, k, _ in runs:
+            if not k:
+                continue
+            if groups and groups[-1][0] == piece:
+                groups[-1] = (piece, groups[-1][1] + k)
+            else:
+                groups.append((piece, k))
+        needed, _ = pack(groups, Bins(), cap, open_new=True)
         how = (
             "first fit in Slurm's scheduling order"
-            if is_exact(len(evaluated), 0)
-            else f"best fit in Slurm's scheduling order: {len(evaluated)} distinct job sizes,"
+            if is_exact(len(groups), 0)
+            else f"best fit in Slurm's scheduling order: {len(groups)} runs of jobs,"
             " too many for exact first fit"
         )
         reasons.append(
-            f"needed: {needed} new nodes for {sum(evaluated.values())} eligible pending jobs ({how})"
+            f"needed: {needed} new nodes for {sum(k for _, k in groups)} eligible pending jobs ({how})"
         )
     elif eligible:
         reasons.append(f"needed: 0 ({eligible} eligible pending jobs, but no node shape)")

@@ -3,24 +3,24 @@
 Pure, no I/O. Read by :mod:`autoscaler.demand` only.
 
 **Pieces** are ``(n, cpus, memory, gpus)``: a job of ``n`` one-per-node pieces, each asking that much of
-one node, the n pieces on n different nodes; identical jobs come as ``{piece: jobs}``. **Bins** are
-nodes, described by their free room (CPUs, memory bytes, GPUs), kept as *runs* of identical bins
-``[cpus, memory, gpus, count]`` in first-fit order (:class:`Bins`). Every piece asks at least one CPU.
-**Order**: the mapping's, which the caller makes Slurm's scheduling order (:mod:`autoscaler.demand`,
-rule 7): the identical jobs of one entry are placed as one run.
+one node, the n pieces on n different nodes; jobs come as *runs* of identical jobs ``(piece, jobs)``, in
+order (a piece may come back in a later run). **Bins** are nodes, described by their free room (CPUs,
+memory bytes, GPUs), kept as *runs* of identical bins ``[cpus, memory, gpus, count]`` in first-fit
+order (:class:`Bins`). Every piece asks at least one CPU. **Order**: the runs', which the caller makes
+Slurm's scheduling order (:mod:`autoscaler.demand`, rule 7).
 
-**Exact first fit** — while ``distinct pieces × (runs of bins + distinct pieces)`` is at most
-:data:`EXACT_WORK` (~1000 distinct pieces into new bins): job by job, each of a job's pieces goes to
-the first bin, in bin order, that still has room for it; a job that does not fit opens new bins (or,
-into existing room only, stays unplaced). Identical jobs are placed in bulk (a run of bins takes as
-many as fit at once), so the cost grows with distinct pieces × runs, not with jobs. Runs are held in
-blocks of :data:`BLOCK` with an upper bound of their room, so a scan skips blocks that cannot take the
-piece; runs no remaining piece fits are dropped. Same answer as placing the jobs one by one.
+**Exact first fit** — while ``runs of jobs × (runs of bins + runs of jobs)`` is at most
+:data:`EXACT_WORK` (~1000 runs of jobs into new bins): job by job, each of a job's pieces goes to the
+first bin, in bin order, that still has room for it; a job that does not fit opens new bins (or, into
+existing room only, stays unplaced). A run of jobs is placed in bulk (a run of bins takes as many as
+fit at once), so the cost grows with runs of jobs × runs of bins, not with jobs. Runs of bins are held
+in blocks of :data:`BLOCK` with an upper bound of their room, so a scan skips blocks that cannot take
+the piece; runs no remaining piece fits are dropped. Same answer as placing the jobs one by one.
 
 **Bounded: best fit** — beyond that budget (e.g. 100k jobs of all-different sizes, where first fit
 grows as pieces × bins, ~quadratic): same order, but each job goes to the bins with the *fewest free
 CPUs, then the least free memory*, that take it, found through an index of the bins by free room (free
-CPU count → sorted free memory), so each placement costs a few bisections: linear in distinct pieces
+CPU count → sorted free memory), so each placement costs a few bisections: linear in runs of jobs
 overall (100k all-different pieces: ~1 s here, where first fit would take minutes). Into the free room
 of busy nodes (no new bins) the bounded path is best fit too.
 
@@ -50,7 +50,7 @@ pieces of their CPU + memory + GPU shares of a node) and ``n_max`` = the most no
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 
 __all__ = ["BLOCK", "EXACT_WORK", "Bins", "Piece", "is_exact", "pack"]
@@ -61,9 +61,9 @@ Capacity = tuple[int, int, int]
 """(cpus, memory bytes, gpus) of one node of the target's shape."""
 
 EXACT_WORK = 1 << 20
-"""Exact first fit while distinct pieces × (runs of bins + distinct pieces) is at most this (~1M:
-about 1000 distinct pieces into new bins, ~400 into the room of 2000 busy nodes of all-different
-free room; ≤ ~0.1 s on this project's VM)."""
+"""Exact first fit while runs of jobs × (runs of bins + runs of jobs) is at most this (~1M: about 1000
+runs of jobs of all-different sizes into new bins, ~400 into the room of 2000 busy nodes of
+all-different free room; ≤ ~0.1 s on this project's VM)."""
 BLOCK = 32
 """Runs per block of :class:`Bins` (a block is skipped whole when its room bound is too small)."""
 
@@ -342,16 +342,16 @@ class _Rooms:
 
 
 def _best_fit(
-    order: list[tuple[Piece, int]], runs: Iterable[list[int]], cap: Capacity, *, open_new: bool
-) -> tuple[int, dict[Piece, int]]:
+    order: Sequence[tuple[Piece, int]], runs: Iterable[list[int]], cap: Capacity, *, open_new: bool
+) -> tuple[int, list[int]]:
     """The bounded path: best fit, in ``order``, into ``runs`` (and new bins if ``open_new``).
 
-    Returns (new bins opened, {piece: jobs left unplaced}) like :func:`pack`.
+    Returns (new bins opened, jobs left unplaced per group) like :func:`pack`.
     """
     cc, cm, cg = cap
     rooms = _Rooms(runs)
     opened = 0
-    left: dict[Piece, int] = {}
+    left: list[int] = []
     for (n, pc, pm, pg), k in order:
         per_fresh = max(1, _fit(cc, cm, cg, pc, pm, pg))
         while k:
@@ -390,36 +390,40 @@ def _best_fit(
                 rooms.put(cc - t * pc, cm - t * pm, cg - t * pg, n - found)
                 opened += n - found
             k -= t * chosen[0][1] if n == 1 else t
-        if k:
-            left[(n, pc, pm, pg)] = left.get((n, pc, pm, pg), 0) + k
+        left.append(k)
     return opened, left
 
 
 def pack(
-    groups: Mapping[Piece, int], bins: Bins, cap: Capacity, *, open_new: bool, exact: bool | None = None
-) -> tuple[int, dict[Piece, int]]:
-    """Pack ``{piece: jobs}`` into ``bins`` (and new bins if ``open_new``), in the mapping's order.
+    groups: Sequence[tuple[Piece, int]],
+    bins: Bins,
+    cap: Capacity,
+    *,
+    open_new: bool,
+    exact: bool | None = None,
+) -> tuple[int, list[int]]:
+    """Pack runs of identical jobs ``(piece, jobs)`` into ``bins`` (and new bins if ``open_new``), run
+    after run in the given order (a piece may come back in later runs).
 
-    Exact first fit while ``distinct pieces × (runs of bins + distinct pieces)`` is at most
+    Exact first fit while ``runs of jobs × (runs of bins + runs of jobs)`` is at most
     :data:`EXACT_WORK`, else bounded best fit (module docstring); ``exact`` forces either path (tests
-    compare them). Returns (new bins opened, {piece: jobs left unplaced}) — leftovers only when not
+    compare them). Returns (new bins opened, jobs of each run left unplaced) — leftovers only when not
     ``open_new``. ``bins`` is used up.
     """
     if exact is None:
         exact = is_exact(len(groups), bins.run_count())
-    order = list(groups.items())
     if not exact:
-        return _best_fit(order, bins.runs(), cap, open_new=open_new)
-    # floors[j]: the componentwise smallest piece among order[j:] (runs below it are dead)
-    floors: list[tuple[int, int, int]] = [(1, 0, 0)] * len(order)
+        return _best_fit(groups, bins.runs(), cap, open_new=open_new)
+    # floors[j]: the componentwise smallest piece among groups[j:] (runs below it are dead)
+    floors: list[tuple[int, int, int]] = [(1, 0, 0)] * len(groups)
     fc = fm = fg = 1 << 62
-    for j in range(len(order) - 1, -1, -1):
-        _, pc, pm, pg = order[j][0]
+    for j in range(len(groups) - 1, -1, -1):
+        _, pc, pm, pg = groups[j][0]
         fc, fm, fg = min(fc, pc), min(fm, pm), min(fg, pg)
         floors[j] = (fc, fm, fg)
     opened = 0
-    left: dict[Piece, int] = {}
-    for j, ((n, pc, pm, pg), k) in enumerate(order):
+    left: list[int] = []
+    for j, ((n, pc, pm, pg), k) in enumerate(groups):
         bins.floor = floors[j]
         if n == 1:
             k = _place_single(bins, pc, pm, pg, k)
@@ -430,12 +434,11 @@ def pack(
         else:
             k, new = _place_multi(bins, cap, n, (pc, pm, pg), k, open_new=open_new)
             opened += new
-        if k:
-            left[(n, pc, pm, pg)] = left.get((n, pc, pm, pg), 0) + k
+        left.append(k)
         bins.tidy()
     return opened, left
 
 
-def is_exact(pieces: int, runs: int) -> bool:
-    """Whether :func:`pack` takes the exact path for this many distinct pieces and runs of bins."""
-    return pieces * (runs + pieces) <= EXACT_WORK
+def is_exact(groups: int, runs: int) -> bool:
+    """Whether :func:`pack` takes the exact path for this many runs of jobs and runs of bins."""
+    return groups * (runs + groups) <= EXACT_WORK

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from autoscaler import demand
 from autoscaler.demand import (
     _REQUEST,
     _THROTTLE,
@@ -241,17 +242,24 @@ def test_first_fit_packs_three_3cpu_jobs_onto_two_nodes() -> None:
     assert one([pend(i, cpus=3) for i in (1, 2, 3)]).needed == 2
 
 
-def test_first_fit_in_slurm_scheduling_order() -> None:
+def test_first_fit_in_slurm_scheduling_order(order_by: str) -> None:
     # Equal priorities: Slurm takes the jobs up by job id. -c3,-c3,-c5,-c5: 3+3 on node 1 (2 CPUs
     # left), each 5 alone → 3 nodes (the oracle's priority_order mix: Slurm resumes 3; first-fit
     # decreasing said 2: 5+3 twice).
     assert one([pend(1, cpus=3), pend(2, cpus=3), pend(3, cpus=5), pend(4, cpus=5)]).needed == 3
-    # -c5,-c3,-c5,-c3: 5 on node 1; the 3-CPU jobs are one kind, placed at the first one's place
-    # (after the first 5): the second 5 on node 2, then 3 into node 1's 3 free CPUs, 3 into node 2's → 2.
+    # -c5,-c3,-c5,-c3: 5+3 on node 1, 5+3 on node 2 → 2.
     assert one([pend(1, cpus=5), pend(2, cpus=3), pend(3, cpus=5), pend(4, cpus=3)]).needed == 2
 
 
-def test_higher_priority_is_placed_first() -> None:
+@pytest.fixture(params=["by job", "by kind"])
+def order_by(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of ordering the queue: job by job (small queues) and kind by kind (ORDER_JOBS = 0)."""
+    if request.param == "by kind":
+        monkeypatch.setattr(demand, "ORDER_JOBS", 0)
+    return str(request.param)
+
+
+def test_higher_priority_is_placed_first(order_by: str) -> None:
     # The same -c3,-c3,-c5,-c5, but the later 5-CPU jobs have the higher priority: Slurm takes them up
     # first: 5, 5 on nodes 1 and 2, each 3 into one's 3 free CPUs → 2 nodes (3 in id order).
     jobs = [pend(1, cpus=3, priority=10), pend(2, cpus=3, priority=10)]
@@ -264,7 +272,7 @@ def test_higher_priority_is_placed_first() -> None:
     assert one(jobs).needed == 2
 
 
-def test_an_array_is_taken_up_at_its_array_id() -> None:
+def test_an_array_is_taken_up_at_its_array_id(order_by: str) -> None:
     # Array 1 (2 pending tasks of 5 CPUs) is listed after jobs 2 and 3 (-c3), as slurmctld lists an
     # array's pending record once a task was split off; Slurm takes it up at its id, first: 5, 5 on
     # nodes 1 and 2, each 3 into one's 3 free CPUs → 2 nodes (3 in listing order: 3+3, 5, 5).
@@ -275,7 +283,7 @@ def test_an_array_is_taken_up_at_its_array_id() -> None:
 def test_a_kind_is_led_by_its_highest_priority_then_first_listed_job() -> None:
     # One key (identical jobs 10..13, listed in that order) with priorities 5, 9, 9, 1: the lead is job 11
     # (index 2 of the snapshot: a running job comes first). Priorities beyond Slurm's uint32 are clamped
-    # (job 21: 2**40 → 2**32 − 1 leads its key), negative ones count as 0 (job 31 after job 30's 0).
+    # (job 21: 2**40 → 2**32 − 1 leads its key); a negative one (job 31) comes after job 30's 0.
     running = Job(job_id=1, state="RUNNING", partitions=("p",), cpus=1)
     jobs = [running] + [pend(10 + i, priority=p) for i, p in enumerate((5, 9, 9, 1))]
     jobs += [pend(20, cpus=2, priority=7), pend(21, cpus=2, priority=2**40)]
@@ -283,15 +291,26 @@ def test_a_kind_is_led_by_its_highest_priority_then_first_listed_job() -> None:
     others: list[Job] = []
     groups, codes = _scan(jobs, others)
     assert others == [running]
-    counts, leads = _tally(groups, codes)
+    counts, leads, priorities, positions = _tally(groups, codes, positions=True)
     assert (counts, [jobs[i].job_id for i in leads]) == ([4, 2, 2], [11, 21, 30])
+    assert priorities == [9, 2**32 - 1, 0]
+    assert positions == list(range(1, len(jobs)))
 
 
-def test_identical_jobs_are_placed_as_one_run() -> None:
-    # -c3,-c5,-c3,-c5: Slurm, one job at a time: 3+5 on node 1, 3+5 on node 2 → 2. The model places
-    # identical jobs in bulk, at the place of the first of them: 3, 3, then 5, 5 → 3+3, 5, 5 → 3. The
-    # price of a cost that grows with kinds of jobs, not with jobs.
-    assert one([pend(1, cpus=3), pend(2, cpus=5), pend(3, cpus=3), pend(4, cpus=5)]).needed == 3
+def test_job_by_job_order_and_kinds_as_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # -c3,-c5,-c3,-c5: Slurm, one job at a time: 3+5 on node 1, 3+5 on node 2 → 2; the model orders a
+    # queue of up to ORDER_JOBS pending records job by job and agrees. Beyond, each kind is one run at its
+    # first job's place: 3, 3, then 5, 5 → 3+3, 5, 5 → 3 (the price of a cost that grows with kinds).
+    jobs = [pend(1, cpus=3), pend(2, cpus=5), pend(3, cpus=3), pend(4, cpus=5)]
+    assert one(jobs).needed == 2
+    # the end-to-end workload of tests/test_autoscale_live.py: -c8 ×2, -c4 ×4, a -N2 job of 4 CPUs per
+    # node, -c4 ×2: 8, 8 on nodes 1, 2; four 4s on nodes 3, 4; the pair on 5, 6; the last 4s fill 5, 6 →
+    # 6. As kinds: the six 4s fill nodes 3..5 before the pair, which opens 6 and 7 → 7.
+    work = [pend(1, cpus=8), pend(2, cpus=8)] + [pend(i, cpus=4) for i in (3, 4, 5, 6)]
+    work += [pend(7, cpus=8, min_nodes=2), pend(8, cpus=4), pend(9, cpus=4)]
+    assert one(work).needed == 6
+    monkeypatch.setattr(demand, "ORDER_JOBS", 3)
+    assert (one(jobs).needed, one(work).needed) == (3, 7)
 
 
 def test_packing_uses_memory_as_a_dimension() -> None:
@@ -360,9 +379,9 @@ def test_free_room_and_new_nodes_in_slurm_order() -> None:
     room5 = [node("n1", state="MIXED", alloc_cpus=3)]
     jobs = [pend(1, "None", cpus=3), pend(2, "None", cpus=5), pend(3, "None", cpus=5)]
     assert (one(jobs, room5).needed, one(jobs, room5).desired) == (2, 3)
-    # n1 has 2 free CPUs. Fresh job 1 (-c5) does not fit there; it joins the evaluated jobs 2, 3 (-c3)
-    # and 4 (-c5) at its own place, first: 5, 5 (one kind of size: jobs 1 and 4), then 3, 3 into
-    # their free CPUs → needed 2, desired 3 (appended after the others: 3+3, 5, 5 → 3).
+    # n1 has 2 free CPUs. Fresh job 1 (-c5) does not fit there; it keeps its place before the evaluated
+    # jobs 2, 3 (-c3) and 4 (-c5): 5+3 on one new node, 3+5 on another → needed 2, desired 3 (after the
+    # others it would be 3+3, 5, 5 → 3).
     room2 = [node("n1", state="MIXED", alloc_cpus=6)]
     jobs = [pend(1, "None", cpus=5), pend(2, cpus=3), pend(3, cpus=3), pend(4, "Priority", cpus=5)]
     assert (one(jobs, room2).needed, one(jobs, room2).desired) == (2, 3)
@@ -479,18 +498,19 @@ def test_recorded_2605_cpu_and_gpu() -> None:
 
 
 def _first_fit_job_by_job(
-    groups: dict[Piece, int], rooms: list[list[int]], cap: tuple[int, int, int], *, open_new: bool
-) -> tuple[int, dict[Piece, int]]:
+    groups: list[tuple[Piece, int]], rooms: list[list[int]], cap: tuple[int, int, int], *, open_new: bool
+) -> tuple[int, list[int]]:
     """Reference: first fit one job at a time, in the groups' order, over one bin per node (no runs, no
     blocks)."""
     bins = [room[:3] for room in rooms for _ in range(room[3])]
     opened = 0
-    left: dict[Piece, int] = {}
-    for (n, pc, pm, pg), k in groups.items():
+    left: list[int] = []
+    for (n, pc, pm, pg), k in groups:
+        left.append(0)
         for _ in range(k):
             fits = [b for b in bins if b[0] >= pc and b[1] >= pm and b[2] >= pg][:n]
             if len(fits) < n and not open_new:
-                left[(n, pc, pm, pg)] = left.get((n, pc, pm, pg), 0) + 1
+                left[-1] += 1
                 continue
             for _ in range(n - len(fits)):
                 bins.append(list(cap))
@@ -502,23 +522,33 @@ def _first_fit_job_by_job(
 
 
 def _random_pieces(
-    rng: random.Random, count: int, cap: tuple[int, int, int], multi: bool
-) -> dict[Piece, int]:
-    groups: dict[Piece, int] = {}
+    rng: random.Random, count: int, cap: tuple[int, int, int], multi: bool, *, again: float = 0.0
+) -> list[tuple[Piece, int]]:
+    """``count`` runs of 1–6 identical jobs of all-different sizes, but that a run repeats an earlier
+    run's size with probability ``again`` (a kind Slurm takes up again after others)."""
+    groups: list[tuple[Piece, int]] = []
+    seen: set[Piece] = set()
     while len(groups) < count:
-        n = rng.choice([1, 1, 2, 3]) if multi else 1
-        piece = (n, rng.randint(1, cap[0]), rng.randint(1, cap[1] // MIB) * MIB, rng.randint(0, cap[2]))
-        groups[piece] = rng.randint(1, 6)
+        if groups and rng.random() < again:
+            piece = rng.choice(groups)[0]
+        else:
+            n = rng.choice([1, 1, 2, 3]) if multi else 1
+            piece = (n, rng.randint(1, cap[0]), rng.randint(1, cap[1] // MIB) * MIB, rng.randint(0, cap[2]))
+            if piece in seen:
+                continue
+            seen.add(piece)
+        groups.append((piece, rng.randint(1, 6)))
     return groups
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_exact_packing_is_first_fit_job_by_job(seed: int) -> None:
     # Bulk placement over runs and blocks (runs well past 2 blocks, so blocks are skipped, tightened
-    # and split) places exactly like the one-job-at-a-time reference, into free room and new bins.
+    # and split) places exactly like the one-job-at-a-time reference, into free room and new bins, also
+    # when a size comes back after others (a fifth of the runs here).
     rng = random.Random(seed)
     cap = (8, 16000 * MIB, 2)
-    groups = _random_pieces(rng, rng.choice([5, 40, 120]), cap, multi=seed % 2 == 1)
+    groups = _random_pieces(rng, rng.choice([5, 40, 120]), cap, multi=seed % 2 == 1, again=0.2)
     rooms = [
         [rng.randint(1, 8), rng.randint(0, 16000) * MIB, rng.randint(0, 2), rng.randint(1, 3)]
         for _ in range(150)
@@ -531,14 +561,34 @@ def test_exact_packing_is_first_fit_job_by_job(seed: int) -> None:
     )
 
 
-def _bounds(groups: dict[Piece, int], cap: tuple[int, int, int]) -> tuple[int, float]:
+@pytest.mark.parametrize("seed", range(4))
+def test_queue_is_packed_like_slurm_takes_it_up_job_by_job(seed: int) -> None:
+    # 80 pending jobs (1–2 nodes, 1–8 CPUs and 100–16000 MiB per node, a few sizes repeated), priorities
+    # from a small set (ties), submit times and job ids shuffled: the model's answer is first fit one job
+    # at a time in Slurm's order — priority descending, submit time, job id.
+    rng = random.Random(seed)
+    sizes = [(rng.randint(1, 2), rng.randint(1, 8), rng.randint(1, 160) * 100) for _ in range(12)]
+    jobs = []
+    for job_id in rng.sample(range(1, 1000), 80):
+        n, cpus, mem = rng.choice(sizes)
+        jobs.append(
+            pend(job_id, min_nodes=n, cpus=n * cpus, memory_per_node_bytes=mem * MIB,
+                 priority=rng.choice([10, 20, 30]), submit_time=float(rng.randint(0, 5)))
+        )  # fmt: skip
+    queue = sorted(jobs, key=lambda j: (-j.priority, j.submit_time, j.job_id))
+    pieces = [((j.min_nodes, j.cpus // j.min_nodes, j.memory_per_node_bytes or 0, 0), 1) for j in queue]
+    expected, _ = _first_fit_job_by_job(pieces, [], (8, 16000 * MIB, 0), open_new=True)
+    assert one(jobs).needed == expected
+
+
+def _bounds(groups: list[tuple[Piece, int]], cap: tuple[int, int, int]) -> tuple[int, float]:
     """(a lower bound of the optimum, the proven upper bound 2·S + n_max) of packing onto new bins."""
     shares = [0.0, 0.0, 0.0]
-    for (n, *per_node), k in groups.items():
+    for (n, *per_node), k in groups:
         for d in range(3):
             if cap[d]:
                 shares[d] += n * k * per_node[d] / cap[d]
-    n_max = max(n for n, *_ in groups)
+    n_max = max(n for (n, *_), _ in groups)
     return max(n_max, *(math.ceil(s - 1e-9) for s in shares)), 2 * sum(shares) + n_max
 
 
@@ -564,10 +614,10 @@ def test_bounded_packing_against_exact_on_all_distinct_sizes(seed: int, multi: b
     rooms = [
         [rng.randint(1, 64), rng.randint(0, 256_000) * MIB, rng.randint(0, gpus), 1] for _ in range(1500)
     ]
-    total = sum(groups.values())
+    total = sum(k for _, k in groups)
     _, left_exact = pack(groups, Bins([r[:] for r in rooms]), cap, open_new=False, exact=True)
     _, left_bounded = pack(groups, Bins([r[:] for r in rooms]), cap, open_new=False, exact=False)
-    placed_exact, placed_bounded = total - sum(left_exact.values()), total - sum(left_bounded.values())
+    placed_exact, placed_bounded = total - sum(left_exact), total - sum(left_bounded)
     assert placed_exact > 0 and abs(placed_bounded / placed_exact - 1) <= 0.10
 
 
@@ -584,13 +634,13 @@ def test_many_distinct_sizes_take_the_bounded_path() -> None:
     jobs = [pend(i, cpus=1, memory_per_node_bytes=(100 + i) * MIB) for i in range(1100)]
     d = one(jobs)
     assert d.needed == 138
-    assert any("best fit in Slurm's scheduling order: 1100 distinct" in r for r in d.reasons)
+    assert any("best fit in Slurm's scheduling order: 1100 runs of jobs" in r for r in d.reasons)
     # the same jobs fresh (reason None) beside a busy node with 4 free CPUs: best fit into that room
     # too — 4 jobs fit (1 CPU each, memory to spare), ⌈1096/8⌉ = 137 new nodes, desired 1 + 137
     fresh = [pend(i, "None", cpus=1, memory_per_node_bytes=(100 + i) * MIB) for i in range(1100)]
     d = one(fresh, [node("n1", state="MIXED", alloc_cpus=4)])
     assert (d.busy, d.needed, d.desired) == (1, 137, 138)
-    assert any(r.startswith("free room: 4 ") and "(best fit: 1100 distinct" in r for r in d.reasons)
+    assert any(r.startswith("free room: 4 ") and "(best fit: 1100 runs of jobs" in r for r in d.reasons)
 
 
 # ------------------------------------------------------------------ free room, arrays, job listing
