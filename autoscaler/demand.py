@@ -498,7 +498,18 @@ class _Kind:
     is handed out in order. Its lead job is its keys' lead (:func:`_tally`) that Slurm takes up first.
     """
 
-    __slots__ = ("count", "elig", "features", "keys", "leads", "name", "priority", "request", "throttle")
+    __slots__ = (
+        "count",
+        "elig",
+        "features",
+        "keys",
+        "lead",
+        "name",
+        "priority",
+        "request",
+        "throttle",
+        "ties",
+    )
 
     def __init__(
         self, key: _Key, request: _Key, name: str, elig: Eligibility, count: int, priority: int, lead: int
@@ -517,13 +528,16 @@ class _Kind:
         """Jobs (array tasks individually)."""
         self.priority = priority
         """The highest priority of its jobs (−1 if ineligible: never packed)."""
-        self.leads = [lead]
-        """Snapshot indices of its keys' lead jobs of that priority."""
+        self.lead = lead
+        """Snapshot index of the lead job of its first key of that priority."""
+        self.ties: list[int] | None = None
+        """Those of its other keys with a lead of that priority (merged keys; rare)."""
         self.keys = [key]
 
     def rank(self, jobs: Sequence[Job]) -> _Rank:
         """Its lead job's :func:`_rank`."""
-        return min([_rank(jobs[i]) for i in self.leads])
+        rank = _rank(jobs[self.lead])
+        return rank if self.ties is None else min(rank, *(_rank(jobs[i]) for i in self.ties))
 
 
 _by_priority = attrgetter("priority")
@@ -605,10 +619,12 @@ class _Index:
                         seen.count += count
                         seen.keys.append(key)
                         if priority > seen.priority:
-                            seen.priority = priority
-                            seen.leads = [lead]
+                            seen.priority, seen.lead, seen.ties = priority, lead, None
                         elif priority == seen.priority:
-                            seen.leads.append(lead)
+                            if seen.ties is None:
+                                seen.ties = [lead]
+                            else:
+                                seen.ties.append(lead)
                         if by_job:
                             kind_at[p][k] = seen
                         continue
@@ -617,9 +633,11 @@ class _Index:
                 if by_job:
                     kind_at[p][k] = kind
         self.order: dict[str, list[tuple[_Kind, int]]] = {}
-        """Per partition, its pending jobs in Slurm's scheduling order as runs ``(kind, jobs)`` (array
-        tasks counted individually): job by job (consecutive jobs of one kind as one run) up to
-        :data:`ORDER_JOBS` pending job records, else one run per kind at its lead job's place."""
+        """Per partition, with :attr:`by_job` (up to :data:`ORDER_JOBS` pending job records), its
+        pending jobs in Slurm's scheduling order as runs ``(kind, jobs)`` of consecutive jobs of one
+        kind (array tasks counted individually)."""
+        self.kinds: dict[str, list[_Kind]] = {}
+        """Per partition, else (one run per kind), its kinds in the order of their lead jobs."""
         if by_job:
             key_index = {g: k for k, g in enumerate(groups.values())}
             tasks = [key[_TASKS] for key in groups]
@@ -637,8 +655,7 @@ class _Index:
                         order.append([run_kind, n * tasks[k]])
                 self.order[p] = [(run_kind, n) for run_kind, n in order]
         else:
-            for p in wanted:
-                self.order[p] = [(kind, kind.count) for kind in _by_lead(kinds[p], jobs)]
+            self.kinds = {p: _by_lead(kinds[p], jobs) for p in wanted}
         holding = [j for j in others if j.state in _HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -722,10 +739,13 @@ def _demand_for(target: Target, index: _Index) -> Demand:
 
     ignored: Counter[str] = Counter()
     too_large: list[TooLarge] = []
-    # runs [piece, jobs, fresh] in Slurm's order; fresh (reason None) ones may use busy nodes' free room
-    runs: list[list[Any]] = []
+    # runs of jobs in Slurm's order, as parallel lists (few objects: a 100k-run queue stays cheap for the
+    # garbage collector); fresh (reason None) runs may use busy nodes' free room
+    run_piece: list[Piece] = []
+    run_jobs: list[int] = []
+    run_fresh: list[bool] = []
     by_job = index.by_job
-    run_of: dict[tuple[Piece, bool], list[Any]] = {}
+    run_at: tuple[dict[Piece, int], dict[Piece, int]] = ({}, {})  # by kind: (evaluated, fresh) piece → run
     sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
@@ -734,7 +754,8 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     empty = not nodes
     feature = target.nodeset_feature
     too_large_keys: dict[_Key, str] = {}
-    for kind, count in index.order[target.partition]:
+    order = index.order[target.partition] if by_job else ((k, k.count) for k in index.kinds[target.partition])
+    for kind, count in order:
         elig = kind.elig
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
             ignored[kind.name] += count
@@ -770,16 +791,19 @@ def _demand_for(target: Target, index: _Index) -> Demand:
             continue
         fresh = kind.name == "None"
         if by_job:  # consecutive jobs of one size are one run
-            if runs and runs[-1][0] == size and runs[-1][2] is fresh:
-                runs[-1][1] += count
-            else:
-                runs.append([size, count, fresh])
+            if run_piece and run_piece[-1] == size and run_fresh[-1] is fresh:
+                run_jobs[-1] += count
+                continue
         else:  # all jobs of one size are one run, at the first one's place
-            run = run_of.get((size, fresh))
-            if run is None:
-                run = run_of[size, fresh] = [size, 0, fresh]
-                runs.append(run)
-            run[1] += count
+            at = run_at[fresh]
+            r = at.get(size)
+            if r is not None:
+                run_jobs[r] += count
+                continue
+            at[size] = len(run_piece)
+        run_piece.append(size)
+        run_jobs.append(count)
+        run_fresh.append(fresh)
 
     if too_large_keys:
         too_large = [
@@ -788,23 +812,24 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         ]
 
     needed = 0
-    if shape is not None and runs:
+    if shape is not None and run_piece:
         cap = (shape.cpus, shape.memory_bytes, shape.gpus)
-        fresh_runs = [r for r in runs if r[2]]
+        fresh_runs = list(compress(range(len(run_piece)), run_fresh))
         room = _room(busy_nodes) if fresh_runs else None
         if room is not None and room.blocks:
             exact = is_exact(len(fresh_runs), room.run_count())
-            _, unplaced = pack([(r[0], r[1]) for r in fresh_runs], room, cap, open_new=False, exact=exact)
-            in_room = sum(r[1] for r in fresh_runs) - sum(unplaced)
+            groups = [(run_piece[r], run_jobs[r]) for r in fresh_runs]
+            _, unplaced = pack(groups, room, cap, open_new=False, exact=exact)
+            in_room = sum(run_jobs[r] for r in fresh_runs) - sum(unplaced)
             for r, k in zip(fresh_runs, unplaced, strict=True):
-                r[1] = k  # what does not fit stays in its place in the order
+                run_jobs[r] = k  # what does not fit stays in its place in the order
             if in_room:
                 reasons.append(
                     f"free room: {in_room} not-yet-scheduled pending jobs fit on busy nodes"
                     + ("" if exact else f" (best fit: {len(fresh_runs)} runs of jobs)")
                 )
-        groups: list[tuple[Piece, int]] = []
-        for piece, k, _ in runs:
+        groups = []
+        for piece, k in zip(run_piece, run_jobs, strict=True):
             if not k:
                 continue
             if groups and groups[-1][0] == piece:
