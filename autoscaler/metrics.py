@@ -29,7 +29,7 @@ def demand_families(demands: Mapping[Target, Demand]) -> Iterable[Metric]:
     )
     needed = GaugeMetricFamily(
         "slurm_autoscaler_needed_nodes",
-        "New nodes the target's eligible pending jobs need, packed first-fit decreasing",
+        "New nodes the target's eligible pending jobs need, packed first fit in Slurm's scheduling order",
         labels=_LABELS,
     )
     nodes = GaugeMetricFamily(
