@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import re
-import shutil
 import subprocess
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -28,6 +26,7 @@ from exporter.collector import SnapshotCollector
 from exporter.model import MIB, Diag, Job, License, Node, Partition, Reservation, Snapshot
 from exporter.poller import EndpointState, PollStatus
 from exporter.versions import SUPPORTED_VERSIONS, adapter_for
+from tests.tools import promtool_path
 
 RECORDED = Path(__file__).parent / "data" / "recorded"
 VERSION_DIRS = sorted(
@@ -786,17 +785,8 @@ def test_help_on_every_family_and_naming() -> None:
         assert diag and all(f.type == "gauge" and "resets" in f.documentation for f in diag)
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("SLURM_KEDA_REQUIRE_LAB") == "1":
-            pytest.fail("promtool not installed (Debian package 'prometheus') but SLURM_KEDA_REQUIRE_LAB=1")
-        pytest.skip("promtool not installed (Debian package 'prometheus')")
-    return path
-
-
 def test_promtool_check_metrics_is_silent() -> None:
-    promtool = _promtool()
+    promtool = promtool_path()
     for what, reg in _all_registries():
         text = generate_latest(reg)
         res = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)

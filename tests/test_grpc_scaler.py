@@ -37,6 +37,7 @@ from autoscaler.service import DemandService
 from exporter.model import MIB, Job, Node, Snapshot
 from exporter.versions import adapter_for
 from tests.grpc_certs import PKI, have_openssl, make_pki
+from tests.tools import SnapshotFeed
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
@@ -47,28 +48,6 @@ TIMEOUT = 10.0
 
 
 # ---------------------------------------------------------------------------------- snapshots
-
-
-class RecordedSource:
-    """A snapshot source like ``exporter.poller.Poller``: ``put`` swaps in the next snapshot."""
-
-    def __init__(self) -> None:
-        self._snapshot: Snapshot | None = None
-        self._changed = asyncio.Event()
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        return self._snapshot
-
-    async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
-        while self._snapshot is None or self._snapshot is after:
-            await self._changed.wait()
-        return self._snapshot
-
-    def put(self, snap: Snapshot) -> None:
-        self._snapshot = snap
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
 
 
 def fetched(snap_time: float) -> dict[str, float]:
@@ -173,7 +152,7 @@ async def next_message(call: Any, timeout: float = TIMEOUT) -> bool:
 
 @dataclass
 class Scaler:
-    source: RecordedSource
+    source: SnapshotFeed
     service: DemandService
     server: ScalerServer
 
@@ -186,7 +165,7 @@ class Scaler:
 async def running_scaler(
     tls: GrpcTLS | None = None, *, stale_after: float = 60.0, clock: Any = time.time
 ) -> AsyncIterator[Scaler]:
-    source = RecordedSource()
+    source = SnapshotFeed()
     service = DemandService(source, stale_after=stale_after, clock=clock)
     runner = asyncio.create_task(service.run(), name="demand-service")
     server = await start_grpc_server(service, "127.0.0.1:0", tls=tls)
@@ -574,6 +553,6 @@ def test_unusable_tls_files_fail_at_start(pki: PKI, tmp_path: Path) -> None:
 
 
 async def test_start_refuses_unusable_tls_files(pki: PKI) -> None:
-    service = DemandService(RecordedSource())
+    service = DemandService(SnapshotFeed())
     with pytest.raises(GrpcTLSError):
         await start_grpc_server(service, "127.0.0.1:0", tls=GrpcTLS(pki.server.crt, pki.client.key))

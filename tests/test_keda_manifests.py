@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import copy
 import math
-import os
 import re
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -41,29 +39,17 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from autoscaler.targets import KEDA_KEYS, KEYS
+from tests.tools import promtool_path
+
 KEDA_DIR = Path(__file__).resolve().parents[1] / "keda"
 SCHEMAS = Path(__file__).resolve().parents[2] / "shared" / "schemas"
 
 # ------------------------------------------------------------- slurm-keda's contract (autoscaler, issue 4)
 
-CONTRACT_KEYS = frozenset(
-    {
-        "partition",
-        "nodeset",
-        "nodeFeature",
-        "nodeNames",
-        "cpusPerNode",
-        "memoryPerNode",
-        "gpusPerNode",
-        "min",
-        "max",
-        "metricName",
-    }
-)
-"""Trigger metadata keys slurm-keda's external scaler reads."""
-KEDA_OWN_KEYS = frozenset(
-    {"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey", "unsafeSsl", "enableTLS"}
-)
+CONTRACT_KEYS = KEYS
+"""Trigger metadata keys slurm-keda's external scaler reads (the parser's own list)."""
+KEDA_OWN_KEYS = KEDA_KEYS
 """KEDA's own external-scaler keys, which slurm-keda tolerates; any other key is INVALID_ARGUMENT."""
 SCALER_ADDRESS = "slurm-keda.slurm.svc:9342"
 METRICS_URL = "http://slurm-keda.slurm.svc:9341/metrics"
@@ -729,15 +715,6 @@ def test_metrics_api_value_location_selects_the_nodeset_series() -> None:
         )
 
 
-def _promtool() -> str:
-    path = shutil.which("promtool")
-    if path is None:
-        if os.environ.get("SLURM_KEDA_REQUIRE_LAB") == "1":
-            pytest.fail("promtool not installed (Debian package 'prometheus') but SLURM_KEDA_REQUIRE_LAB=1")
-        pytest.skip("promtool not installed (Debian package 'prometheus')")
-    return path
-
-
 def _promtool_case(query: str, series: list[tuple[str, int]], expected: list[float]) -> dict[str, Any]:
     return {
         "interval": "1m",
@@ -755,7 +732,7 @@ def _promtool_case(query: str, series: list[tuple[str, int]], expected: list[flo
 def test_prometheus_query_with_promtool(tmp_path: Path) -> None:
     """The real PromQL engine: one sample = the NodeSet target's desired count (the larger of two slurm-keda
     replicas), other targets and families ignored; no series → no sample (an error for KEDA, not 0)."""
-    promtool = _promtool()
+    promtool = promtool_path()
     (trigger,) = _triggers(SCALED_OBJECTS["scaledobject-prometheus.yaml"])
     query = trigger["metadata"]["query"]
     ns = f'target="{NODESET}",partition="{PARTITION}"'

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -25,6 +24,7 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.server import bound_urls, make_app, start
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from tests.tools import promtool_path
 
 DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
@@ -65,11 +65,10 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
         == 1
     )
     assert sample(body, "slurm_autoscaler_desired_nodes", target="gpu", partition="gpu") == 2
-    if shutil.which("promtool"):
-        out = subprocess.run(
-            ["promtool", "check", "metrics"], input=body.encode(), capture_output=True, timeout=60
-        )
-        assert out.stdout + out.stderr == b"" and out.returncode == 0
+    out = subprocess.run(
+        [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True, timeout=60
+    )
+    assert out.stdout + out.stderr == b"" and out.returncode == 0
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ import pytest
 from autoscaler.demand import NodeShape, Target, compute_demand
 from autoscaler.service import DemandService, NoSnapshotYet
 from exporter.model import MIB, Job, Node, Snapshot
+from tests.tools import SnapshotFeed
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 T = Target("p", "p", shape=SHAPE)
@@ -38,63 +39,45 @@ def snap(
     )
 
 
-class Source:
-    """A snapshot source fed by the test, with the poller's wait_next semantics."""
-
-    def __init__(self) -> None:
-        self.snapshot: Snapshot | None = None
-        self._changed = asyncio.Event()
-
-    def push(self, s: Snapshot) -> None:
-        self.snapshot = s
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
-
-    async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
-        while self.snapshot is None or self.snapshot is after:
-            await self._changed.wait()
-        return self.snapshot
-
-
 def test_no_answer_before_a_snapshot_with_jobs_and_nodes() -> None:
-    src = Source()
+    src = SnapshotFeed()
     svc = DemandService(src)
     with pytest.raises(NoSnapshotYet):
         svc.answer(T)
-    src.push(snap(1.0, [pend(1)], endpoints=("nodes", "partitions")))  # /jobs failed so far
+    src.put(snap(1.0, [pend(1)], endpoints=("nodes", "partitions")))  # /jobs failed so far
     with pytest.raises(NoSnapshotYet):
         svc.answer(T)
     assert svc.answers() == []
 
 
 def test_answer_is_the_model_on_the_current_snapshot() -> None:
-    src = Source()
+    src = SnapshotFeed()
     clock = [100.0]
     svc = DemandService(src, stale_after=30, clock=lambda: clock[0])
     s = snap(100.0, [pend(i, cpus=3) for i in range(3)])
-    src.push(s)
+    src.put(s)
     ans = svc.answer(T)
     assert ans.demand == compute_demand(s, [T])["p"]
     assert (ans.desired, ans.active, ans.stale) == (2, True, False)  # three 3-CPU jobs on 8-CPU nodes
 
 
 def test_missing_data_holds_the_last_answer_and_marks_it_stale() -> None:
-    src = Source()
+    src = SnapshotFeed()
     clock = [100.0]
     svc = DemandService(src, stale_after=30, clock=lambda: clock[0])
-    src.push(snap(100.0, [pend(1, cpus=8), pend(2, cpus=8)]))
+    src.put(snap(100.0, [pend(1, cpus=8), pend(2, cpus=8)]))
     assert svc.answer(T).desired == 2
     # a later snapshot without /nodes data (it failed from the start of a restart, say) is not used
-    src.push(snap(150.0, [], endpoints=("jobs",)))
+    src.put(snap(150.0, [], endpoints=("jobs",)))
     clock[0] = 150.0
     held = svc.answer(T)
     assert (held.desired, held.stale, held.taken_at) == (2, True, 100.0)
 
 
 async def test_run_recomputes_known_targets_and_changes_yields_on_change_only() -> None:
-    src = Source()
+    src = SnapshotFeed()
     svc = DemandService(src, targets=[T])
-    src.push(snap(1.0, [pend(1)]))
+    src.put(snap(1.0, [pend(1)]))
     runner = asyncio.create_task(svc.run(), name="demand")
     seen: list[int] = []
     got = asyncio.Event()
@@ -113,12 +96,12 @@ async def test_run_recomputes_known_targets_and_changes_yields_on_change_only() 
 
         await next_value()
         assert seen == [1]
-        src.push(snap(2.0, [pend(1), pend(2)]))  # 2 x 1 CPU still fit one node: no message
-        src.push(snap(3.0, [pend(1, cpus=8), pend(2, cpus=8), pend(3, cpus=8)]))
+        src.put(snap(2.0, [pend(1), pend(2)]))  # 2 x 1 CPU still fit one node: no message
+        src.put(snap(3.0, [pend(1, cpus=8), pend(2, cpus=8), pend(3, cpus=8)]))
         await next_value()
         assert seen == [1, 3]
         assert svc.computations >= 2
-        src.push(snap(4.0, [pend(1, reason="JobHeldUser")]))
+        src.put(snap(4.0, [pend(1, reason="JobHeldUser")]))
         await next_value()
         assert seen == [1, 3, 0]
         assert not svc.answer(T).active
@@ -129,22 +112,22 @@ async def test_run_recomputes_known_targets_and_changes_yields_on_change_only() 
 
 
 async def test_refresh_covers_targets_with_the_same_name() -> None:
-    src = Source()
+    src = SnapshotFeed()
     a, b = Target("x", "p", shape=SHAPE), Target("x", "p", shape=SHAPE, max_nodes=1)
     svc = DemandService(src, targets=[a, b])
     s = snap(1.0, [pend(1, cpus=8), pend(2, cpus=8)])
-    src.push(s)
+    src.put(s)
     await svc.refresh(s)
     assert (svc.answer(a).desired, svc.answer(b).desired) == (2, 1)
 
 
 async def test_targets_no_scaler_asks_for_are_forgotten_configured_ones_kept() -> None:
-    src = Source()
+    src = SnapshotFeed()
     clock = [0.0]
     fixed = Target("fixed", "p", shape=SHAPE)
     svc = DemandService(src, targets=[fixed], forget_after=600, clock=lambda: clock[0])
     s = snap(0.0, [pend(1)])
-    src.push(s)
+    src.put(s)
     svc.answer(T)  # asked by a ScaledObject
     await svc.refresh(s)
     assert svc.targets == [fixed, T]
