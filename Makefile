@@ -9,6 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := debootstrap ca-certificates prometheus slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
+DEMO_GRPC_PORT ?= 9342
 
 .PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto
 
@@ -43,8 +44,11 @@ demo: deps
 	tok=$$($(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["token_file"])'); \
 	echo; echo "== one poll, as a table (slurm-keda snapshot) =="; \
 	$(BIN)/slurm-keda snapshot --slurmrestd-url $$url --token-file $$tok; \
-	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot); Ctrl-C stops =="; \
-	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2
+	echo; echo "== the nodes each target needs (slurm-keda demand; dyn = a NodeSet at zero, shape from the flags) =="; \
+	$(BIN)/slurm-keda demand --slurmrestd-url $$url --token-file $$tok --target partition=cpu --target partition=gpu \
+	  --target partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000; \
+	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
+	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT)
 
 lint: venv
 	$(BIN)/ruff check .
