@@ -57,19 +57,18 @@ from typing import Literal, Protocol, TypeVar
 import grpc
 import grpc.aio
 
-from autoscaler._proto import externalscaler_pb2 as pb
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.lab import Lab
 from exporter.lab.record import parse_scontrol_oneliners
 from exporter.model import Snapshot
 from exporter.poller import Poller, PollerConfig
+from tests.keda_client import KedaClient
 
 T = TypeVar("T")
 
 POLL = 0.2
 """Seconds between two looks at a condition."""
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
-SERVICE = "/externalscaler.ExternalScaler/"
 SCALER_START_TIMEOUT = 30.0
 
 
@@ -204,36 +203,17 @@ class ScalerFeed:
 
     def __init__(self, channel: grpc.aio.Channel, metadata: Mapping[str, str], name: str = "ours") -> None:
         self.name = name
-        self.ref = pb.ScaledObjectRef(name=f"scale-{name}", namespace="slurm", scalerMetadata=dict(metadata))
-        self._is_active = channel.unary_unary(
-            SERVICE + "IsActive",
-            request_serializer=pb.ScaledObjectRef.SerializeToString,
-            response_deserializer=pb.IsActiveResponse.FromString,
-        )
-        self._stream = channel.unary_stream(
-            SERVICE + "StreamIsActive",
-            request_serializer=pb.ScaledObjectRef.SerializeToString,
-            response_deserializer=pb.IsActiveResponse.FromString,
-        )
-        self._spec = channel.unary_unary(
-            SERVICE + "GetMetricSpec",
-            request_serializer=pb.ScaledObjectRef.SerializeToString,
-            response_deserializer=pb.GetMetricSpecResponse.FromString,
-        )
-        self._metrics = channel.unary_unary(
-            SERVICE + "GetMetrics",
-            request_serializer=pb.GetMetricsRequest.SerializeToString,
-            response_deserializer=pb.GetMetricsResponse.FromString,
-        )
+        self.client = KedaClient(channel, name=f"scale-{name}")
+        self.metadata = dict(metadata)
         self._metric_name: str | None = None
         self._target: float | None = None
 
     async def is_active(self) -> bool:
-        return bool((await self._is_active(self.ref, timeout=10)).result)
+        return await self.client.is_active(self.metadata)
 
     async def _load_spec(self) -> tuple[str, float]:
         if self._metric_name is None or self._target is None:
-            (spec,) = (await self._spec(self.ref, timeout=10)).metricSpecs
+            (spec,) = (await self.client.metric_spec(self.metadata)).metricSpecs
             self._metric_name, self._target = spec.metricName, float(spec.targetSizeFloat or spec.targetSize)
         return self._metric_name, self._target
 
@@ -242,15 +222,12 @@ class ScalerFeed:
 
     async def metric(self) -> float:
         name, _ = await self._load_spec()
-        resp = await self._metrics(
-            pb.GetMetricsRequest(scaledObjectRef=self.ref, metricName=name), timeout=10
-        )
-        (value,) = resp.metricValues
+        (value,) = (await self.client.metrics(self.metadata, name)).metricValues
         return float(value.metricValueFloat or value.metricValue)
 
     def pushes(self) -> AsyncGenerator[bool, None]:
         async def stream() -> AsyncGenerator[bool, None]:
-            call = self._stream(self.ref)
+            call = self.client.stream_is_active(self.metadata)
             try:
                 async for msg in call:
                     yield bool(msg.result)

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,13 @@ from autoscaler.service import DemandService
 from exporter.model import MIB, Job, Node, Snapshot
 from exporter.versions import adapter_for
 from tests.grpc_certs import PKI, have_openssl, make_pki
+from tests.keda_client import TIMEOUT, connect
 from tests.tools import SnapshotFeed
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing in grpc-stubs
-TIMEOUT = 10.0
 """Seconds any one client call may take: a hang fails the test instead of stalling the run."""
 
 
@@ -85,60 +85,6 @@ def synthetic(pending_cpus: list[int], taken_at: float) -> Snapshot:
 
 
 # ------------------------------------------------------------------------------------- client
-
-
-class KedaClient:
-    """What KEDA's Go client does, in Python: one channel, the four RPCs of ``externalscaler.proto``."""
-
-    def __init__(self, channel: grpc.aio.Channel) -> None:
-        self.channel = channel
-
-        def path(rpc: str) -> str:
-            return f"/{SERVICE_NAME}/{rpc}"
-
-        ser = pb.ScaledObjectRef.SerializeToString
-        self._is_active = channel.unary_unary(path("IsActive"), ser, pb.IsActiveResponse.FromString)
-        self._stream = channel.unary_stream(path("StreamIsActive"), ser, pb.IsActiveResponse.FromString)
-        self._spec = channel.unary_unary(path("GetMetricSpec"), ser, pb.GetMetricSpecResponse.FromString)
-        self._spec_stream = channel.unary_stream(
-            path("StreamMetricSpec"), ser, pb.GetMetricSpecResponse.FromString
-        )
-        self._metrics = channel.unary_unary(
-            path("GetMetrics"), pb.GetMetricsRequest.SerializeToString, pb.GetMetricsResponse.FromString
-        )
-
-    @staticmethod
-    def ref(meta: Mapping[str, str]) -> pb.ScaledObjectRef:
-        return pb.ScaledObjectRef(name="slurm-cpu", namespace="slurm", scalerMetadata=dict(meta))
-
-    async def is_active(self, meta: Mapping[str, str]) -> bool:
-        resp: pb.IsActiveResponse = await self._is_active(self.ref(meta), timeout=TIMEOUT)
-        return resp.result
-
-    async def metric_spec(self, meta: Mapping[str, str]) -> pb.GetMetricSpecResponse:
-        resp: pb.GetMetricSpecResponse = await self._spec(self.ref(meta), timeout=TIMEOUT)
-        return resp
-
-    async def metrics(self, meta: Mapping[str, str], metric_name: str = "") -> pb.GetMetricsResponse:
-        req = pb.GetMetricsRequest(scaledObjectRef=self.ref(meta), metricName=metric_name)
-        resp: pb.GetMetricsResponse = await self._metrics(req, timeout=TIMEOUT)
-        return resp
-
-    def stream_is_active(self, meta: Mapping[str, str]) -> Any:
-        return self._stream(self.ref(meta))
-
-    def stream_metric_spec(self, meta: Mapping[str, str]) -> Any:
-        return self._spec_stream(self.ref(meta), timeout=TIMEOUT)
-
-
-@contextlib.asynccontextmanager
-async def connect(port: int, creds: grpc.ChannelCredentials | None = None) -> AsyncIterator[KedaClient]:
-    target = f"127.0.0.1:{port}"
-    channel = grpc.aio.insecure_channel(target) if creds is None else grpc.aio.secure_channel(target, creds)
-    try:
-        yield KedaClient(channel)
-    finally:
-        await channel.close(None)
 
 
 async def next_message(call: Any, timeout: float = TIMEOUT) -> bool:

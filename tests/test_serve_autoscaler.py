@@ -17,18 +17,17 @@ import aiohttp
 import grpc
 import pytest
 
-from autoscaler._proto import externalscaler_pb2 as pb
 from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.server import bound_urls, make_app, start
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from tests.keda_client import connect
 from tests.tools import promtool_path
 
 DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
-SERVICE = "/externalscaler.ExternalScaler/"
 
 
 def sample(body: str, name: str, **labels: str) -> float | None:
@@ -109,52 +108,28 @@ async def serve_process(url: str, *extra: str) -> AsyncIterator[tuple[asyncio.su
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
 async def test_console_script_serves_keda_and_metrics_from_one_snapshot() -> None:
-    ref = pb.ScaledObjectRef(
-        name="slurm-cpu",
-        namespace="slurm",
-        scalerMetadata={"partition": "cpu", "max": "10", "scalerAddress": "slurm-keda.slurm.svc:9342"},
-    )
+    meta = {"partition": "cpu", "max": "10", "scalerAddress": "slurm-keda.slurm.svc:9342"}
     async with serve(FakeSlurmrestd(DATA)) as url, serve_process(url) as (proc, http_port, grpc_port):
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}") as ch:
-            await asyncio.wait_for(ch.channel_ready(), 30)
-            is_active = ch.unary_unary(
-                SERVICE + "IsActive",
-                request_serializer=pb.ScaledObjectRef.SerializeToString,
-                response_deserializer=pb.IsActiveResponse.FromString,
-            )
-            spec = ch.unary_unary(
-                SERVICE + "GetMetricSpec",
-                request_serializer=pb.ScaledObjectRef.SerializeToString,
-                response_deserializer=pb.GetMetricSpecResponse.FromString,
-            )
-            metrics = ch.unary_unary(
-                SERVICE + "GetMetrics",
-                request_serializer=pb.GetMetricsRequest.SerializeToString,
-                response_deserializer=pb.GetMetricsResponse.FromString,
-            )
+        async with connect(grpc_port) as keda:
+            await asyncio.wait_for(keda.channel.channel_ready(), 30)
             deadline = asyncio.get_running_loop().time() + 30
             while True:  # UNAVAILABLE until the first poll is in
                 try:
-                    active = await is_active(ref, timeout=5)
+                    active = await keda.is_active(meta)
                     break
                 except grpc.aio.AioRpcError as e:
                     assert e.code() == grpc.StatusCode.UNAVAILABLE, e
                     assert asyncio.get_running_loop().time() < deadline, "no answer within 30 s"
                     await asyncio.sleep(0.2)
-            assert active.result is True
-            (ms,) = (await spec(ref, timeout=5)).metricSpecs
+            assert active is True
+            (ms,) = (await keda.metric_spec(meta)).metricSpecs
             assert (ms.metricName, ms.targetSize) == ("slurm-desired-nodes-cpu", 1)
-            got = await metrics(
-                pb.GetMetricsRequest(scaledObjectRef=ref, metricName=ms.metricName), timeout=5
-            )
+            got = await keda.metrics(meta, ms.metricName)
             assert [(v.metricName, v.metricValue) for v in got.metricValues] == [
                 ("slurm-desired-nodes-cpu", 6)
             ]
-            bad = pb.ScaledObjectRef(
-                name="x", namespace="slurm", scalerMetadata={"partition": "cpu", "min": "x"}
-            )
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await is_active(bad, timeout=5)
+                await keda.is_active({"partition": "cpu", "min": "x"})
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "'min'" in (
                 err.value.details() or ""
             )
