@@ -715,6 +715,20 @@ def test_metrics_api_value_location_selects_the_nodeset_series() -> None:
         )
 
 
+def _promtool_test_rules(
+    promtool: str, tmp_path: Path, tests: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """``promtool test rules`` on ``tests`` (a rule-test file's content), run in ``tmp_path``."""
+    (tmp_path / "query_test.yaml").write_text(yaml.safe_dump(tests))
+    return subprocess.run(
+        [promtool, "test", "rules", "query_test.yaml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def _promtool_case(query: str, series: list[tuple[str, int]], expected: list[float]) -> dict[str, Any]:
     return {
         "interval": "1m",
@@ -747,25 +761,11 @@ def test_prometheus_query_with_promtool(tmp_path: Path) -> None:
         "evaluation_interval": "1m",
         "tests": [_promtool_case(query, present, [4]), _promtool_case(query, present[2:], [])],
     }
-    (tmp_path / "query_test.yaml").write_text(yaml.safe_dump(tests))
-    res = subprocess.run(
-        [promtool, "test", "rules", "query_test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    res = _promtool_test_rules(promtool, tmp_path, tests)
     assert res.returncode == 0, res.stdout + res.stderr
     # and the harness can fail: a wrong expectation is reported
     tests["tests"] = [_promtool_case(query, present, [3])]
-    (tmp_path / "query_test.yaml").write_text(yaml.safe_dump(tests))
-    res = subprocess.run(
-        [promtool, "test", "rules", "query_test.yaml"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    res = _promtool_test_rules(promtool, tmp_path, tests)
     assert res.returncode != 0 and "FAILED" in res.stdout + res.stderr
 
 
