@@ -86,7 +86,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import compress
 from itertools import count as counter
 from operator import attrgetter
@@ -94,6 +94,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.packing import Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import MIB, Job, Node, Snapshot
@@ -368,11 +369,15 @@ _Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`_rank`."""
 
 
-def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list[int]]:
+def _scan(
+    jobs: Iterable[Job], others: list[Job], bars: Bars
+) -> tuple[dict[_Key, int], list[int]]:
     """One pass over the jobs: the pending ones by key (every job field the model reads), the others
     appended to ``others``.
 
-    Key: ``(partitions, reason, features, tasks, array, *request)``: ``tasks`` is ``Job.task_count``
+    Key: ``(partitions, reason, features, tasks, array, *request)``: ``reason`` is Slurm's, or for a job
+    Slurm has not classified yet (reason in ``UNSETTLED``) or bound to a reservation, what its own fields
+    say (:func:`autoscaler.eligibility.settled_reason`: a call for those jobs only); ``tasks`` is ``Job.task_count``
     (an array record stands for its pending tasks); ``array`` is None for a job outside an array, the
     ``array_job_id`` for a record of an array without a ``%N`` throttle (the array's records are one
     group, see :func:`_tally`), else every array field, so that records of a throttled array are only
@@ -389,13 +394,17 @@ def _scan(jobs: Iterable[Job], others: list[Job]) -> tuple[dict[_Key, int], list
     not pending is appended to ``others`` in passing (``append`` returns None).
     """
     other = others.append
+    unsettled = UNSETTLED
+    settle = partial(settled_reason, bars=bars)
     groups: dict[_Key, int] = {}
     group = groups.setdefault
     ordinal = counter(1).__next__
     codes = [
         group(
             (
-                j.partitions, j.reason, j.features,
+                j.partitions,
+                j.reason if j.reason not in unsettled and not j.reservation else settle(j),
+                j.features,
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
@@ -474,15 +483,15 @@ def _job_order(
     return runs
 
 
-def _key(job: Job) -> _Key:
+def _key(job: Job, bars: Bars) -> _Key:
     """The key :func:`_scan` groups a pending job under."""
-    (key,) = _scan((job,), [])[0]
+    (key,) = _scan((job,), [], bars)[0]
     return key
 
 
-def _full_key(j: Job) -> _Key:
+def _full_key(j: Job, bars: Bars) -> _Key:
     """:func:`_key` with the array fields themselves: how too-large jobs are listed (grouped)."""
-    return (_key(j), j.array_job_id, j.array_task_id, j.array_task_string, j.array_pending_tasks)
+    return (_key(j, bars), j.array_job_id, j.array_task_id, j.array_task_string, j.array_pending_tasks)
 
 
 _TASKS, _THROTTLE, _REQUEST = 3, 4, 5
@@ -572,7 +581,8 @@ class _Index:
         wanted = frozenset(partitions)
         self.jobs = jobs = snapshot.jobs
         others: list[Job] = []
-        groups, codes = _scan(jobs, others)
+        self.bars = Bars.of(snapshot)
+        groups, codes = _scan(jobs, others, self.bars)
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind): :attr:`order`."""
         multiplicities, leads, priorities, positions = _tally(groups, codes, positions=by_job)
@@ -682,9 +692,9 @@ class _Index:
         groups: dict[_Key, list[tuple[Job, str]]] = {}
         for job in self.jobs:
             if job.cpus in cpus and job.state == "PENDING" and partition in job.partitions:
-                why = keys.get(_key(job))
+                why = keys.get(_key(job, self.bars))
                 if why is not None:
-                    groups.setdefault(_full_key(job), []).append((job, why))
+                    groups.setdefault(_full_key(job, self.bars), []).append((job, why))
         return [item for group in groups.values() for item in group]
 
 

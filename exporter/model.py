@@ -95,6 +95,11 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     features: str = ""
     """Constraint expression (``--constraint``)."""
     dependency: str = ""
+    """Slurm's dependency text, e.g. ``afterok:12(unfulfilled)``; "" when none (or all were met)."""
+    licenses: str = ""
+    """Licenses requested, as Slurm prints them (``matlab:2,fluent``); "" when none."""
+    reservation: str = ""
+    """The advanced reservation the job must run in (``--reservation``); "" when none."""
     exclusive: bool = False
     """True when the job asked for whole nodes (``--exclusive``)."""
     admin_comment: str = ""

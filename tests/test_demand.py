@@ -27,6 +27,7 @@ from autoscaler.demand import (
     _tally,
     compute_demand,
 )
+from autoscaler.eligibility import Bars
 from autoscaler.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify, normalize
 from exporter.model import MIB, Job, Node, Snapshot
@@ -40,6 +41,7 @@ SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 def pend(job_id: int, reason: str = "Resources", partition: str = "p", **kw: Any) -> Job:
     kw.setdefault("cpus", 1)
     kw.setdefault("memory_per_node_bytes", 100 * MIB)
+    kw.setdefault("priority", 1)  # 0 is Slurm's "held"
     return Job(job_id=job_id, state="PENDING", reason=reason, partitions=(partition,), **kw)
 
 
@@ -52,6 +54,9 @@ def node(name: str, partition: str = "p", **kw: Any) -> Node:
 
 def snap(jobs: list[Job], nodes: list[Node] | None = None) -> Snapshot:
     return Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes or ()))
+
+
+NO_BARS = Bars(now=0.0, partitions={}, licenses={}, reservations={})
 
 
 def one(jobs: list[Job], nodes: list[Node] | None = None, **target: Any) -> Demand:
@@ -289,7 +294,7 @@ def test_a_kind_is_led_by_its_highest_priority_then_first_listed_job() -> None:
     jobs += [pend(20, cpus=2, priority=7), pend(21, cpus=2, priority=2**40)]
     jobs += [pend(30, cpus=3, priority=0), pend(31, cpus=3, priority=-3)]
     others: list[Job] = []
-    groups, codes = _scan(jobs, others)
+    groups, codes = _scan(jobs, others, Bars.of(snap(jobs)))
     assert others == [running]
     counts, leads, priorities, positions = _tally(groups, codes, positions=True)
     assert (counts, [jobs[i].job_id for i in leads]) == ([4, 2, 2], [11, 21, 30])
@@ -449,11 +454,16 @@ def test_target_names_must_be_unique() -> None:
 @pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
 def test_recorded_2605_cpu_and_gpu() -> None:
     a = adapter_for("v0.0.45")
-    jobs, _ = a.jobs((RECORDED_2605 / "jobs.json").read_bytes())
+    jobs, env = a.jobs((RECORDED_2605 / "jobs.json").read_bytes())
     nodes, _ = a.nodes((RECORDED_2605 / "nodes.json").read_bytes())
     parts, _ = a.partitions((RECORDED_2605 / "partitions.json").read_bytes())
+    assert env.last_update is not None
     s = Snapshot(
-        taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes), partitions=tuple(parts)
+        taken_at=env.last_update,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        partitions=tuple(parts),
     )
     out = compute_demand(
         s,
@@ -714,11 +724,11 @@ def test_key_layout() -> None:
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
     )  # fmt: skip
-    key = _key(job)
+    key = _key(job, NO_BARS)
     assert dict(zip(_Request._fields, key[_REQUEST:], strict=True)) == {
         f: getattr(job, f) for f in _Request._fields
     }
     assert key[:_REQUEST] == (("p",), "Priority", "fa", 3, 1)
-    assert _key(msgspec.structs.replace(job, array_job_id=None))[_THROTTLE] is None
+    assert _key(msgspec.structs.replace(job, array_job_id=None), NO_BARS)[_THROTTLE] is None
     throttled = msgspec.structs.replace(job, array_max_tasks=2)
-    assert _key(throttled)[_THROTTLE] == (1, None, "1-3", 2)
+    assert _key(throttled, NO_BARS)[_THROTTLE] == (1, None, "1-3", 2)

@@ -102,6 +102,8 @@ class RawJob(Struct, gc=False):
     excluded_nodes: str | None = None
     features: str | None = None
     dependency: str | None = None
+    licenses: str | None = None
+    resv_name: str | None = None
     shared: str | None = None
     admin_comment: str | None = None
     comment: str | None = None
@@ -193,6 +195,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 excluded_nodes=r.excluded_nodes or "",
                 features=intern(r.features, r.features) if r.features else "",
                 dependency=r.dependency or "",
+                licenses=intern(r.licenses, r.licenses) if r.licenses else "",
+                reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=(r.shared or "").lower() == "none",
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",

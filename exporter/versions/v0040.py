@@ -107,6 +107,8 @@ class RawJob(Struct, gc=False):
     excluded_nodes: str | None = None
     features: str | None = None
     dependency: str | None = None
+    licenses: str | None = None
+    resv_name: str | None = None
     shared: tuple[str, ...] | None = None
     exclusive: tuple[str, ...] | None = None
     admin_comment: str | None = None
@@ -230,6 +232,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 excluded_nodes=r.excluded_nodes or "",
                 features=intern(r.features, r.features) if r.features else "",
                 dependency=r.dependency or "",
+                licenses=intern(r.licenses, r.licenses) if r.licenses else "",
+                reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
