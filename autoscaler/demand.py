@@ -369,19 +369,17 @@ _Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`_rank`."""
 
 
-def _scan(
-    jobs: Iterable[Job], others: list[Job], bars: Bars
-) -> tuple[dict[_Key, int], list[int]]:
+def _scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[_Key, int], list[int]]:
     """One pass over the jobs: the pending ones by key (every job field the model reads), the others
     appended to ``others``.
 
     Key: ``(partitions, reason, features, tasks, array, *request)``: ``reason`` is Slurm's, or for a job
-    Slurm has not classified yet (reason in ``UNSETTLED``) or bound to a reservation, what its own fields
-    say (:func:`autoscaler.eligibility.settled_reason`: a call for those jobs only); ``tasks`` is ``Job.task_count``
-    (an array record stands for its pending tasks); ``array`` is None for a job outside an array, the
-    ``array_job_id`` for a record of an array without a ``%N`` throttle (the array's records are one
-    group, see :func:`_tally`), else every array field, so that records of a throttled array are only
-    counted together when the job by job reading would (the throttle's allowance is handed out in
+    Slurm has not classified yet (reason in ``UNSETTLED``) or bound to a reservation what its own fields
+    say (:func:`autoscaler.eligibility.settled_reason`, called for those jobs only); ``tasks`` is
+    ``Job.task_count`` (an array record stands for its pending tasks); ``array`` is None for a job outside
+    an array, the ``array_job_id`` for a record of an array without a ``%N`` throttle (the array's records
+    are one group, see :func:`_tally`), else every array field, so that records of a throttled array are
+    only counted together when the job by job reading would (the throttle's allowance is handed out in
     order); ``request`` is :class:`_Request`.
 
     Returns ``({key: group}, codes)``: ``group`` numbers the key (1 + the ordinal among pending jobs of

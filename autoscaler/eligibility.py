@@ -1,37 +1,33 @@
-"""What a pending job's own fields say before slurmctld's next scheduling pass says it. Pure, no I/O.
+"""What a pending job's own fields say before slurmctld's next scheduling pass does. Pure, no I/O.
 
-A fresh job's ``reason`` is not final: slurmctld sets Dependency, BeginTime, the partition-limit and
-license reasons at its next scheduling pass (about once a second), and in a **zero-node** (dynamic, scaled
-to zero) partition it never sets most of them: every job there pends with ``PartitionConfig`` — the reason
-the demand model must count to scale from zero. The job's own fields are set at submission, so they are
-read instead, for jobs whose reason is one of :data:`UNSETTLED`. Seen on the 26.05 lab (``docs/eligibility.md``
-has the table): in ``dyn`` at zero nodes, ``-d afterok:N`` shows PartitionConfig for up to 1 s, then
-Dependency; ``--begin`` likewise, then BeginTime; over MaxNodes, over MaxTime, short of licenses, or bound to
-an active reservation elsewhere: PartitionConfig for as long as the partition has no node (then
-PartitionNodeLimit, PartitionTimeLimit, Licenses, BadConstraints); ``-H``: JobHeldUser at once.
+A fresh job's ``reason`` is not final: slurmctld sets Dependency, BeginTime and the limit reasons at its
+next scheduling pass (about once a second), and in a partition with **no node** (a NodeSet at zero) it
+keeps most of them hidden behind ``PartitionConfig`` for as long as the partition stays empty — the very
+reason the demand model counts to scale from zero. A job's own fields are set at submission, so they are
+read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/eligibility.md``).
 
-:func:`settled_reason` gives the reason the model classifies a job by (:mod:`autoscaler.reasons`):
+:func:`settled_reason` is the reason the model classifies a job by (:mod:`autoscaler.reasons`):
 
-* a reason outside :data:`UNSETTLED` is Slurm's verdict and is kept — except that a job bound to a
-  reservation is never helped by new nodes (below);
-* otherwise the first bar among, in Slurm's order: **held** (priority 0) → ``JobHeldUser``;
-  **dependency** with a part not yet fulfilled (``afterok:12(unfulfilled)``; ``?`` lists need one fulfilled
-  part; a failed part → ``DependencyNeverSatisfied``; a dependency text without a state is not trusted) →
-  ``Dependency``; **eligible time** more than a second after slurmctld's clock (:func:`slurm_now`) → ``BeginTime``; a **partition** (every one
-  the job lists that the snapshot knows) DOWN/INACTIVE → ``PartitionDown``/``PartitionInactive``, or the
-  job's minimum nodes outside its MinNodes..MaxNodes → ``PartitionNodeLimit``, or its time limit above
-  MaxTime → ``PartitionTimeLimit``; **licenses** it asks for beyond what is free now (a license the
-  snapshot does not list is not held against it; ``|`` alternatives need one) → ``Licenses``;
-* a job with a **reservation** (any reason): its reservation not in the snapshot, not started yet, or
-  without the FLEX flag (the job runs only on the reservation's nodes, which new nodes never join) →
-  ``Reservation``;
-* none of these: Slurm's reason, so an eligible fresh job is counted at once.
+* reason in :data:`UNSETTLED`: the first bar, in Slurm's order, among
+  **held** (priority 0) → ``JobHeldUser``;
+  **dependency** not met (:func:`dependency_reason`) → ``Dependency`` / ``DependencyNeverSatisfied``;
+  **eligible time** more than :data:`CLOCK_SLACK` after slurmctld's clock (:func:`slurm_now`) →
+  ``BeginTime``;
+  **partition** — in every partition the job lists that the snapshot knows — DOWN / INACTIVE →
+  ``PartitionDown`` / ``PartitionInactive``, minimum nodes outside MinNodes..MaxNodes →
+  ``PartitionNodeLimit``, time limit above MaxTime → ``PartitionTimeLimit``;
+  **licenses** beyond what is free now (one ``|`` alternative suffices; a license the snapshot does not
+  list is not held against the job) → ``Licenses``;
+  else Slurm's reason: an eligible fresh job counts at once.
+* any eligible reason, with a **reservation**: unless the reservation is in the snapshot, has started and
+  is FLEX, the job runs only on the reservation's nodes, which new nodes never join → ``Reservation``.
+* otherwise Slurm's reason, its verdict.
 
-Not visible in a snapshot: QOS and association limits (slurmrestd's /qos and /associations need slurmdbd).
-A fresh job over such a limit is counted until the pass that names the limit (≤ 1 s); that is the price of
-the activation latency (submission → active at p50 0.35 s), which waiting for every fresh job's first pass
-would roughly triple. Licenses are checked job by job against what is free: several fresh jobs that
-together ask for more than is free are all counted until the pass.
+Not in a snapshot: QOS and association limits (slurmrestd's /qos and /associations need slurmdbd). A
+fresh job over one is counted until the pass that names it (≤ 1 s); waiting for every fresh job's first
+pass instead would cost the activation latency (submission → active, p50 0.35 s) up to a second more.
+Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
+all counted until the pass.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from exporter.lab.demo import fresh_demo, submit_demo, wait_demo_steady
 from exporter.lab.errors import LabError
 from exporter.lab.flavors import DEFAULT_FLAVOR, FLAVORS
 from exporter.lab.lab import Lab, LabStatus
-from exporter.lab.record import record
+from exporter.lab.record import record, record_window
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +69,11 @@ def _parser() -> argparse.ArgumentParser:
     rec = flavored("record", "save raw REST payloads and CLI views under DIR/slurm-<release>/")
     rec.add_argument("dir", type=Path)
     rec.add_argument("--all", action="store_true", help="every running lab")
+    rec.add_argument(
+        "--window",
+        action="store_true",
+        help="jobs inside slurmctld's first-pass window, to DIR/window-<release>/ (restarts the lab)",
+    )
     return parser
 
 
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         if not labs:
             raise LabError("no lab is running")
         for lab in labs:
-            print(record(lab, args.dir))
+            print(record_window(lab, args.dir) if args.window else record(lab, args.dir))
         return 0
 
     lab = Lab(args.slurm, nodes=getattr(args, "nodes", None), port_base=getattr(args, "port_base", None))
@@ -143,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(result.stderr)
         return result.returncode
     elif args.cmd == "record":
-        print(record(lab, args.dir))
+        print(record_window(lab, args.dir) if args.window else record(lab, args.dir))
     return 0
 
 

@@ -21,6 +21,8 @@ host lab's job steps without a chroot and without matching names (:func:`procs.p
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import pwd
@@ -29,7 +31,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -64,6 +66,9 @@ ENV_MARKER = "SLURM_KEDA_LAB"
 HOST_RESTD_USER = "slurm"
 """slurmrestd refuses to run as root; on the host it runs as the ``slurm`` user Debian's packages create."""
 MUNGED = "munged"
+SACK_SOCKET = ("run", "slurm", "sack.socket")
+"""Inside a chroot: the auth socket every slurmd (23.11+) deletes and re-creates at start; all slurmd of a
+lab share the chroot and Slurm has no option to move it, so they are started one at a time."""
 OPENMETRICS_SINCE = (26, 5)
 """First Slurm release whose slurmctld serves its own /metrics/* (``MetricsType=metrics/openmetrics``)."""
 
@@ -402,7 +407,7 @@ class Lab:
         self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
         self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
         for node in self._static_nodes() + self._runtime_nodes():
-            self._start_slurmd(node)
+            self._start_slurmd(node, deadline)
         self._start_restd()
         if not self.token_file.exists():
             self.write_token()
@@ -440,11 +445,14 @@ class Lab:
         )
         return result.returncode == 0
 
-    def _wait(self, what: str, deadline: float, ready: Callable[[], bool], component: str) -> None:
+    def _wait(
+        self, what: str, deadline: float, ready: Callable[[], bool], component: str, interval: float = 0.2
+    ) -> None:
         while True:
             for comp in self._components():
                 pid = procs.read_pid(self._pid_file(comp))
-                if comp in ("slurmctld", MUNGED, component) and (pid is None or not procs.alive(pid)):
+                watched = comp in ("slurmctld", MUNGED, component) or comp.startswith("slurmd-")
+                if watched and (pid is None or not procs.alive(pid)):
                     raise LabError(f"{comp} of lab {self.flavor.name} exited: {self._why(comp)}")
             if ready():
                 return
@@ -452,7 +460,7 @@ class Lab:
                 raise LabError(
                     f"timed out waiting for {what} (lab {self.flavor.name}): {self._why(component)}"
                 )
-            time.sleep(0.2)
+            time.sleep(interval)
 
     def _why(self, component: str) -> str:
         """Last fatal/error lines of a component's logs, naming the files."""
@@ -490,7 +498,16 @@ class Lab:
             states[name] = state
         return states
 
-    def _start_slurmd(self, node: NodeRecord) -> int:
+    def _start_slurmd(self, node: NodeRecord, deadline: float) -> int:
+        """Start one node's slurmd (if not running) and, in a chroot lab, wait until it has re-created the
+        chroot's shared auth socket (:data:`SACK_SOCKET`) or registered — so no two slurmd ever race for
+        that socket (``fatal: init_sack_conmgr: ... Address already in use``). Serialised across threads
+        and processes by a lock file; a slurmd that dies meanwhile raises :class:`LabError` quoting its
+        log."""
+        component = f"slurmd-{node.name}"
+        pid = self._pid(component)
+        if pid is not None:
+            return pid
         argv = ["slurmd", "-D", "-N", node.name, "-f", self.slurm_conf_inner]
         if node.dynamic:
             conf = f"CPUs={node.cpus} RealMemory={node.memory_mb} Feature={DYN_FEATURE} Port={node.port}"
@@ -498,7 +515,26 @@ class Lab:
                 conf += f" Gres=gpu:{node.gpus}"
             argv[1:1] = ["-Z", "--conf", conf]
         (self.state_dir / "state/slurmd" / node.name).mkdir(parents=True, exist_ok=True)
-        return self._start(f"slurmd-{node.name}", argv)
+        with _slurmd_start_lock(self.state_dir):
+            before = self._sack_stamp()
+            pid = self._start(component, argv)
+            if not self.flavor.is_host:
+                self._wait(
+                    f"slurmd {node.name} to open {'/'.join(SACK_SOCKET)}",
+                    deadline,
+                    lambda: self._sack_stamp() not in (None, before) or self._nodes_ready([node.name]),
+                    component,
+                    interval=0.01,
+                )
+        return pid
+
+    def _sack_stamp(self) -> tuple[int, int] | None:
+        """(inode, ctime ns) of the chroot's auth socket; None when absent. A new socket → a new stamp."""
+        try:
+            st = self.root.joinpath(*SACK_SOCKET).stat()
+        except OSError:
+            return None
+        return st.st_ino, st.st_ctime_ns
 
     def _restd_ids(self) -> tuple[str, int, int]:
         """User name, uid and gid slurmrestd runs as (it refuses root)."""
@@ -594,22 +630,26 @@ class Lab:
         that joins nodeset ``ns-dyn`` (partition ``dyn``). Safe to call from several threads at once (an
         operator starting nodes in parallel): ports and node records are handed out under a lock."""
         self._require_running()
-        with _node_lock(self.state_dir):
-            node = self._start_node(name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=dynamic)
         deadline = time.monotonic() + timeout
+        with _node_lock(self.state_dir):
+            node = self._start_node(
+                name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=dynamic, deadline=deadline
+            )
         self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
         return node
 
-    def _start_node(self, name: str, *, cpus: int, memory_mb: int, gpus: int, dynamic: bool) -> NodeRecord:
+    def _start_node(
+        self, name: str, *, cpus: int, memory_mb: int, gpus: int, dynamic: bool, deadline: float
+    ) -> NodeRecord:
         static = {n.name: n for n in self._static_nodes()}
         record_path = self.state_dir / "nodes" / f"{name}.json"
         if name in static:
             node = static[name]
-            self._start_slurmd(node)
+            self._start_slurmd(node, deadline)
             self.run(["scontrol", "update", f"nodename={name}", "state=resume"], check=False)
         elif record_path.exists():
             node = NodeRecord(**json.loads(record_path.read_text()))
-            self._start_slurmd(node)
+            self._start_slurmd(node, deadline)
         else:
             if not dynamic:
                 raise LabError(
@@ -629,7 +669,7 @@ class Lab:
             record_path.parent.mkdir(exist_ok=True)
             record_path.write_text(json.dumps(asdict(node)) + "\n")
             self._write_gres(self._config())
-            self._start_slurmd(node)
+            self._start_slurmd(node, deadline)
         return node
 
     def remove_node(self, name: str, *, timeout: float = 30.0) -> None:
@@ -737,6 +777,18 @@ class Lab:
             nodes=list(self.node_states()),
             components={comp: self._pid(comp) for comp in self._components()},
         )
+
+
+@contextlib.contextmanager
+def _slurmd_start_lock(state_dir: Path) -> Iterator[None]:
+    """One slurmd start at a time per lab, across threads and processes (``flock`` on a file in run/)."""
+    path = state_dir / "run" / "slurmd-start.lock"
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 _NODE_LOCKS: dict[Path, threading.Lock] = {}

@@ -163,3 +163,116 @@ def record(lab: Lab, dest: Path, attempts: int = 3) -> Path:
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
     return out
+
+
+# ------------------------------------------------------------------------------ the first-pass window
+
+WINDOW_PARTITION = "dyn"
+WINDOW_LIMITS = ("MaxNodes=4", "MaxTime=30")
+"""Set on the zero-node partition while recording (``lab restart`` restores slurm.conf's)."""
+WINDOW_JOBS: tuple[tuple[str, str], ...] = (
+    ("eligible", "-c8"),
+    ("held", "-H -c8"),
+    ("too_wide", "-N5 -c8"),
+    ("too_long", "-c8 -t 60"),
+    ("licenses", "-c8 --licenses=matlab:2"),
+    ("future_reservation", "-c8 --reservation=later"),
+    ("reservation_elsewhere", "-c8 --reservation=elsewhere"),
+    ("dependent", "-c8 -d afterok:{hog}"),
+    ("later", "-c8 --begin=now+1hour"),
+)
+"""``(key, sbatch arguments)`` submitted to the zero-node partition, in this order; ``{hog}`` is the job
+holding 4 of the lab's 5 ``matlab`` licenses on ``cpu``. All but ``held`` (JobHeldUser at once) and
+``future_reservation`` (Reservation at once) show PartitionConfig until slurmctld's next pass; then
+``dependent`` and ``later`` get Dependency and BeginTime, the rest keep it until the partition has a node.
+``dependent`` and ``later`` come last: submitting the over-limit ``too_wide`` ends the window of jobs
+already queued (seen on 26.05: their reasons were set within 13 ms)."""
+WINDOW_PHASES = ("window", "settled", "with_node")
+"""The captures: right after submission; 3 s later (one pass, still no node); 4 s after one dynamic node
+joined (Slurm's own verdict on every job)."""
+
+
+def _window_jobs(lab: Lab, version: str) -> bytes:
+    resp = lab.get(f"/slurm/{version}/jobs")
+    if resp.status != 200:
+        raise LabError(f"GET /slurm/{version}/jobs: HTTP {resp.status}")
+    return resp.body
+
+
+def _reasons(body: bytes, ids: dict[str, int]) -> dict[str, str]:
+    by_id = {j["job_id"]: j.get("state_reason", "") for j in json.loads(body).get("jobs", [])}
+    return {key: str(by_id.get(i, "")) for key, i in ids.items()}
+
+
+def record_window(lab: Lab, dest: Path, attempts: int = 5) -> Path:
+    """Record the jobs of :data:`WINDOW_JOBS` inside slurmctld's first-pass window (the newest API version;
+    tests/test_eligibility.py reads it). **Restarts the lab** before and after (its jobs are gone).
+
+    Writes ``dest/window-<release>/<version>/``: ``jobs.json``, ``nodes.json``, ``partitions.json``,
+    ``licenses.json``, ``reservations.json``, ``diag.json`` (the window), ``jobs-settled.json``,
+    ``jobs-with_node.json``, and ``meta.json`` (job ids by key, each phase's reasons, the limits set).
+    A capture in which ``dependent`` or ``later`` no longer shows PartitionConfig missed the window: the
+    jobs are cancelled and submitted again, up to ``attempts`` times.
+    """
+    release = lab.release()
+    version = lab.api_versions()[-1]
+    lab.restart()
+    try:
+        part = WINDOW_PARTITION
+        lab.run(["scontrol", "update", f"partitionname={part}", *WINDOW_LIMITS])
+        for name, start, node in (("later", "now+1hour", "c1"), ("elsewhere", "now", "c2")):
+            create = ["scontrol", "create", "reservation", f"reservationname={name}", f"starttime={start}"]
+            lab.run([*create, "duration=60", f"nodes={node}", "users=root"])
+        hog = lab.sbatch("-p", "cpu", "-t", "10", "--licenses=matlab:4", command="sleep 600")
+        _wait_running(lab, hog)
+        attempt = 0
+        while True:
+            attempt += 1
+            ids = {"hog": hog}
+            for key, args in WINDOW_JOBS:
+                argv = ["-p", part, "-t", "10", "-J", key, *args.format(**ids).split()]
+                ids[key] = lab.sbatch(*argv, command="sleep 60")
+            window = {ep: lab.get(f"/slurm/{version}/{ep}").body for ep in ENDPOINTS if ep != "ping"}
+            reasons = _reasons(window["jobs"], ids)
+            if reasons["dependent"] == reasons["later"] == "PartitionConfig":
+                break
+            lab.run(["scancel", "-p", part], check=False)
+            if attempt == attempts:
+                raise LabError(f"no capture inside the first-pass window in {attempts} attempts")
+        time.sleep(3.0)
+        settled = _window_jobs(lab, version)
+        lab.add_node("dyn-0", dynamic=True)
+        time.sleep(4.0)
+        with_node = _window_jobs(lab, version)
+    finally:
+        lab.restart()
+    out = dest / f"window-{release}" / version
+    out.mkdir(parents=True, exist_ok=True)
+    for ep, body in window.items():
+        (out / f"{ep}.json").write_bytes(body)
+    (out / "jobs-settled.json").write_bytes(settled)
+    (out / "jobs-with_node.json").write_bytes(with_node)
+    meta = {
+        "lab": lab.flavor.name,
+        "slurm_release": release,
+        "api_version": version,
+        "partition": part,
+        "limits": list(WINDOW_LIMITS),
+        "jobs": ids,
+        "arguments": dict(WINDOW_JOBS),
+        "attempts": attempt,
+        "reasons": {
+            phase: _reasons(body, ids)
+            for phase, body in zip(WINDOW_PHASES, (window["jobs"], settled, with_node), strict=True)
+        },
+    }
+    (out / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    return out
+
+
+def _wait_running(lab: Lab, job_id: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while lab.run(["squeue", "-h", "-j", str(job_id), "-o", "%T"]).strip() != "RUNNING":
+        if time.monotonic() > deadline:
+            raise LabError(f"job {job_id} did not start within {timeout:.0f} s")
+        time.sleep(0.2)

@@ -1,0 +1,220 @@
+"""A job's own fields before slurmctld's first pass (autoscaler/eligibility.py): rules, then a capture from
+inside that window on the 26.05 lab (``slurm-keda lab record --window``) checked against Slurm's own later
+verdict on the same jobs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autoscaler.demand import NodeShape, Target, compute_demand
+from autoscaler.eligibility import CLOCK_SLACK, Bars, dependency_reason, settled_reason, slurm_now
+from autoscaler.reasons import Eligibility, classify
+from exporter.model import MIB, Diag, Job, License, Partition, Reservation, Snapshot
+from exporter.versions import adapter_for
+
+WINDOW_2605 = Path(__file__).parent / "data" / "recorded" / "window-26.05.5" / "v0.0.45"
+NOW = 1_000_000.0
+
+
+def fresh(reason: str = "None", **kw: Any) -> Job:
+    kw.setdefault("priority", 1)
+    kw.setdefault("partitions", ("p",))
+    kw.setdefault("cpus", 1)
+    return Job(job_id=1, state="PENDING", reason=reason, **kw)
+
+
+def bars(
+    partitions: tuple[Partition, ...] = (),
+    licenses: tuple[License, ...] = (),
+    reservations: tuple[Reservation, ...] = (),
+) -> Bars:
+    return Bars(
+        now=NOW,
+        partitions={p.name: p for p in partitions},
+        licenses={lic.name: lic for lic in licenses},
+        reservations={r.name: r for r in reservations},
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", None),
+        ("(null)", None),
+        ("afterok:12(unfulfilled)", "Dependency"),
+        ("afterok:12(fulfilled)", None),
+        ("afterok:12(failed)", "DependencyNeverSatisfied"),
+        ("afterok:12(fulfilled),afterany:13(unfulfilled)", "Dependency"),
+        ("afterok:12(unfulfilled),afterany:13(failed)", "DependencyNeverSatisfied"),
+        ("afterok:12(unfulfilled)?afterany:13(fulfilled)", None),
+        ("afterok:12(failed)?afterany:13(unfulfilled)", "Dependency"),
+        ("afterok:12(failed)?afterany:13(failed)", "DependencyNeverSatisfied"),
+        ("singleton(unfulfilled)", "Dependency"),
+        ("afterok:12", "Dependency"),  # no state: not trusted to be met
+    ],
+)
+def test_dependency_text(text: str, reason: str | None) -> None:
+    assert dependency_reason(text) == reason
+
+
+def test_fresh_jobs_are_judged_by_their_fields_in_slurms_order() -> None:
+    b = bars()
+    assert settled_reason(fresh(), b) == "None"
+    assert settled_reason(fresh("PartitionConfig"), b) == "PartitionConfig"
+    assert settled_reason(fresh(priority=0), b) == "JobHeldUser"
+    # held before dependency, dependency before begin time (Slurm's order)
+    dep = "afterok:7(unfulfilled)"
+    assert settled_reason(fresh(priority=0, dependency=dep), b) == "JobHeldUser"
+    assert settled_reason(fresh(dependency=dep, eligible_time=NOW + 3600), b) == "Dependency"
+    assert settled_reason(fresh("PartitionConfig", eligible_time=NOW + 3600), b) == "BeginTime"
+    # whole seconds: an eligible time up to CLOCK_SLACK ahead counts as reached
+    assert settled_reason(fresh(eligible_time=NOW + CLOCK_SLACK), b) == "None"
+    assert settled_reason(fresh(eligible_time=NOW + CLOCK_SLACK + 1), b) == "BeginTime"
+
+
+def test_a_reason_slurm_gave_is_its_verdict() -> None:
+    b = bars()
+    # Resources / Priority: the scheduler looked and found the job runnable; fields are not read again
+    assert settled_reason(fresh("Resources", priority=0), b) == "Resources"
+    assert settled_reason(fresh("Priority", eligible_time=NOW + 3600), b) == "Priority"
+    assert settled_reason(fresh("Dependency", dependency="afterok:1(unfulfilled)"), b) == "Dependency"
+
+
+def test_partition_limits_in_every_partition_the_job_lists() -> None:
+    limited = Partition(name="p", max_nodes_per_job=4, min_nodes_per_job=2, max_time_seconds=1800)
+    b = bars(partitions=(limited, Partition(name="q"), Partition(name="down", state="DOWN")))
+    assert settled_reason(fresh(min_nodes=5), b) == "PartitionNodeLimit"
+    assert settled_reason(fresh(min_nodes=1), b) == "PartitionNodeLimit"
+    assert settled_reason(fresh(min_nodes=2, time_limit_seconds=3600), b) == "PartitionTimeLimit"
+    assert settled_reason(fresh(min_nodes=4, time_limit_seconds=1800), b) == "None"
+    assert settled_reason(fresh(min_nodes=2, time_limit_seconds=None), b) == "None"
+    # -p p,q: runnable in q, so not barred; -p p,down: barred in both, p's reason first
+    assert settled_reason(fresh(min_nodes=5, partitions=("p", "q")), b) == "None"
+    assert settled_reason(fresh(min_nodes=5, partitions=("p", "down")), b) == "PartitionNodeLimit"
+    assert settled_reason(fresh(partitions=("down",)), b) == "PartitionDown"
+    assert settled_reason(fresh(partitions=("gone",)), b) == "None"  # unknown partition: nothing known
+    inactive = bars(partitions=(Partition(name="p", state="INACTIVE"),))
+    assert settled_reason(fresh(), inactive) == "PartitionInactive"
+
+
+def test_licenses_beyond_what_is_free() -> None:
+    b = bars(
+        licenses=(License(name="matlab", total=5, used=4, free=1), License(name="ansys", total=2, free=2))
+    )
+    assert settled_reason(fresh(licenses="matlab:1"), b) == "None"
+    assert settled_reason(fresh(licenses="matlab:2"), b) == "Licenses"
+    assert settled_reason(fresh(licenses="matlab"), b) == "None"  # no count: 1
+    assert settled_reason(fresh(licenses="ansys:2,matlab:2"), b) == "Licenses"  # all of them
+    assert settled_reason(fresh(licenses="matlab:2|ansys:1"), b) == "None"  # one alternative
+    assert settled_reason(fresh(licenses="fluent:9"), b) == "None"  # not in the snapshot
+
+
+def test_a_reservation_bound_job_needs_no_new_node() -> None:
+    flex = Reservation(name="flex", start_time=NOW - 60, flags=("FLEX",))
+    active = Reservation(name="active", start_time=NOW - 60)
+    later = Reservation(name="later", start_time=NOW + 3600, flags=("FLEX",))
+    b = bars(reservations=(flex, active, later))
+    assert settled_reason(fresh(reservation="flex"), b) == "None"
+    assert settled_reason(fresh("Resources", reservation="flex"), b) == "Resources"
+    for name in ("active", "later", "deleted"):
+        assert settled_reason(fresh(reservation=name), b) == "Reservation", name
+        assert settled_reason(fresh("Resources", reservation=name), b) == "Reservation", name
+    # an ineligible reason stays Slurm's
+    assert settled_reason(fresh("JobHeldUser", reservation="active"), b) == "JobHeldUser"
+
+
+def test_slurm_now_follows_slurmctlds_clock() -> None:
+    # slurm-keda's clock 30 s behind slurmctld's: /diag's req_time (slurmctld's clock) moved on by the time
+    # between that fetch and the snapshot
+    diag = Diag(stats_time=NOW)
+    s = Snapshot(taken_at=NOW - 29.5, api_version="v", diag=diag, fetched_at={"diag": NOW - 30.0})
+    assert slurm_now(s) == NOW + 0.5
+    assert slurm_now(Snapshot(taken_at=NOW, api_version="v")) == NOW  # no /diag: the snapshot's time
+    # a job submitted now (eligible time now) is not "in the future" for a clock behind slurmctld's
+    job = fresh(eligible_time=NOW)
+    assert settled_reason(job, Bars.of(s)) == "None"
+
+
+# ------------------------------------------------------------------------------ captured in the window
+
+
+def _window_snapshot() -> tuple[Snapshot, dict[str, Any]]:
+    a = adapter_for("v0.0.45")
+    meta = json.loads((WINDOW_2605 / "meta.json").read_text())
+    jobs, _ = a.jobs((WINDOW_2605 / "jobs.json").read_bytes())
+    nodes, _ = a.nodes((WINDOW_2605 / "nodes.json").read_bytes())
+    parts, _ = a.partitions((WINDOW_2605 / "partitions.json").read_bytes())
+    licenses, _ = a.licenses((WINDOW_2605 / "licenses.json").read_bytes())
+    reservations, _ = a.reservations((WINDOW_2605 / "reservations.json").read_bytes())
+    diag, _ = a.diag((WINDOW_2605 / "diag.json").read_bytes())
+    assert diag.stats_time is not None
+    snap = Snapshot(
+        taken_at=diag.stats_time,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        partitions=tuple(parts),
+        licenses=tuple(licenses),
+        reservations=tuple(reservations),
+        diag=diag,
+        fetched_at={"diag": diag.stats_time},
+    )
+    return snap, meta
+
+
+DIFFERENT_NAMES = {
+    "too_wide": ("PartitionNodeLimit", "PartitionConfig"),
+    "reservation_elsewhere": ("Reservation", "BadConstraints"),
+}
+"""Jobs whose reason from their fields (first) differs in name from Slurm's once the partition has one node
+(second), both ineligible: Slurm says PartitionConfig for a 5-node job on a 1-node partition before its
+MaxNodes of 4; BadConstraints for a reservation whose nodes are outside the partition."""
+
+
+@pytest.mark.skipif(not WINDOW_2605.is_dir(), reason="no 26.05 window recording")
+def test_captured_window_jobs_are_judged_as_slurm_judges_them_later() -> None:
+    snap, meta = _window_snapshot()
+    window, later = meta["reasons"]["window"], meta["reasons"]["with_node"]
+    # the capture is inside the window: Slurm gave dependent and later their reason only afterwards
+    assert window["dependent"] == window["later"] == "PartitionConfig"
+    assert (meta["reasons"]["settled"]["dependent"], meta["reasons"]["settled"]["later"]) == (
+        "Dependency",
+        "BeginTime",
+    )
+    b = Bars.of(snap)
+    by_id = {j.job_id: j for j in snap.jobs}
+    for key, job_id in meta["jobs"].items():
+        if key == "hog":
+            continue
+        job = by_id[job_id]
+        ours = settled_reason(job, b)
+        slurm = later[key]
+        # ours on the zero-node partition (PartitionConfig counts), Slurm's once it has a node (it does not)
+        ours_counts = classify(ours)[1] is not Eligibility.INELIGIBLE
+        slurm_counts = classify(slurm)[1] is Eligibility.ELIGIBLE
+        assert ours_counts == slurm_counts, f"{key}: ours {ours}, Slurm later {slurm}"
+        if not slurm_counts:  # the same reason, where Slurm's names a bar
+            assert (ours, slurm) == DIFFERENT_NAMES.get(key, (slurm, slurm)), key
+
+
+@pytest.mark.skipif(not WINDOW_2605.is_dir(), reason="no 26.05 window recording")
+def test_captured_window_scales_for_the_eligible_job_only() -> None:
+    # Before: every PartitionConfig job counted on the empty NodeSet: 7 jobs of 8 CPUs (eligible, too_wide
+    # as 5 nodes, too_long, licenses, reservation_elsewhere, dependent, later) → 11 nodes.
+    snap, meta = _window_snapshot()
+    target = Target("dyn", meta["partition"], nodeset_feature="dyn", shape=NodeShape(8, 16000 * MIB))
+    d = compute_demand(snap, [target])["dyn"]
+    assert (d.desired, d.eligible, d.busy) == (1, 1, 0), d.reasons
+    assert d.ignored == {
+        "JobHeldUser": 1,
+        "Dependency": 1,
+        "BeginTime": 1,
+        "PartitionNodeLimit": 1,
+        "PartitionTimeLimit": 1,
+        "Licenses": 1,
+        "Reservation": 2,
+    }
