@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import math
 import re
 import socket
@@ -49,7 +50,15 @@ import sys
 import time
 import urllib.request
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
@@ -72,16 +81,20 @@ SCRIPT = Path(sys.executable).parent / "slurm-keda"
 SCALER_START_TIMEOUT = 30.0
 
 
-async def wait_for(check: Callable[[], T | None], timeout: float, what: str) -> T:
-    """Call ``check`` until it returns something truthy (returned); AssertionError naming ``what`` after
-    ``timeout`` seconds."""
+async def wait_for(
+    check: Callable[[], T | Awaitable[T | None] | None], timeout: float, what: str, interval: float = POLL
+) -> T:
+    """Call ``check`` (plain or async) until it returns something truthy (returned); AssertionError naming
+    ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
+        if inspect.isawaitable(value):
+            value = await value
         if value:
             return value
         assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        await asyncio.sleep(POLL)
+        await asyncio.sleep(interval)
 
 
 async def lab_snapshot(lab: Lab) -> Snapshot:
@@ -103,8 +116,8 @@ def metric_sample(body: str, name: str, **labels: str) -> float | None:
     """The value of one series in a Prometheus text exposition (labels in any order), or None."""
     want = sorted(f'{k}="{v}"' for k, v in labels.items())
     for line in body.splitlines():
-        m = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
-        if m and sorted(m.group(1).split(",")) == want:
+        m = re.fullmatch(rf"{name}(?:\{{(.*)\}})? (\S+)", line)
+        if m and sorted(m.group(1).split(",") if m.group(1) else []) == want:
             return float(m.group(2))
     return None
 
@@ -625,6 +638,8 @@ class RunResult:
     """Most replicas while only held/dependent/begin-time jobs were queued."""
     held_phase_active: bool
     """Whether the trigger reported activity then."""
+    window_attempts: int
+    """Submissions of the held-phase jobs until serve's first snapshot of them was inside the window."""
     activation: float | None
     """Until KEDA first saw the trigger active (pushed or polled) after the submission."""
     first_node: float | None
@@ -692,15 +707,76 @@ class RunResult:
         return " ".join(f"{c:>{w}}" for c, (_, w) in zip(cells, self.COLUMNS, strict=True))
 
 
-async def _wait_queued(scaler: ScalerProcess, partition: str, count: int, timeout: float = 30.0) -> None:
-    """Until serve's /metrics shows ``count`` pending jobs in ``partition`` (a snapshot holding them)."""
-    deadline = time.monotonic() + timeout
-    while True:
+WINDOW_LEAD = 0.1
+"""Seconds before serve's next poll at which the held-phase jobs are submitted (three ``sbatch`` take
+~30 ms), so that poll reads them before slurmctld's next pass gives them their reason."""
+WINDOW_ATTEMPTS = 10
+WINDOW_SCRAPE = 0.02
+"""Seconds between scrapes while a snapshot is awaited: a snapshot is served for about a second."""
+
+
+async def _queued(scaler: ScalerProcess, partition: str, count: int) -> str | None:
+    """serve's /metrics once a snapshot shows ``count`` pending jobs in ``partition``, else None."""
+    body = await scaler.scrape()
+    pending = metric_sample(body, "slurm_jobs", partition=partition, state="pending")
+    return body if pending == count else None
+
+
+async def _submit_in_window(
+    lab: Lab,
+    scaler: ScalerProcess,
+    partition: str,
+    jobs: Sequence[WorkJob],
+    ids: dict[str, int],
+    in_window: int | None,
+) -> int:
+    """Submit ``jobs`` (at once, with ``in_window`` None) so that the first snapshot of serve holding them was
+    taken inside slurmctld's first-pass window: ``in_window`` of them still show ``PartitionConfig`` there
+    (a dependency or begin-time job on a NodeSet at zero, ``docs/eligibility.md``). Returns the attempts
+    used.
+
+    The jobs go in :data:`WINDOW_LEAD` s before serve's next poll (the last one's end, read off /metrics, plus
+    the poll interval). Whether the window was hit is read, not assumed: when slurmctld's pass came between
+    the submission and the poll, the jobs are cancelled and the attempt repeated (the two loops drift apart
+    by serve's poll time each second), up to :data:`WINDOW_ATTEMPTS` times; then AssertionError.
+    """
+
+    async def poll_end(after: float | None) -> float | None:
         body = await scaler.scrape()
-        if metric_sample(body, "slurm_jobs", partition=partition, state="pending") == count:
-            return
-        assert time.monotonic() < deadline, f"serve never showed {count} pending jobs in {partition}"
-        await asyncio.sleep(POLL)
+        end = metric_sample(body, "slurm_exporter_last_success_timestamp_seconds")
+        return end if end is not None and end != after else None
+
+    if in_window is None:
+        await asyncio.to_thread(submit, lab, partition, jobs, ids)
+        await wait_for(lambda: _queued(scaler, partition, len(jobs)), 30.0, f"{len(jobs)} pending jobs")
+        return 1
+    seen: list[float | None] = []
+    for attempt in range(1, WINDOW_ATTEMPTS + 1):
+        last = await poll_end(None)
+        end = await wait_for(
+            lambda last=last: poll_end(last), 10.0, "a poll of serve", interval=WINDOW_SCRAPE
+        )
+        await asyncio.sleep(max(0.0, end + scaler.poll_interval - WINDOW_LEAD - time.time()))
+        await asyncio.to_thread(submit, lab, partition, jobs, ids)
+        body = await wait_for(
+            lambda: _queued(scaler, partition, len(jobs)),
+            30.0,
+            f"serve to show {len(jobs)} pending jobs in {partition}",
+            interval=WINDOW_SCRAPE,
+        )
+        unsettled = metric_sample(body, "slurm_jobs_pending", partition=partition, reason="PartitionConfig")
+        if unsettled == in_window:
+            return attempt
+        seen.append(unsettled)
+        wanted = [str(ids[j.key]) for j in jobs]
+        await asyncio.to_thread(lab.run, ["scancel", *wanted], check=False)
+        await wait_for(
+            lambda: _queued(scaler, partition, 0), 30.0, f"serve to show no job pending in {partition}"
+        )
+    raise AssertionError(
+        f"no poll of serve landed in slurmctld's first-pass window in {WINDOW_ATTEMPTS} attempts"
+        f" (PartitionConfig jobs in its first snapshot of them: {seen}, {in_window} wanted)"
+    )
 
 
 async def _run_jobs(lab: Lab, name: str, ids: Sequence[int], t0: float, timeout: float) -> float | None:
@@ -733,12 +809,16 @@ async def run_scenario(
     log_dir: Path,
     keda: KedaConfig,
     hpa: HpaConfig,
+    in_window: int | None,
     job_timeout: float = 180.0,
 ) -> RunResult:
     """One run on a fresh lab and scaler.
 
-    1. Held phase: the ineligible jobs alone, until serve's /metrics shows them and then KEDA checked
-       and the HPA synced twice more (both acted on a snapshot holding them).
+    1. Held phase: the ineligible jobs alone, submitted so that serve's first snapshot holding them is
+       inside slurmctld's first-pass window, where ``in_window`` of them show no reason of their own yet
+       (:func:`_submit_in_window`; None: at once — a trigger that scales up for them gives the NodeSet
+       nodes, and with nodes Slurm gives every job its reason at submission); then KEDA checked and the
+       HPA synced twice more (both acted on a snapshot holding them).
     2. The eligible jobs (time 0), until all of them completed.
     3. Settle: ``cooldown + scale-down window + 10 s`` for the group to get back to zero (it may not:
        the naive trigger keeps nodes for the held jobs); the window ends then, or at zero.
@@ -753,8 +833,7 @@ async def run_scenario(
         try:
             async with auto.running():
                 begin = time.monotonic()
-                await asyncio.to_thread(submit, lab, partition, ineligible, ids)
-                await _wait_queued(scaler, partition, len(ineligible))
+                attempts = await _submit_in_window(lab, scaler, partition, ineligible, ids, in_window)
                 await auto.ticks(keda=2, hpa=2)
                 held_replicas = max((s.replicas for s in auto.timeline), default=0)
                 held_active = bool(auto.active_seen)
@@ -789,6 +868,7 @@ async def run_scenario(
         name=name,
         held_phase_replicas=held_replicas,
         held_phase_active=held_active,
+        window_attempts=attempts,
         activation=next((t - t0 for t in auto.active_seen if t >= t0), None),
         first_node=next((t - t0 for t in operator.registered if t >= t0), None),
         peak_replicas=peak,

@@ -311,6 +311,10 @@ INELIGIBLE = (
     WorkJob("later", "--begin=now+1hour -c8"),
 )
 """Pending forever (held; waiting for the held job; begin time an hour away): no node helps them."""
+IN_WINDOW = 2
+"""Of them, ``dependent`` and ``later`` show PartitionConfig until slurmctld's next pass (``held`` is
+JobHeldUser at once): the harness lands serve's first poll of them there on every run of ours (the naive
+trigger scales up for them anyway, and once the NodeSet has nodes there is no window)."""
 ELIGIBLE = (
     WorkJob("whole_a", "-c8 --mem=1000", 20),
     WorkJob("whole_b", "-c8 --mem=1000", 20),
@@ -373,6 +377,7 @@ class ScaleRuns:
                 log_dir=self.log_dir,
                 keda=KEDA,
                 hpa=HPA,
+                in_window=IN_WINDOW if name == "ours" else None,
             )
             self.results[name] = await scenario
         return self.results[name]
@@ -412,6 +417,9 @@ async def test_side_by_side_with_the_naive_pending_jobs_trigger(scale_runs: Scal
     partition; replicas = ⌈pending / threshold⌉) at threshold 5 and 1."""
     ours, naive5, naive1 = [await scale_runs.get(n) for n in ("ours", "naive-5", "naive-1")]
     print("\n" + _table([ours, naive5, naive1]))
+    print(
+        f"held-phase submissions until serve's first poll of them was in the window: {ours.window_attempts}"
+    )
     for r in (naive5, naive1):
         assert not r.operator_errors, r.operator_errors
         assert r.held_phase_replicas >= 1, f"{r.name} did not scale up for held jobs"
