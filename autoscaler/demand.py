@@ -17,7 +17,9 @@ a node-name host list / prefix (:class:`Target`). For each target:
    has no nodes, ``Target.shape`` (scale from zero). No shape at all → nothing is counted and
    ``reasons`` says so.
 4. **Pending jobs** of the partition (a job pending in several partitions counts in each target
-   of those partitions) are classified by :mod:`autoscaler.reasons`: ineligible ones land in
+   of those partitions) are classified by :mod:`autoscaler.reasons` — by Slurm's reason, or for a job
+   slurmctld has not classified yet (``None``, ``PartitionConfig``) or bound to a reservation, by the
+   reason its own fields show (:mod:`autoscaler.eligibility`) —: ineligible ones land in
    ``ignored[reason]`` (counted in tasks), eligible ones are sized. With ``nodeset_feature`` set, a
    job whose ``--constraint`` does not name that feature belongs to another NodeSet and is skipped
    (a job without a constraint counts toward every NodeSet of its partition).

@@ -103,6 +103,15 @@ def _partition_reason(job: Job, part: Partition) -> str | None:
     return None
 
 
+def _may_bar(part: Partition) -> bool:
+    return (
+        part.state != "UP"
+        or part.max_nodes_per_job is not None
+        or part.min_nodes_per_job > 1
+        or part.max_time_seconds is not None
+    )
+
+
 def _short_of(option: str, licenses: Mapping[str, License]) -> bool:
     """Whether one license request (``matlab:2``, ``matlab``, ``fluent@db:1``) exceeds what is free."""
     name, _, count = option.strip().partition(":")
@@ -123,6 +132,7 @@ class Bars:
     now: float
     """slurmctld's clock when the jobs were read, epoch seconds: :func:`slurm_now`."""
     partitions: Mapping[str, Partition]
+    """The partitions that may bar a job (not UP, or with a node or time limit), by name."""
     licenses: Mapping[str, License]
     reservations: Mapping[str, Reservation]
 
@@ -130,7 +140,7 @@ class Bars:
     def of(cls, snapshot: Snapshot) -> Bars:
         return cls(
             now=slurm_now(snapshot),
-            partitions={p.name: p for p in snapshot.partitions},
+            partitions={p.name: p for p in snapshot.partitions if _may_bar(p)},
             licenses={lic.name: lic for lic in snapshot.licenses},
             reservations={r.name: r for r in snapshot.reservations},
         )

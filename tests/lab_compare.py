@@ -451,6 +451,18 @@ def compare_jobs(
         eq(where, "user id (scontrol UserId)", _int(ctl["UserId"]), j.user_id)
         eq(where, "priority (%Q)", int(row["priority"]), j.priority)
         eq(where, "priority (scontrol Priority)", int(ctl["Priority"]), j.priority)
+        eq(
+            where,
+            "licenses (scontrol Licenses)",
+            ("" if is_null(ctl.get("Licenses")) else ctl["Licenses"]),
+            j.licenses,
+        )
+        eq(
+            where,
+            "reservation (scontrol Reservation)",
+            ("" if is_null(ctl.get("Reservation")) else ctl["Reservation"]),
+            j.reservation,
+        )
         # size
         eq(where, "min nodes (%D)", int(row["min_nodes"]), j.min_nodes)
         eq(where, "min nodes (scontrol NumNodes)", _int(ctl["NumNodes"]), j.min_nodes)

@@ -115,6 +115,11 @@ def run(args: argparse.Namespace) -> int:
 
     lab = Lab(args.slurm, nodes=getattr(args, "nodes", None), port_base=getattr(args, "port_base", None))
     if args.cmd == "up":
+        if args.demo and lab.is_running():
+            problems = lab.health_problems()
+            if problems:
+                print(f"lab {lab.flavor.name}: {'; '.join(problems)}: restarting it", flush=True)
+                lab.restart()
         st = lab.up()
         if args.demo:
             wait_demo_steady(lab, fresh_demo(lab))

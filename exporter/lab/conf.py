@@ -141,6 +141,10 @@ def slurm_conf(cfg: LabConfig) -> str:
         f"ResumeProgram={p('bin', 'resume.sh')}",
         "SuspendTime=600",
         "ResumeTimeout=600",
+        # Only the cloud nodes are power-managed: a slurmd node idle for SuspendTime was "suspended" too
+        # (idle~) and its next job stayed CONFIGURING until ResumeTimeout, the slurmd never re-registering
+        # (seen: demo jobs stuck CONFIGURING on a lab up for a while).
+        f"SuspendExcParts={'cpu,gpu' if cfg.legacy_munge else 'cpu,gpu,dyn'}",
         # The power-save thread acts on node state changes, else every power_save_interval (default 10 s):
         # nodes allocated after it ran were named to ResumeProgram up to 10 s late. Every second instead,
         # and with no ResumeRate (300 nodes/min would allow only 5 per 1-s round).

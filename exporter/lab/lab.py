@@ -423,6 +423,7 @@ class Lab:
             deadline,
             lambda: self._nodes_ready([n.name for n in self._static_nodes()]),
             "slurmctld",
+            watch=[f"slurmd-{n.name}" for n in self._static_nodes() + self._runtime_nodes()],
         )
         return self.status()
 
@@ -446,13 +447,21 @@ class Lab:
         return result.returncode == 0
 
     def _wait(
-        self, what: str, deadline: float, ready: Callable[[], bool], component: str, interval: float = 0.2
+        self,
+        what: str,
+        deadline: float,
+        ready: Callable[[], bool],
+        component: str,
+        interval: float = 0.2,
+        watch: Sequence[str] = (),
     ) -> None:
+        """Until ``ready()``; LabError when the deadline passes (quoting ``component``'s log) or when
+        slurmctld, munged, ``component`` or one of ``watch`` exited (quoting the dead one's log)."""
+        watched = {"slurmctld", MUNGED, component, *watch}
         while True:
             for comp in self._components():
                 pid = procs.read_pid(self._pid_file(comp))
-                watched = comp in ("slurmctld", MUNGED, component) or comp.startswith("slurmd-")
-                if watched and (pid is None or not procs.alive(pid)):
+                if comp in watched and (pid is None or not procs.alive(pid)):
                     raise LabError(f"{comp} of lab {self.flavor.name} exited: {self._why(comp)}")
             if ready():
                 return
@@ -488,6 +497,21 @@ class Lab:
             in ("idle", "mixed", "allocated", "IDLE", "MIXED", "ALLOCATED")
             for n in names
         )
+
+    def health_problems(self) -> list[str]:
+        """Why a running lab is not fit to use, one phrase per node whose slurmd is gone or whose node is
+        not plainly up (not responding ``*``, powered down ``~``, powering ``#%!``, down, drained ...);
+        empty when every node the lab runs a slurmd for responds."""
+        states = self.node_states()
+        problems = []
+        for node in self._static_nodes() + self._runtime_nodes():
+            state = states.get(node.name, "missing")
+            base = state.split("+")[0].rstrip("-")
+            if self._pid(f"slurmd-{node.name}") is None:
+                problems.append(f"node {node.name} has no slurmd ({state})")
+            elif base not in ("idle", "mixed", "allocated", "completing"):
+                problems.append(f"node {node.name} is {state}")
+        return problems
 
     def node_states(self) -> dict[str, str]:
         """``{node: state}`` as ``sinfo -N -o %N|%T`` shows it (e.g. ``idle``, ``idle~``, ``down*``)."""
@@ -631,11 +655,22 @@ class Lab:
         operator starting nodes in parallel): ports and node records are handed out under a lock."""
         self._require_running()
         deadline = time.monotonic() + timeout
-        with _node_lock(self.state_dir):
-            node = self._start_node(
-                name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=dynamic, deadline=deadline
+        record_path = self.state_dir / "nodes" / f"{name}.json"
+        new = not record_path.exists() and name not in {n.name for n in self._static_nodes()}
+        try:
+            with _node_lock(self.state_dir):
+                node = self._start_node(
+                    name, cpus=cpus, memory_mb=memory_mb, gpus=gpus, dynamic=dynamic, deadline=deadline
+                )
+            self._wait(
+                f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}"
             )
-        self._wait(f"node {name} to register", deadline, lambda: self._nodes_ready([name]), f"slurmd-{name}")
+        except LabError:
+            if new:  # a node that never came up is not left behind for the next `up` to start again
+                self._stop(f"slurmd-{name}")
+                with _node_lock(self.state_dir):
+                    record_path.unlink(missing_ok=True)
+            raise
         return node
 
     def _start_node(
