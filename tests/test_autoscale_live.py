@@ -323,14 +323,18 @@ ELIGIBLE = (
     WorkJob("half_c", "-c4 --mem=1000", 10),
     WorkJob("half_d", "-c4 --mem=1000", 10),
     WorkJob("pair", "-N2 --ntasks-per-node=1 -c4 --mem=1000", 10),
-    WorkJob("quick_a", "-c4 --mem=1000", 5),
-    WorkJob("quick_b", "-c4 --mem=1000", 5),
+    WorkJob("quick_a", "-c4 --mem=1000 -d after:{pair}", 5),
+    WorkJob("quick_b", "-c4 --mem=1000 -d after:{pair}", 5),
 )
 NEEDED = 6
 """By hand: 2 jobs of 8 CPUs take a node each; 8 pieces of 4 CPUs (4 ``half``, the 2 nodes of ``pair``,
 2 ``quick``) take two per node = 4 nodes (``pair``'s pieces on two different ones). 48 CPUs = 6 nodes of 8:
 no placement needs more, since every piece is 4 or 8 CPUs (memory: 2 × 1000 MB per node at most). ``-c``
-rather than ``-n``: Slurm may split ``-n8`` over two half-used nodes."""
+rather than ``-n``: Slurm may split ``-n8`` over two half-used nodes. The ``quick`` jobs start only once
+``pair`` has (``-d after``): the nodes register one after another, and a backfill pass between the fifth
+and the sixth would otherwise start both (5 s jobs, ending before ``pair`` could start) on the fifth node,
+leaving ``pair`` a node short — 7 nodes, by the order nodes arrive in rather than by the model. The model
+counts them from the first poll after ``pair`` starts, into the free room of its nodes."""
 KEDA = KedaConfig(polling_interval=1.0, cooldown=5.0, min_replicas=0, max_replicas=10)
 HPA = HpaConfig(sync_period=1.0, tolerance=0.1, metric_type="AverageValue", scale_down_window=5.0)
 SCALER_METADATA = {
