@@ -32,7 +32,7 @@ from autoscaler.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify, normalize
 from exporter.model import MIB, Job, Node, Snapshot
 from exporter.slurmtext import hostlist_expand
-from exporter.versions import adapter_for
+from tests.tools import recorded_snapshot
 
 RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
@@ -453,18 +453,7 @@ def test_target_names_must_be_unique() -> None:
 
 @pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
 def test_recorded_2605_cpu_and_gpu() -> None:
-    a = adapter_for("v0.0.45")
-    jobs, env = a.jobs((RECORDED_2605 / "jobs.json").read_bytes())
-    nodes, _ = a.nodes((RECORDED_2605 / "nodes.json").read_bytes())
-    parts, _ = a.partitions((RECORDED_2605 / "partitions.json").read_bytes())
-    assert env.last_update is not None
-    s = Snapshot(
-        taken_at=env.last_update,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        nodes=tuple(nodes),
-        partitions=tuple(parts),
-    )
+    s = recorded_snapshot(RECORDED_2605, "v0.0.45")
     out = compute_demand(
         s,
         [

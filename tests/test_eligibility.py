@@ -14,7 +14,7 @@ from autoscaler.demand import NodeShape, Target, compute_demand
 from autoscaler.eligibility import CLOCK_SLACK, Bars, dependency_reason, settled_reason, slurm_now
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import MIB, Diag, Job, License, Partition, Reservation, Snapshot
-from exporter.versions import adapter_for
+from tests.tools import recorded_snapshot
 
 WINDOW_2605 = Path(__file__).parent / "data" / "recorded" / "window-26.05.5" / "v0.0.45"
 NOW = 1_000_000.0
@@ -143,27 +143,8 @@ def test_slurm_now_follows_slurmctlds_clock() -> None:
 
 
 def _window_snapshot() -> tuple[Snapshot, dict[str, Any]]:
-    a = adapter_for("v0.0.45")
     meta = json.loads((WINDOW_2605 / "meta.json").read_text())
-    jobs, _ = a.jobs((WINDOW_2605 / "jobs.json").read_bytes())
-    nodes, _ = a.nodes((WINDOW_2605 / "nodes.json").read_bytes())
-    parts, _ = a.partitions((WINDOW_2605 / "partitions.json").read_bytes())
-    licenses, _ = a.licenses((WINDOW_2605 / "licenses.json").read_bytes())
-    reservations, _ = a.reservations((WINDOW_2605 / "reservations.json").read_bytes())
-    diag, _ = a.diag((WINDOW_2605 / "diag.json").read_bytes())
-    assert diag.stats_time is not None
-    snap = Snapshot(
-        taken_at=diag.stats_time,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        nodes=tuple(nodes),
-        partitions=tuple(parts),
-        licenses=tuple(licenses),
-        reservations=tuple(reservations),
-        diag=diag,
-        fetched_at={"diag": diag.stats_time},
-    )
-    return snap, meta
+    return recorded_snapshot(WINDOW_2605, "v0.0.45"), meta
 
 
 DIFFERENT_NAMES = {

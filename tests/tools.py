@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
 from exporter.model import Snapshot
+from exporter.versions import adapter_for
 
 
 class SnapshotFeed:
@@ -41,3 +43,37 @@ def promtool_path() -> str:
             pytest.fail("promtool not installed (Debian package 'prometheus') but SLURM_KEDA_REQUIRE_LAB=1")
         pytest.skip("promtool not installed (Debian package 'prometheus')")
     return path
+
+
+def recorded_snapshot(folder: Path, version: str) -> Snapshot:
+    """The snapshot one poll builds from the recorded answers in ``folder`` (``<endpoint>.json`` of API
+    ``version``; missing endpoints stay empty). Taken at /diag's ``req_time`` (slurmctld's clock when it was
+    recorded), else at the jobs' ``last_update``: times in the data are judged as they were then."""
+    a = adapter_for(version)
+
+    def read(endpoint: str) -> bytes | None:
+        path = folder / f"{endpoint}.json"
+        return path.read_bytes() if path.exists() else None
+
+    body = read("jobs")
+    jobs, env = a.jobs(body) if body is not None else ([], None)
+    nodes = a.nodes(body)[0] if (body := read("nodes")) is not None else []
+    parts = a.partitions(body)[0] if (body := read("partitions")) is not None else []
+    licenses = a.licenses(body)[0] if (body := read("licenses")) is not None else []
+    reservations = a.reservations(body)[0] if (body := read("reservations")) is not None else []
+    diag = a.diag(body)[0] if (body := read("diag")) is not None else None
+    taken_at = diag.stats_time if diag is not None else None
+    if taken_at is None:
+        taken_at = env.last_update if env is not None else None
+    assert taken_at is not None, f"{folder}: no /diag req_time and no jobs last_update"
+    return Snapshot(
+        taken_at=taken_at,
+        api_version=version,
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        partitions=tuple(parts),
+        licenses=tuple(licenses),
+        reservations=tuple(reservations),
+        diag=diag,
+        fetched_at={"diag": taken_at} if diag is not None else {},
+    )

@@ -6,18 +6,15 @@ so an interrupted build never looks finished. Builds of one suite are serialised
 
 from __future__ import annotations
 
-import fcntl
 import re
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from exporter.lab.errors import LabError
 from exporter.lab.flavors import CHROOT_PACKAGES, cache_dir
-from exporter.lab.procs import tail
+from exporter.lab.procs import locked, tail
 
 MARKER = ".slurm-keda-chroot"
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
@@ -48,17 +45,6 @@ def find_mirror(sources: Path = Path("/etc/apt")) -> str:
     return FALLBACK_MIRROR
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def is_built(root: Path) -> bool:
     return (root / MARKER).is_file()
 
@@ -69,7 +55,7 @@ def ensure_chroot(suite: str, progress: bool = False) -> Path:
     if is_built(root):
         prepare(root)
         return root
-    with _locked(cache_dir() / f".{suite}.lock"):
+    with locked(cache_dir() / f".{suite}.lock"):
         if is_built(root):
             prepare(root)
             return root

@@ -21,8 +21,6 @@ host lab's job steps without a chroot and without matching names (:func:`procs.p
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 import pwd
@@ -31,7 +29,7 @@ import secrets
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -539,7 +537,7 @@ class Lab:
                 conf += f" Gres=gpu:{node.gpus}"
             argv[1:1] = ["-Z", "--conf", conf]
         (self.state_dir / "state/slurmd" / node.name).mkdir(parents=True, exist_ok=True)
-        with _slurmd_start_lock(self.state_dir):
+        with procs.locked(self.state_dir / "run" / "slurmd-start.lock"):
             before = self._sack_stamp()
             pid = self._start(component, argv)
             if not self.flavor.is_host:
@@ -812,18 +810,6 @@ class Lab:
             nodes=list(self.node_states()),
             components={comp: self._pid(comp) for comp in self._components()},
         )
-
-
-@contextlib.contextmanager
-def _slurmd_start_lock(state_dir: Path) -> Iterator[None]:
-    """One slurmd start at a time per lab, across threads and processes (``flock`` on a file in run/)."""
-    path = state_dir / "run" / "slurmd-start.lock"
-    with open(path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 _NODE_LOCKS: dict[Path, threading.Lock] = {}

@@ -8,13 +8,14 @@ AND its ``/proc/PID/root`` is the lab's root AND its command line names the lab'
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from exporter.lab.errors import LabError
@@ -226,3 +227,16 @@ def why(path: Path, lines: int = 3) -> str:
         return f"(no log at {path})"
     picked = [line for line in text if "fatal" in line] or [line for line in text if "error" in line][-lines:]
     return " | ".join(picked[-lines:] or text[-lines:]) or "(log is empty)"
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created with its folder): one holder at a time across
+    threads (each opens its own file) and processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
