@@ -140,8 +140,10 @@ def test_parallel_node_starts_never_race_for_the_sack_socket(lab_2605: Lab) -> N
     """An operator starting NodeSet pods at once: every slurmd of a chroot lab re-creates the chroot's one
     /run/slurm/sack.socket at start, and two interleaved starts killed one (seen in 1 of 20-40 lab starts
     before they were serialised). Six threads, twice over: every node registers and no slurmd log has a
-    fatal line. A regression check: it cannot force the interleaving (slurmd's unlink-then-bind)."""
+    fatal line. A regression check: it cannot force the interleaving (slurmd's unlink-then-bind). On a
+    fresh lab: no pending job (the demo's ``dyn`` job) may start on the new nodes."""
     lab = lab_2605
+    lab.restart()
     for round_ in range(2):
         names = [f"race{round_}-{i}" for i in range(6)]
         with ThreadPoolExecutor(len(names)) as pool:
