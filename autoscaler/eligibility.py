@@ -24,8 +24,10 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
 * otherwise Slurm's reason, its verdict.
 
 Not in a snapshot: QOS and association limits (slurmrestd's /qos and /associations need slurmdbd). A
-fresh job over one is counted until the pass that names it (≤ 1 s); waiting for every fresh job's first
-pass instead would cost the activation latency (submission → active, p50 0.35 s) up to a second more.
+fresh job over one is counted until Slurm names it: at its first pass where the partition has nodes
+(≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and partition limits.
+Waiting for every fresh job's first pass instead would cost the activation latency (submission → active,
+p50 0.35–0.6 s) up to a second more.
 Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
 all counted until the pass.
 """
@@ -168,19 +170,13 @@ class Bars:
                 return why
         if job.eligible_time is not None and job.eligible_time > self.now + CLOCK_SLACK:
             return "BeginTime"
-        first: str | None = None
-        for name in job.partitions:
-            part = self.partitions.get(name)
-            if part is None:
-                first = None
-                break
-            why = _partition_reason(job, part)
-            if why is None:
-                first = None
-                break
-            first = first or why
-        if first is not None:
-            return first
+        limits = self.partitions
+        barred = [
+            _partition_reason(job, part) if (part := limits.get(name)) is not None else None
+            for name in job.partitions
+        ]
+        if barred and all(barred):  # runnable in none of its partitions: the first one's reason
+            return barred[0]
         if job.licenses:
             why = self._licenses_reason(job.licenses)
             if why is not None:
