@@ -10,6 +10,8 @@ per endpoint. Every failure surfaces as an :mod:`exporter.errors` type.
 
 from __future__ import annotations
 
+import ast
+
 import asyncio
 import logging
 import os
@@ -113,6 +115,41 @@ def slurm_error_texts(body: bytes) -> tuple[str, ...]:
     return tuple(texts)
 
 
+AUTH_STATUSES = frozenset({401, 403, 511})
+"""Token refused: 401/403, and 511 "Network Authentication Required", which slurmrestd 26.05 answers to a
+bad or expired token (``Protocol authentication error``)."""
+_DOUBLED = "Data after `Connection: close`"
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
+
+
+def doubled_answer(error: aiohttp.ClientResponseError) -> tuple[int, bytes] | None:
+    """``(status, body)`` of an answer aiohttp refused because the server wrote it twice on one
+    connection (slurmrestd 26.05 does so for its error answers): llhttp stops at the second copy and quotes
+    the buffer from the first body to the second status line. None for any other parse error."""
+    message = str(error.message)
+    if _DOUBLED not in message:
+        return None
+    start = message.find("b'")
+    if start < 0:
+        start = message.find('b"')
+    if start < 0:
+        return None
+    quote = message[start + 1]
+    end = message.find(quote, start + 2)
+    while end > 0 and message[end - 1] == "\\":
+        end = message.find(quote, end + 1)
+    try:
+        window = ast.literal_eval(message[start : end + 1])
+    except (ValueError, SyntaxError):
+        return None
+    if not isinstance(window, bytes):
+        return None
+    m = _STATUS_LINE.search(window)
+    if m is None:
+        return None
+    return int(m.group(1)), window[: m.start()]
+
+
 def check_status(status: int, body: bytes, endpoint: str) -> None:
     """Raise the typed error for a non-2xx answer, quoting slurmrestd's ``errors[]``."""
     if 200 <= status < 300:
@@ -123,7 +160,7 @@ def check_status(status: int, body: bytes, endpoint: str) -> None:
     else:
         snippet = body[:120].decode("utf-8", "replace").strip()
         detail = snippet or "no body"
-    cls = AuthError if status in (401, 403) else HTTPStatusError
+    cls = AuthError if status in AUTH_STATUSES else HTTPStatusError
     raise cls(f"HTTP {status}: {detail}", status=status, errors=texts, endpoint=endpoint)
 
 
@@ -360,10 +397,22 @@ class SlurmClient:
         self.requests_sent += 1
         try:
             async with self._session.get(
-                self._base + path, params=params or None, headers=self._headers(), timeout=timeout
+                self._base + path,
+                params=params or None,
+                headers=self._headers(),
+                timeout=timeout,
+                allow_redirects=False,  # the token must never go to whatever a redirect names
             ) as resp:
                 if resp.status == 304:
                     raise NotModified(endpoint)
+                if 300 <= resp.status < 400:
+                    where = resp.headers.get("Location", "")[:200] or "nowhere"
+                    raise HTTPStatusError(
+                        f"HTTP {resp.status}: redirect to {where} not followed (the token is only sent to"
+                        f" {self.config.base_url})",
+                        status=resp.status,
+                        endpoint=endpoint,
+                    )
                 if not 200 <= resp.status < 300:
                     body = await resp.content.read(64 << 10)
                     check_status(resp.status, body, endpoint)
@@ -383,6 +432,14 @@ class SlurmClient:
             raise RequestTimeout(f"no complete answer within {limit:g}s", endpoint=endpoint) from None
         except aiohttp.ClientPayloadError as e:
             raise TruncatedError(f"body cut short: {e}", endpoint=endpoint) from None
+        except aiohttp.ClientResponseError as e:
+            doubled = doubled_answer(e)
+            if doubled is None:
+                raise TransportError(
+                    f"cannot read slurmrestd's answer: {str(e.message)[:200]}", endpoint=endpoint
+                ) from None
+            check_status(*doubled, endpoint)
+            raise TransportError(f"HTTP {doubled[0]} answered twice", endpoint=endpoint) from None
         except (aiohttp.ClientError, OSError) as e:
             raise TransportError(
                 f"cannot reach slurmrestd at {self.config.base_url}: {e}", endpoint=endpoint
