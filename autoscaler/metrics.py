@@ -5,7 +5,8 @@ Pure: ``{Target: Demand}`` → fresh families, built per snapshot by the metrics
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from operator import attrgetter
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -16,8 +17,11 @@ __all__ = ["demand_families"]
 _LABELS = ("target", "partition")
 
 
-def demand_families(demands: Mapping[Target, Demand]) -> Iterable[Metric]:
-    """``slurm_autoscaler_*`` families, one series per target (and reason)."""
+def demand_families(
+    demands: Mapping[Target, Demand], label: Callable[[Target], str] = attrgetter("name")
+) -> Iterable[Metric]:
+    """``slurm_autoscaler_*`` families, one series per target (and reason); ``label`` gives each target's
+    ``target`` label (:meth:`autoscaler.service.DemandService.label`: unique per target)."""
     desired = GaugeMetricFamily(
         "slurm_autoscaler_desired_nodes",
         "Nodes the target should have now: clamp(busy + needed, min, max), never below busy "
@@ -51,7 +55,7 @@ def demand_families(demands: Mapping[Target, Demand]) -> Iterable[Metric]:
         labels=_LABELS,
     )
     for target, d in demands.items():
-        key = [target.name, target.partition]
+        key = [label(target), target.partition]
         desired.add_metric(key, d.desired)
         busy.add_metric(key, d.busy)
         needed.add_metric(key, d.needed)

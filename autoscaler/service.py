@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import threading
 import time
@@ -141,6 +142,20 @@ class DemandService:
             del self._asked[t]
             self._targets.pop(t, None)
             log.info("forgetting target %s: not asked for %.0f s", t.name, self.forget_after)
+
+    def label(self, target: Target) -> str:
+        """The ``target`` label of ``target``'s series: unique among exported targets, and stable (the
+        same definition gives the same label in every process). A configured target, or without a
+        configuration the default target of a partition, is labelled by its name; any other target a
+        scaler asked for — another ScaledObject on the same partition or NodeSet with other settings —
+        by its name and a digest of its definition (``cpu-1a2b3c4d``), so two definitions never share
+        a series (a prometheus trigger reading the one would otherwise read the other's value)."""
+        if target in self._fixed or (
+            not self._configured and target == Target(target.partition, target.partition)
+        ):
+            return target.name
+        digest = hashlib.sha256(repr(target).encode()).hexdigest()[:8]
+        return f"{target.name}-{digest}"
 
     def metric_targets(self, snap: Snapshot) -> tuple[Target, ...]:
         """Targets exported as metrics: configured and asked-for ones; without a configuration,

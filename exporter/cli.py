@@ -251,7 +251,7 @@ async def run_serve(s: Settings) -> int:
             per_account=s.metrics_per_account,
             node_reasons=s.metrics_node_reasons,
             web_config=web_config,
-            extra_families=lambda snap: demand_families(demand.demands_on(snap)),
+            extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label),
         )
         grpc_server: ScalerServer | None = None
         try:

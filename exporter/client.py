@@ -11,7 +11,6 @@ per endpoint. Every failure surfaces as an :mod:`exporter.errors` type.
 from __future__ import annotations
 
 import ast
-
 import asyncio
 import logging
 import os

@@ -45,7 +45,9 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
         async with client:
             poller = Poller(client, PollerConfig())
             demand = DemandService(poller)
-            app = make_app(poller, extra_families=lambda s: demand_families(demand.demands_on(s)))
+            app = make_app(
+                poller, extra_families=lambda s: demand_families(demand.demands_on(s), demand.label)
+            )
             runner = await start(app, "127.0.0.1", 0)
             try:
                 await poller.poll_once()

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from autoscaler.demand import NodeShape, Target, compute_demand
-from autoscaler.service import DemandService, NoSnapshotYet
+from autoscaler.metrics import demand_families
+from autoscaler.service import DemandService, NoSnapshotYet, StaticSource
+from autoscaler.targets import target_from_metadata
 from exporter.model import MIB, Job, Node, Snapshot
-from tests.tools import SnapshotFeed
+from tests.tools import SnapshotFeed, recorded_snapshot
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 T = Target("p", "p", shape=SHAPE)
@@ -139,3 +142,43 @@ async def test_targets_no_scaler_asks_for_are_forgotten_configured_ones_kept() -
     clock[0] = 1200.0  # 700 s since the last question: the ScaledObject is gone
     await svc.refresh(snap(1200.0, [pend(1)]))
     assert svc.targets == [fixed]
+
+
+RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
+
+
+def _series(service: DemandService, s: Snapshot) -> dict[str, list[tuple[tuple[str, ...], float]]]:
+    out: dict[str, list[tuple[tuple[str, ...], float]]] = {}
+    for fam in demand_families(service.demands_on(s), service.label):
+        for sample in fam.samples:
+            out.setdefault(sample.name, []).append((tuple(sorted(sample.labels.items())), sample.value))
+    return out
+
+
+@pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
+def test_targets_of_one_partition_never_share_a_series() -> None:
+    # Three ScaledObjects on partition cpu with other settings (the probe that found three
+    # {target="cpu",partition="cpu"} lines, one of which a prometheus trigger could read as another's 0)
+    s = recorded_snapshot(RECORDED_2605, "v0.0.45")
+    metas = ({"partition": "cpu"}, {"partition": "cpu", "max": "4"}, {"partition": "cpu", "nodeNames": "c1"})
+    service = DemandService(StaticSource(s))
+    targets = [target_from_metadata(m) for m in metas]
+    for t in targets:
+        service.answer(t)
+    series = _series(service, s)
+    for name, rows in series.items():
+        labels = [labels for labels, _ in rows]
+        assert len(labels) == len(set(labels)), f"{name}: duplicate series {labels}"
+    desired = {dict(labels)["target"]: value for labels, value in series["slurm_autoscaler_desired_nodes"]}
+    for t in targets:
+        assert desired[service.label(t)] == compute_demand(s, [t])[t.name].desired
+    # the partition's default target keeps its name; the others carry a digest of their definition
+    assert service.label(targets[0]) == "cpu"
+    assert [service.label(t)[:4] for t in targets[1:]] == ["cpu-", "cpu-"]
+    assert len({service.label(t) for t in targets}) == 3
+    # stable: the same definitions are labelled alike by another process (no order, no process state)
+    other = DemandService(StaticSource(s))
+    assert [other.label(t) for t in reversed(targets)] == [service.label(t) for t in reversed(targets)]
+    # a configured target is labelled by its name (the targets file keeps names unique)
+    configured = DemandService(StaticSource(s), targets=[targets[1]])
+    assert configured.label(targets[1]) == "cpu" and configured.label(targets[0]).startswith("cpu-")

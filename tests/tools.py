@@ -47,13 +47,19 @@ def promtool_path() -> str:
 
 def recorded_snapshot(folder: Path, version: str) -> Snapshot:
     """The snapshot one poll builds from the recorded answers in ``folder`` (``<endpoint>.json`` of API
-    ``version``; missing endpoints stay empty). Taken at /diag's ``req_time`` (slurmctld's clock when it was
-    recorded), else at the jobs' ``last_update``: times in the data are judged as they were then."""
+    ``version``; missing endpoints stay empty, the others count as fetched then). Taken at /diag's
+    ``req_time`` (slurmctld's clock when it was recorded), else at the jobs' ``last_update``: times in the
+    data are judged as they were then."""
     a = adapter_for(version)
+
+    present: list[str] = []
 
     def read(endpoint: str) -> bytes | None:
         path = folder / f"{endpoint}.json"
-        return path.read_bytes() if path.exists() else None
+        if not path.exists():
+            return None
+        present.append(endpoint)
+        return path.read_bytes()
 
     body = read("jobs")
     jobs, env = a.jobs(body) if body is not None else ([], None)
@@ -75,5 +81,5 @@ def recorded_snapshot(folder: Path, version: str) -> Snapshot:
         licenses=tuple(licenses),
         reservations=tuple(reservations),
         diag=diag,
-        fetched_at={"diag": taken_at} if diag is not None else {},
+        fetched_at=dict.fromkeys(present, taken_at),
     )
