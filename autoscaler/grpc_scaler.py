@@ -53,7 +53,7 @@ from autoscaler._proto.externalscaler_pb2 import (
     ScaledObjectRef,
 )
 from autoscaler.demand import Target
-from autoscaler.service import Answer, DemandService, NoSnapshotYet
+from autoscaler.service import Answer, DemandService, NoSnapshotYet, TooManyTargets, UnknownPartition
 from autoscaler.targets import MetadataError, metric_name, target_from_metadata
 
 __all__ = [
@@ -209,8 +209,17 @@ class ExternalScaler:
         try:
             return self.service.answer(target)
         except NoSnapshotYet as e:
-            message = f"ScaledObject {_who(ref)}: {e}"
-        await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+            code, message = grpc.StatusCode.UNAVAILABLE, f"ScaledObject {_who(ref)}: {e}"
+        except UnknownPartition as e:
+            code, message = (
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"ScaledObject {_who(ref)}: metadata 'partition': {e}",
+            )
+        except TooManyTargets as e:
+            code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, f"ScaledObject {_who(ref)}: {e}"
+        if code is not grpc.StatusCode.UNAVAILABLE:
+            log.warning("gRPC scaler: %s", message)
+        await context.abort(code, message)
 
     # -- RPCs ----------------------------------------------------------------------------------
 

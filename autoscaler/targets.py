@@ -25,7 +25,10 @@ A key may also come as ``<key>FromEnv`` (KEDA resolves it from the scaled worklo
 the plain key wins when both are given. KEDA's own keys (``scalerAddress``, ``caCert``,
 ``tlsClientCert``, ``tlsClientKey``, ``unsafeSsl``, ``enableTLS``) are accepted and ignored. Any other
 key is an error (a typo such as ``partiton`` must not silently give a target that never scales).
-Errors are :class:`MetadataError`, naming the key.
+Errors are :class:`MetadataError`, naming the key. Values are bounded: at most :data:`MAX_VALUE_CHARS`
+characters, numbers of ASCII digits up to :data:`MAX_COUNT` (memory up to :data:`MAX_MEMORY_BYTES`), host
+lists of at most :data:`MAX_NODE_NAMES` hosts (counted, never expanded here); errors quote a value
+shortened (:func:`shown`).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import yaml
 
 from autoscaler.demand import NodeShape, Target
 from exporter.model import MIB
-from exporter.slurmtext import hostlist_expand
+from exporter.slurmtext import hostlist_count
 
 __all__ = [
     "KEYS",
@@ -67,7 +70,24 @@ KEDA_KEYS = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _HOSTLIST = re.compile(r"[A-Za-z0-9_.\-\[\],*]+")
 _MEMORY = re.compile(r"(\d+)\s*([KMGTP]i?)?B?", re.IGNORECASE)
-_UNIT_MIB = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2, "P": 1024**3}
+_UNIT_BYTES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+
+
+MAX_VALUE_CHARS = 256
+"""Longest metadata value accepted (a Slurm name, a host list, a number): longer is an error, never a
+target — one 1 MB partition name grew /metrics from 22 KB to 12 MB."""
+MAX_COUNT = 1_000_000
+"""Largest ``min``, ``max``, ``cpusPerNode``, ``gpusPerNode`` (a number KEDA's int64 metric must hold)."""
+MAX_MEMORY_BYTES = 1 << 50
+"""Largest ``memoryPerNode``: 1 PiB."""
+MAX_NODE_NAMES = 100_000
+"""Most hosts a ``nodeNames`` host list may name (counted without expanding it)."""
+_SHOWN = 64
+
+
+def shown(raw: str) -> str:
+    """A metadata value as quoted in errors and logs: at most :data:`_SHOWN` characters."""
+    return repr(raw) if len(raw) <= _SHOWN else f"{raw[:_SHOWN]!r}… ({len(raw)} characters)"
 
 
 class MetadataError(ValueError):
@@ -80,34 +100,47 @@ class MetadataError(ValueError):
 
 
 def parse_memory_bytes(text: str) -> int:
-    """``"64G"``/``"64Gi"``/``"65536"`` (MiB) → bytes; units are powers of 1024, as in Slurm."""
+    """``"64G"``/``"64Gi"``/``"65536"`` (MiB) → bytes; units are powers of 1024, as in Slurm. ASCII
+    digits only; at most :data:`MAX_MEMORY_BYTES`."""
     m = _MEMORY.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"{text!r} is not a memory size (MiB, or a number with K/M/G/T[i])")
+    if m is None or not m.group(1).isascii() or len(m.group(1)) > 20:
+        raise ValueError(f"{shown(text)} is not a memory size (MiB, or a number with K/M/G/T[i])")
     unit = (m.group(2) or "M")[0].upper()
-    return int(int(m.group(1)) * _UNIT_MIB[unit] * MIB)
+    value = int(m.group(1)) * _UNIT_BYTES[unit]
+    if value > MAX_MEMORY_BYTES:
+        raise ValueError(f"{shown(text)} is more than {MAX_MEMORY_BYTES // MIB} MiB")
+    return value
 
 
-def _int(meta: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
+def _raw(meta: Mapping[str, str], key: str) -> str | None:
+    """The stripped value of ``key`` (None when absent or empty); too long a value is an error."""
     raw = meta.get(key)
     if raw is None or raw.strip() == "":
         return None
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise MetadataError(key, f"{raw!r} is not an integer") from None
-    if value < minimum:
-        raise MetadataError(key, f"must be >= {minimum}, got {value}")
+    if len(raw) > MAX_VALUE_CHARS:
+        raise MetadataError(key, f"{shown(raw)} is longer than {MAX_VALUE_CHARS} characters")
+    return raw.strip()
+
+
+def _int(meta: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
+    raw = _raw(meta, key)
+    if raw is None:
+        return None
+    digits = raw.removeprefix("-").removeprefix("+")
+    if not (digits.isascii() and digits.isdigit()):
+        raise MetadataError(key, f"{shown(raw)} is not an integer")
+    value = int(raw)
+    if not minimum <= value <= MAX_COUNT:
+        raise MetadataError(key, f"must be between {minimum} and {MAX_COUNT}, got {shown(raw)}")
     return value
 
 
 def _name(meta: Mapping[str, str], key: str, pattern: re.Pattern[str] = _NAME) -> str | None:
-    raw = meta.get(key)
-    if raw is None or raw.strip() == "":
+    value = _raw(meta, key)
+    if value is None:
         return None
-    value = raw.strip()
     if not pattern.fullmatch(value):
-        raise MetadataError(key, f"{raw!r} is not a valid name")
+        raise MetadataError(key, f"{shown(value)} is not a valid name")
     return value
 
 
@@ -127,7 +160,7 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     meta = _resolve_from_env(meta)
     for key in sorted(meta):
         if key not in KEYS and key not in KEDA_KEYS:
-            raise MetadataError(key, f"unknown key (known: {', '.join(sorted(KEYS))})")
+            raise MetadataError(key[:_SHOWN], f"unknown key (known: {', '.join(sorted(KEYS))})")
     partition = _name(meta, "partition")
     if partition is None:
         raise MetadataError("partition", "is required (the Slurm partition to scale for)")
@@ -135,17 +168,19 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     feature = _name(meta, "nodeFeature")
     node_names = _name(meta, "nodeNames", _HOSTLIST)
     if node_names is not None and not node_names.endswith("*"):
-        try:
-            hostlist_expand(node_names)
+        try:  # counted, not expanded: n[0-999999] would take the event loop for half a second
+            count = hostlist_count(node_names)
         except ValueError as e:
             raise MetadataError("nodeNames", f"not a Slurm host list: {e}") from None
+        if count > MAX_NODE_NAMES:
+            raise MetadataError("nodeNames", f"names {count} hosts, more than {MAX_NODE_NAMES}")
     if nodeset is not None and feature is None and node_names is None:
         feature = nodeset
     cpus = _int(meta, "cpusPerNode", minimum=1)
     gpus = _int(meta, "gpusPerNode")
     memory = 0
-    raw_mem = meta.get("memoryPerNode")
-    if raw_mem is not None and raw_mem.strip():
+    raw_mem = _raw(meta, "memoryPerNode")
+    if raw_mem is not None:
         try:
             memory = parse_memory_bytes(raw_mem)
         except ValueError as e:

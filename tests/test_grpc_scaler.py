@@ -34,7 +34,7 @@ from autoscaler.grpc_scaler import (
     start_grpc_server,
 )
 from autoscaler.service import DemandService
-from exporter.model import MIB, Job, Node, Snapshot
+from exporter.model import MIB, Job, Node, Partition, Snapshot
 from exporter.versions import adapter_for
 from tests.grpc_certs import PKI, have_openssl, make_pki
 from tests.keda_client import TIMEOUT, connect
@@ -80,7 +80,12 @@ def synthetic(pending_cpus: list[int], taken_at: float) -> Snapshot:
         Node(name=f"n{i}", partitions=("p",), state="IDLE", cpus=8, memory_bytes=16000 * MIB) for i in (1, 2)
     )
     return Snapshot(
-        taken_at=taken_at, api_version="v0.0.45", jobs=jobs, nodes=nodes, fetched_at=fetched(taken_at)
+        taken_at=taken_at,
+        api_version="v0.0.45",
+        jobs=jobs,
+        nodes=nodes,
+        partitions=(Partition(name="p"),),
+        fetched_at=fetched(taken_at),
     )
 
 
@@ -223,8 +228,8 @@ RECORDED_TARGETS: list[tuple[dict[str, str], Target]] = [
         Target("dyn", "dyn", max_nodes=4, shape=SHAPE),
     ),
     ({"partition": "cloud"}, Target("cloud", "cloud")),
-    ({"partition": "nosuch"}, Target("nosuch", "nosuch")),
-    ({"partition": "nosuch", "min": "1"}, Target("nosuch", "nosuch", min_nodes=1)),
+    ({"partition": "cloud", "nodeNames": "p[5-12]"}, Target("cloud", "cloud", node_names="p[5-12]")),  # 0
+    ({"partition": "gpu", "min": "3"}, Target("gpu", "gpu", min_nodes=3)),
 ]
 
 
@@ -258,6 +263,14 @@ async def test_every_rpc_answers_the_demand_model(scaler: Scaler) -> None:
         (cpu,) = (await keda.metrics({"partition": "cpu", "max": "10"})).metricValues
         (cpu2,) = (await keda.metrics({"partition": "cpu", "max": "2"})).metricValues
     assert (cpu.metricValue, cpu2.metricValue) == (6, 3)  # 3 busy + 3 needed; max 2 floored at busy 3
+    # a partition Slurm does not have is a metadata error (no target, no series), not a quiet 0
+    async with connect(scaler.port) as keda:
+        for meta in ({"partition": "nosuch"}, {"partition": "nosuch", "min": "1"}):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await keda.is_active(meta)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "'partition'" in (err.value.details() or "") and "nosuch" in (err.value.details() or "")
+    assert all(t.partition != "nosuch" for t in scaler.service.targets)
 
 
 async def test_metric_name_from_metadata(scaler: Scaler) -> None:

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
+from autoscaler import service as service_module
 from autoscaler.demand import NodeShape, Target, compute_demand
 from autoscaler.metrics import demand_families
-from autoscaler.service import DemandService, NoSnapshotYet, StaticSource
+from autoscaler.service import DemandService, NoSnapshotYet, StaticSource, TooManyTargets, UnknownPartition
 from autoscaler.targets import target_from_metadata
-from exporter.model import MIB, Job, Node, Snapshot
+from exporter.model import MIB, Job, Node, Partition, Snapshot
 from tests.tools import SnapshotFeed, recorded_snapshot
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
@@ -182,3 +183,31 @@ def test_targets_of_one_partition_never_share_a_series() -> None:
     # a configured target is labelled by its name (the targets file keeps names unique)
     configured = DemandService(StaticSource(s), targets=[targets[1]])
     assert configured.label(targets[1]) == "cpu" and configured.label(targets[0]).startswith("cpu-")
+
+
+def test_asked_targets_are_bounded_and_unknown_partitions_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every distinct metadata set a scaler sends becomes a target, exported and kept for forget_after:
+    # bounded (3,000 distinct max values once gave 3,006 series), and freed as they are forgotten
+    monkeypatch.setattr(service_module, "MAX_ASKED", 3)
+    now = [1000.0]
+    s = Snapshot(
+        taken_at=now[0],
+        api_version="v0.0.45",
+        jobs=(pend(1),),
+        nodes=(Node(name="n1", partitions=("p",), state="IDLE", cpus=8, memory_bytes=16000 * MIB),),
+        partitions=(Partition(name="p"),),
+        fetched_at=dict.fromkeys(("jobs", "nodes", "partitions"), now[0]),
+    )
+    service = DemandService(StaticSource(s), forget_after=3600.0, clock=lambda: now[0])
+    with pytest.raises(UnknownPartition, match="'nosuch'"):
+        service.answer(Target("nosuch", "nosuch"))
+    asked = [Target("p", "p", max_nodes=m) for m in (4, 5, 6)]
+    for t in asked:
+        service.answer(t)
+    with pytest.raises(TooManyTargets):
+        service.answer(Target("p", "p", max_nodes=7))
+    assert service.answer(asked[0]).desired == 1  # known targets keep being answered
+    assert len(service.targets) == 3
+    now[0] += 3601.0  # none asked for an hour: forgotten, room for new ones
+    service.answer(Target("p", "p", max_nodes=7))
+    assert service.targets == [Target("p", "p", max_nodes=7)]

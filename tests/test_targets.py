@@ -74,6 +74,17 @@ def test_memory_units_are_binary(text: str, mib: int) -> None:
         ({"partition": "p", "gpusPerNode": "2"}, "gpusPerNode"),
         ({"partition": "p", "nodeNames": "ns-[3-"}, "nodeNames"),
         ({"partition": "p;rm", "nodeset": "x"}, "partition"),
+        # found by a bad-input probe: each once escaped as an UNKNOWN gRPC error or was believed
+        ({"partition": "p", "min": "1e30"}, "min"),
+        ({"partition": "p", "max": str(2**63)}, "max"),  # beyond KEDA's int64 metric
+        ({"partition": "p", "max": "١٢"}, "max"),  # Arabic-Indic digits: int() takes them
+        ({"partition": "p", "cpusPerNode": "²"}, "cpusPerNode"),
+        ({"partition": "p", "cpusPerNode": "2", "memoryPerNode": "1" + "0" * 400 + "K"}, "memoryPerNode"),
+        ({"partition": "p", "cpusPerNode": "2", "memoryPerNode": "2048P"}, "memoryPerNode"),  # > 1 PiB
+        ({"partition": "p", "cpusPerNode": "2", "memoryPerNode": "١٦G"}, "memoryPerNode"),
+        ({"partition": "p", "nodeNames": "n[0-999999]"}, "nodeNames"),  # counted, never expanded
+        ({"partition": "p" * (1 << 20)}, "partition"),
+        ({"partition": "p", "nodeNames": "n" * 300}, "nodeNames"),
     ],
 )
 def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:
@@ -81,6 +92,13 @@ def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:
         target_from_metadata(meta)
     assert err.value.key == key
     assert repr(key) in str(err.value)
+    assert len(str(err.value)) < 400  # a 1 MB value is not echoed whole into statuses and logs
+
+
+def test_an_unknown_key_of_a_megabyte_is_quoted_short() -> None:
+    with pytest.raises(MetadataError) as err:
+        target_from_metadata({"partition": "p", "x" * (1 << 20): "1"})
+    assert len(str(err.value)) < 400
 
 
 def test_targets_file(tmp_path: Path) -> None:
