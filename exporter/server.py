@@ -82,9 +82,25 @@ class _Format:
         return body
 
 
+_OPENMETRICS = _Format(*choose_encoder("application/openmetrics-text; version=1.0.0"))
+_TEXT = _Format(*choose_encoder(""))
+FORMATS = (_TEXT, _OPENMETRICS)
+"""The only two bodies /metrics serves (and caches): Prometheus text 0.0.4, OpenMetrics 1.0.0."""
+
+
 def negotiate(accept: str) -> _Format:
-    encoder, content_type = choose_encoder(accept)
-    return _Format(encoder, content_type)
+    """OpenMetrics 1.0.0 when ``Accept`` names ``application/openmetrics-text`` (any version or parameters:
+    the client library echoed them into the content type, so every distinct value was a body rendered and
+    kept, and ``version=1.x`` raised a TypeError per request), else text 0.0.4. Never more than
+    :data:`FORMATS`."""
+    for item in accept.split(",")[:32]:
+        media, *params = item.split(";")
+        if media.strip().lower() != "application/openmetrics-text":
+            continue
+        q = next((p.partition("=")[2].strip() for p in params if p.strip().lower().startswith("q=")), "1")
+        if q not in ("0", "0.0", "0.00", "0.000"):  # q=0: "not acceptable"
+            return _OPENMETRICS
+    return _TEXT
 
 
 @dataclass(frozen=True)

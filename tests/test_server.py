@@ -176,6 +176,25 @@ async def test_openmetrics_when_asked() -> None:
         assert parsed["slurm_up"].samples[0].value == 1.0
 
 
+async def test_any_accept_value_gives_one_of_two_bodies() -> None:
+    # the client library echoed the Accept's version into the content type: every distinct value was a
+    # body rendered and kept for good (6,000 values: RSS 288 → 419 MB), and version=1.x answered 500
+    oddities = [f"application/openmetrics-text; version=1.{i}" for i in range(40)]
+    oddities += ["application/openmetrics-text; version=1.x", "application/openmetrics-text; escaping=values"]
+    async with served() as s:
+        await s.poller.poll_once()
+        for accept in oddities:
+            status, headers, body = await get(s.url + "/metrics", accept=accept)
+            assert status == 200, (accept, body[:200])
+            assert headers["Content-Type"].startswith("application/openmetrics-text; version=1.0.0"), accept
+            assert body.endswith(b"\n# EOF\n")
+        status, headers, _ = await get(
+            s.url + "/metrics", accept="application/openmetrics-text;q=0, text/plain"
+        )
+        assert status == 200 and headers["Content-Type"] == TEXT_CT
+        assert len(s.renders) == 2 and s.renders[1] == TEXT_CT  # one OpenMetrics body for all of them
+
+
 @pytest.mark.parametrize("accept", ["", OM_ACCEPT], ids=["text", "openmetrics"])
 async def test_gzip(accept: str) -> None:
     async with served() as s:
