@@ -41,6 +41,7 @@ from prometheus_client.registry import Collector
 
 from . import __version__
 from .collector import health_families, snapshot_families
+from .errors import ConfigError
 from .model import Snapshot
 from .poller import Poller
 from .webconfig import BasicAuth, WebConfig, ssl_context
@@ -332,13 +333,19 @@ def make_app(
 
 async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
     """Set up and start the app on ``host:port`` (TLS when the app's web config has it); the
-    caller cleans the runner up. Raises ConfigError when the certificate or key won't load."""
+    caller cleans the runner up. Raises ConfigError when the certificate or key won't load or the
+    address cannot be listened on."""
     tls = app[WEB_CONFIG].tls
     ctx = ssl_context(tls) if tls is not None else None
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+    except OSError as e:  # port in use, address not local, no permission: one line, not a traceback
+        await runner.cleanup()
+        raise ConfigError(
+            f"cannot listen on {host}:{port} (--listen-address, --listen-port): {e.strerror or e}"
+        ) from None
     except BaseException:
         await runner.cleanup()
         raise

@@ -148,3 +148,33 @@ async def test_console_script_serves_keda_and_metrics_from_one_snapshot() -> Non
         err_text = (await proc.stderr.read()).decode()
         assert code == 0, err_text
         assert "good-token" not in err_text
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+@pytest.mark.parametrize("which", ["http", "grpc"])
+def test_a_port_in_use_is_one_clear_line(which: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        free = free_port()
+        http, grpc_port = (busy, free) if which == "http" else (free, busy)
+        argv = [
+            str(SCRIPT),
+            "serve",
+            "--slurmrestd-url",
+            "http://127.0.0.1:9",
+            "--listen-address",
+            "127.0.0.1",
+        ]
+        result = subprocess.run(
+            [*argv, "--listen-port", str(http), "--grpc-listen", f"127.0.0.1:{grpc_port}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    lines = [line for line in result.stderr.splitlines() if "slurm-keda:" in line or "Traceback" in line]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and str(busy) in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
