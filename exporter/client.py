@@ -31,6 +31,7 @@ from .errors import (
     NotJSONError,
     RequestTimeout,
     SlurmError,
+    TokenError,
     TransportError,
     TruncatedError,
     VersionError,
@@ -166,6 +167,10 @@ def check_status(status: int, body: bytes, endpoint: str) -> None:
 # -- token ---------------------------------------------------------------------------------------
 
 
+_TOKEN = re.compile(r"[\x21-\x7e]{1,65536}")
+"""A token as a header can carry it: printable ASCII, no space (a JWT: base64url parts and dots)."""
+
+
 class TokenSource:
     """The JWT to send: a fixed value (``SLURM_JWT``) or a file re-read whenever it changes.
 
@@ -188,17 +193,24 @@ class TokenSource:
         assert self._file is not None
         try:
             st = os.stat(self._file)
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            if stamp == self._stamp:
+                return
+            raw = self._file.read_bytes()
         except OSError as e:
-            raise TransportError(f"cannot read token file {self._file}: {e.strerror}") from None
-        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-        if stamp != self._stamp:
-            text = self._file.read_text(encoding="utf-8").strip()
-            if text.startswith("SLURM_JWT="):
-                text = text[len("SLURM_JWT=") :]
-            if self._stamp is not None and text != self._value:
-                log.info("token file %s changed; using the new token", self._file)
-            self._value = text
-            self._stamp = stamp
+            raise TokenError(f"cannot read token file {self._file}: {e.strerror or e}") from None
+        text = raw.decode("utf-8", "replace").strip()
+        if text.startswith("SLURM_JWT="):
+            text = text[len("SLURM_JWT=") :]
+        if not _TOKEN.fullmatch(text):
+            # a header with a newline or a control character would fail every request (uncounted);
+            # the text is a secret and is never quoted
+            what = "is empty" if not text else "holds more than one token line or characters a JWT has not"
+            raise TokenError(f"token file {self._file} {what}")
+        if self._stamp is not None and text != self._value:
+            log.info("token file %s changed; using the new token", self._file)
+        self._value = text
+        self._stamp = stamp
 
     def current(self) -> str | None:
         if self._file is not None:

@@ -7,7 +7,8 @@ used as the ``kind`` label of the poll-error counter::
     ├── TransportError              kind="unreachable": connect/DNS/socket/timeout failures
     │   └── RequestTimeout          kind="timeout": no complete answer within the time limit
     ├── HTTPStatusError             kind="http_<status>": non-2xx status, with slurmrestd's errors[] text
-    │   └── AuthError               kind="http_401"/"http_403": token refused (after one re-read of the token)
+    │   └── AuthError               kind="http_401/403/511": token refused (after one re-read of the token)
+    ├── TokenError                  kind="token": the token file is missing, unreadable or holds no token
     ├── ResponseError               a 2xx answer we cannot use
     │   ├── NotJSONError            kind="not_json": body is not JSON (HTML error page, garbage)
     │   ├── TruncatedError          kind="truncated": body ended early (Content-Length short, JSON cut)
@@ -46,6 +47,12 @@ class RequestTimeout(TransportError):
     kind = "timeout"
 
 
+class TokenError(SlurmError):
+    """The token file cannot be read or does not hold a token (never quoted: it is a secret)."""
+
+    kind = "token"
+
+
 class HTTPStatusError(SlurmError):
     """slurmrestd answered with a non-2xx status; ``errors`` holds its ``errors[]`` texts."""
 
@@ -62,7 +69,7 @@ class HTTPStatusError(SlurmError):
 
 
 class AuthError(HTTPStatusError):
-    """401/403: the token (or user name) was refused, also after re-reading the token once."""
+    """401/403/511: the token (or user name) was refused, also after re-reading the token once."""
 
 
 class ResponseError(SlurmError):

@@ -221,3 +221,35 @@ async def test_run_loop_wakes_waiters_and_never_overlaps(fake_url: tuple[FakeSlu
     assert s1 is not s2 is not s3
     assert p.status.endpoints["jobs"].errors["not_json"] >= 1
     assert max(fake.max_in_flight.values()) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        ("eyJhbGciOi.first\neyJhbGciOi.second\n", "more than one token line"),  # a header can't carry it
+        ("tok\x00en", "more than one token line"),
+        ("", "is empty"),
+        (None, "No such file"),
+    ],
+    ids=["two-lines", "control-character", "empty", "missing"],
+)
+async def test_a_bad_token_file_is_its_own_counted_error(
+    fake_url: tuple[FakeSlurmrestd, str], tmp_path: Path, content: str | None, why: str
+) -> None:
+    # a token with a newline raised an uncounted ValueError on every poll; a missing file was "unreachable"
+    _, url = fake_url
+    token_file = tmp_path / "token"
+    if content is not None:
+        token_file.write_text(content)
+    clock = Clock()
+    p = _poller(url, clock, token_file=token_file)
+    async with p.client:
+        assert await p.poll_once() is None  # no endpoint could be asked: no snapshot, nothing believed
+    errors = {ep: st.errors for ep, st in p.status.endpoints.items() if st.errors}
+    negotiation = p.status.negotiation.errors
+    assert {"token"} == {k for e in [*errors.values(), negotiation] for k in e}, (errors, negotiation)
+    assert why in p.status.negotiation.last_error or any(
+        why in st.last_error for st in p.status.endpoints.values()
+    )
+    for secret in ("eyJhbGciOi", "tok"):
+        assert all(secret not in (st.last_error or "") for st in p.status.endpoints.values())
