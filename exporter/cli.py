@@ -54,6 +54,7 @@ POLL_FIELDS = [
     "api_version",
     "request_timeout",
     "stream_timeout",
+    "stream_idle_timeout",
     "retries",
     "max_concurrency",
     "tls_ca_file",
@@ -65,6 +66,7 @@ SERVE_FIELDS = [
     *POLL_FIELDS,
     "poll_interval",
     "full_refresh",
+    "up_max_age",
     "listen_address",
     "listen_port",
     "web_config_file",
@@ -115,6 +117,7 @@ def client_config(s: Settings) -> ClientConfig:
         user_name=s.user_name,
         timeout=s.request_timeout,
         stream_timeout=s.stream_timeout,
+        idle_timeout=s.stream_idle_timeout,
         retries=s.retries,
         max_concurrency=s.max_concurrency,
         tls_ca_file=s.tls_ca_file,
@@ -128,6 +131,7 @@ def poller_config(s: Settings) -> PollerConfig:
         api_version=s.api_version,
         use_update_time=s.use_update_time,
         full_refresh=s.full_refresh,
+        up_max_age=s.up_max_age,
     )
 
 

@@ -243,6 +243,9 @@ class ClientConfig:
     timeout: float = 30.0
     """Limit for one small request (connect + whole answer)."""
     stream_timeout: float = 600.0
+    idle_timeout: float = 30.0
+    """Limit for any one wait for bytes (a frozen slurmrestd ends a request after this, not after
+    ``stream_timeout``)."""
     """Limit for one streamed request (/jobs): slurmrestd sends ~5.5 MB/s at 20k jobs."""
     retries: int = 2
     """Extra attempts after a retryable failure (unreachable, timeout, 429, 5xx)."""
@@ -404,7 +407,8 @@ class SlurmClient:
             await self.open()
         assert self._session is not None
         limit = self.config.timeout if whole else self.config.stream_timeout
-        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0))
+        idle = min(limit, self.config.idle_timeout)
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0), sock_read=idle)
         self.requests_sent += 1
         try:
             async with self._session.get(
@@ -439,6 +443,10 @@ class SlurmClient:
         except SlurmError as err:
             err.endpoint = err.endpoint or endpoint
             raise
+        except aiohttp.SocketTimeoutError:
+            raise RequestTimeout(
+                f"no byte from slurmrestd for {idle:g}s (frozen or stalled)", endpoint=endpoint
+            ) from None
         except TimeoutError:
             raise RequestTimeout(f"no complete answer within {limit:g}s", endpoint=endpoint) from None
         except aiohttp.ClientPayloadError as e:

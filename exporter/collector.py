@@ -31,10 +31,20 @@ from .poller import PollStatus
 def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> Iterable[Metric]:
     """Exporter health: up, poll durations and errors per endpoint, snapshot age, info."""
     up = GaugeMetricFamily(
-        "slurm_up", "1 if the last poll of slurmrestd produced a snapshot (some endpoint answered), else 0"
+        "slurm_up",
+        "1 while slurmrestd's jobs, nodes and partitions were all fetched (or confirmed unchanged) within "
+        "--up-max-age seconds, else 0 (also during a poll stuck on a frozen slurmrestd)",
     )
-    up.add_metric([], 1.0 if status.last_poll_ok else 0.0)
+    up.add_metric([], 1.0 if status.up(now) else 0.0)
     yield up
+    data_age = GaugeMetricFamily(
+        "slurm_exporter_data_age_seconds",
+        "Seconds since the oldest of the jobs, nodes and partitions data was fetched or confirmed unchanged",
+    )
+    age_now = status.data_age(now)
+    if age_now is not None:
+        data_age.add_metric([], age_now)
+    yield data_age
     duration = GaugeMetricFamily(
         "slurm_exporter_poll_duration_seconds",
         "Seconds the last fetch of each slurmrestd endpoint took (decode included)",

@@ -54,6 +54,14 @@ class PollerConfig:
     full_refresh: float = 60.0
     """Seconds after which an endpoint is fetched in full even if ``last_update`` did not move."""
     endpoints: tuple[str, ...] = ENDPOINTS
+    up_max_age: float = 30.0
+    """Seconds the data of every :data:`REQUIRED_ENDPOINTS` endpoint may be old and Slurm still count as
+    up (``slurm_up``): a poll stuck on a frozen slurmrestd, or jobs and nodes failing while licenses answer,
+    turn it 0 by this age."""
+
+
+REQUIRED_ENDPOINTS = ("jobs", "nodes", "partitions")
+"""What the product needs: health (``slurm_up``, ``/readyz``) is theirs, not any endpoint's."""
 
 
 @dataclass
@@ -83,7 +91,11 @@ class EndpointState:
     """Set when this server failed a request only because it carried ``update_time``
     (see :data:`UPDATE_TIME_REJECTED`); the endpoint is then always fetched in full."""
 
+    last_ok: bool = False
+    """Whether the last finished fetch succeeded (or was answered "unchanged")."""
+
     def record_error(self, err: SlurmError, now: float) -> None:
+        self.last_ok = False
         self.errors[err.kind] += 1
         self.last_error, self.last_error_kind, self.last_error_at = str(err), err.kind, now
 
@@ -105,6 +117,23 @@ class PollStatus:
     endpoints: dict[str, EndpointState] = field(default_factory=dict)
     negotiation: EndpointState = field(default_factory=lambda: EndpointState("openapi"))
     last_error: str = ""
+    up_max_age: float = 30.0
+    """:attr:`PollerConfig.up_max_age`."""
+
+    def data_age(self, now: float) -> float | None:
+        """Seconds since the oldest of the required endpoints' data was fetched (or confirmed unchanged);
+        None until each of them was fetched once."""
+        stamps = [st.fetched_at for e in REQUIRED_ENDPOINTS if (st := self.endpoints.get(e)) is not None]
+        if not stamps or any(t is None for t in stamps):
+            return None
+        return max(0.0, now - min(t for t in stamps if t is not None))
+
+    def up(self, now: float) -> bool:
+        """Slurm is up for us: the last fetch of every required endpoint succeeded, and each answered
+        within :attr:`up_max_age` seconds (a poll stuck on a frozen slurmrestd never finishes)."""
+        age = self.data_age(now)
+        ok = all(st.last_ok for e in REQUIRED_ENDPOINTS if (st := self.endpoints.get(e)) is not None)
+        return ok and age is not None and age <= self.up_max_age
 
 
 class Poller:
@@ -120,7 +149,9 @@ class Poller:
         self.client = client
         self.config = config or PollerConfig()
         self._clock = clock
-        self.status = PollStatus(endpoints={e: EndpointState(e) for e in self.config.endpoints})
+        self.status = PollStatus(
+            endpoints={e: EndpointState(e) for e in self.config.endpoints}, up_max_age=self.config.up_max_age
+        )
         self._paths: dict[str, str] = {}
         self._adapter: versions.Adapter | None = None
         self._snapshot: Snapshot | None = None
@@ -281,6 +312,7 @@ class Poller:
             st.last_duration = time.perf_counter() - t0
             st.last_bytes = 0
             st.fetched_at = self._clock()
+            st.last_ok = True
             return True
         except SlurmError as e:
             st.record_error(e, self._clock())
@@ -299,6 +331,7 @@ class Poller:
             st.envelope = env
         st.successes += 1
         st.fetched_at = finished
+        st.last_ok = True
         return True
 
     async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:

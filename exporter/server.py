@@ -413,8 +413,11 @@ async def _healthz(request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    if request.app[POLLER].snapshot is None:
-        err = request.app[POLLER].status.last_error or "no poll finished yet"
+    poller = request.app[POLLER]
+    if poller.snapshot is None or poller.status.data_age(time.time()) is None:
+        # ready once jobs, nodes and partitions were each fetched; afterwards held data is served (and
+        # slurm_up / slurm_exporter_data_age_seconds say how old it is) rather than the pod taken away
+        err = poller.status.last_error or "no poll finished yet"
         return web.Response(status=503, text=f"not ready: {err}\n")
     return web.Response(text="ready\n")
 

@@ -51,6 +51,14 @@ class Settings(BaseSettings):
     use_update_time: bool = Field(True, description="send update_time to skip unchanged data")
     request_timeout: float = Field(30.0, gt=0.0, description="seconds allowed for one small request")
     stream_timeout: float = Field(600.0, gt=0.0, description="seconds allowed for one /jobs request")
+    stream_idle_timeout: float = Field(
+        30.0, gt=0.0, description="seconds a request may go without receiving a byte (a frozen slurmrestd)"
+    )
+    up_max_age: float = Field(
+        30.0,
+        gt=0.0,
+        description="slurm_up is 0 once jobs, nodes or partitions data is older than this many seconds",
+    )
     retries: int = Field(2, ge=0, le=10, description="extra attempts after a retryable failure")
     max_concurrency: int = Field(4, ge=1, le=64, description="requests in flight to slurmrestd at most")
     tls_ca_file: Path | None = Field(None, description="CA bundle to verify an https slurmrestd")

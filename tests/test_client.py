@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -252,19 +253,34 @@ def test_token_source_rereads_rotated_file(tmp_path: Path) -> None:
 class RawServer:
     """A TCP server on loopback that answers every request with fixed bytes (and remembers requests)."""
 
-    def __init__(self, answer: bytes, on_request: Callable[[], None] = lambda: None) -> None:
+    def __init__(
+        self, answer: bytes, on_request: Callable[[], None] = lambda: None, stall: float = 0.0
+    ) -> None:
         self.answer = answer
         self.on_request = on_request
+        self.stall = stall
+        """Seconds to keep the connection open, silent, after the answer (a frozen slurmrestd)."""
         self.requests: list[bytes] = []
         self._server: asyncio.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.requests.append(await reader.readuntil(b"\r\n\r\n"))
-        self.on_request()
-        writer.write(self.answer)
-        await writer.drain()
-        writer.close()
-        await writer.wait_closed()
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+            self.on_request()
+            writer.write(self.answer)
+            await writer.drain()
+            if self.stall:
+                await asyncio.sleep(self.stall)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away: nothing to answer
+        finally:  # also when cancelled with the server: no transport left for the garbage collector
+            writer.close()
+            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
 
     async def __aenter__(self) -> str:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -273,6 +289,9 @@ class RawServer:
     async def __aexit__(self, *exc: object) -> None:
         assert self._server is not None
         self._server.close()
+        for task in self._handlers:  # a stalling answer is cut off with the server
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
         await self._server.wait_closed()
 
 
@@ -321,3 +340,17 @@ async def test_redirects_are_not_followed_and_the_token_goes_nowhere() -> None:
         assert f"redirect to {elsewhere}/steal not followed" in str(err.value)
         assert b"good-token" not in str(err.value).encode()
         assert thief.requests == []  # never asked, so never given the token
+
+
+async def test_a_stream_that_stops_sending_ends_after_the_idle_timeout() -> None:
+    # a frozen slurmrestd (SIGSTOP) kept /jobs open for the whole --stream-timeout (600 s): slurm_up and
+    # the next poll waited that long; no byte for --stream-idle-timeout ends it
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    server = RawServer(head + b'{"jobs": [', stall=10.0)
+    async with server as url, _client(url, retries=0, stream_timeout=30.0, idle_timeout=0.2) as c:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(errors.RequestTimeout, match=r"no byte from slurmrestd for 0\.2s") as info:
+            async for _ in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs"):
+                pass
+        assert asyncio.get_running_loop().time() - started < 5.0  # not the 30 s stream limit
+    assert info.value.kind == "timeout"

@@ -72,9 +72,11 @@ def snapshot_of(vdir: Path) -> Snapshot:
 
 def ok_status() -> PollStatus:
     st = PollStatus(api_version="v0.0.45", polls=3, last_poll_ok=True, last_success=NOW - 3.0)
-    jobs = EndpointState("jobs", fetched_at=NOW - 3.0, last_duration=0.25, successes=3)
+    jobs = EndpointState("jobs", fetched_at=NOW - 3.0, last_duration=0.25, successes=3, last_ok=True)
     jobs.errors["timeout"] = 2
     st.endpoints["jobs"] = jobs
+    for name, at in (("nodes", NOW - 2.0), ("partitions", NOW - 1.0), ("licenses", NOW - 100.0)):
+        st.endpoints[name] = EndpointState(name, fetched_at=at, successes=3, last_ok=True)
     return st
 
 
@@ -403,6 +405,16 @@ def test_health_families() -> None:
     assert reg.get_sample_value("slurm_exporter_last_success_timestamp_seconds") == NOW - 3.0
     info = {"cluster": snap.cluster, "slurm_version": snap.slurm_version, "api_version": vdir.name}
     assert reg.get_sample_value("slurm_exporter_info", info) == 1
+    # the age of the oldest of jobs, nodes, partitions (licenses are not what the product needs)
+    assert reg.get_sample_value("slurm_exporter_data_age_seconds") == 3.0
+    # slurm_up 0 when a required endpoint's last fetch failed (licenses still answering) ...
+    failing = ok_status()
+    failing.endpoints["nodes"].last_ok = False
+    assert registry_for(snap, failing).get_sample_value("slurm_up") == 0
+    # ... or when its data is older than up_max_age, as while a poll hangs on a frozen slurmrestd
+    stuck = ok_status()
+    stuck.endpoints["jobs"].fetched_at = NOW - stuck.up_max_age - 1
+    assert registry_for(snap, stuck).get_sample_value("slurm_up") == 0
     # before the first snapshot: health only, slurm_up 0, no Slurm families
     empty = registry_for(None, PollStatus())
     assert empty.get_sample_value("slurm_up") == 0
