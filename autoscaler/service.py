@@ -22,6 +22,8 @@ from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from prometheus_client.core import GaugeMetricFamily, Metric
+
 from autoscaler.demand import Demand, Target, compute_demand
 from exporter.model import Snapshot
 
@@ -124,6 +126,7 @@ class DemandService:
         self._demands: dict[Target, Demand] = {}
         self._updated = asyncio.Event()
         self._following = False
+        self._stale = False
         self.computations = 0
         self.last_compute_seconds = 0.0
 
@@ -145,6 +148,47 @@ class DemandService:
             raise NoSnapshotYet("no snapshot with jobs and nodes from slurmrestd yet")
         return self._snap  # a newer snapshot lacks jobs or nodes: keep the last usable one
 
+    def data_age(self, now: float | None = None) -> float | None:
+        """Seconds since the jobs/nodes data the answers are computed from was fetched (None before the
+        first usable snapshot); logs once when it passes ``stale_after`` and once when it is fresh again."""
+        snap = self._snap if self._snap is not None else self._source.snapshot
+        if not _usable(snap):
+            return None
+        assert snap is not None
+        age = max(0.0, (self._clock() if now is None else now) - data_time(snap))
+        stale = age > self.stale_after
+        if stale != self._stale:
+            self._stale = stale
+            if stale:
+                log.warning(
+                    "demand is held on data %.0f s old (--demand-stale-after %.0f s): slurmrestd is failing",
+                    age,
+                    self.stale_after,
+                )
+            else:
+                log.info("demand data is fresh again (%.1f s old)", age)
+        return age
+
+    def health_families(self, now: float) -> list[Metric]:
+        """Per scrape (time passes without a new snapshot): ``slurm_autoscaler_stale``."""
+        fam = GaugeMetricFamily(
+            "slurm_autoscaler_stale",
+            "1 while the demand served to KEDA and on /metrics is held on jobs/nodes data older than "
+            "--demand-stale-after seconds (slurmrestd failing; the value is held, never dropped), else 0",
+        )
+        age = self.data_age(now)
+        if age is not None:
+            fam.add_metric([], 1.0 if age > self.stale_after else 0.0)
+        return [fam]
+
+    def status_line(self, now: float) -> str:
+        """One line for the status page."""
+        age = self.data_age(now)
+        if age is None:
+            return "demand: no snapshot with jobs and nodes yet"
+        held = f"HELD: older than {self.stale_after:.0f} s" if age > self.stale_after else "fresh"
+        return f"demand: {len(self._targets)} targets known; jobs/nodes data {age:.1f} s old ({held})"
+
     def answer(self, target: Target) -> Answer:
         """The demand of ``target`` now; raises :class:`NoSnapshotYet` before the first poll."""
         snap = self._current()
@@ -156,7 +200,8 @@ class DemandService:
         if demand is None:
             demand = self._demands[target] = compute_demand(snap, [target])[target.name]
         when = data_time(snap)
-        return Answer(target, demand, when, self._clock() - when > self.stale_after)
+        age = self.data_age()
+        return Answer(target, demand, when, age is not None and age > self.stale_after)
 
     def _admit(self, target: Target, snap: Snapshot) -> None:
         """Take a target a scaler asks about for the first time, if its partition exists and the

@@ -256,6 +256,8 @@ async def run_serve(s: Settings) -> int:
             node_reasons=s.metrics_node_reasons,
             web_config=web_config,
             extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label),
+            extra_health=demand.health_families,
+            status_lines=lambda now: [demand.status_line(now)],
         )
         grpc_server: ScalerServer | None = None
         try:

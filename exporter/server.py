@@ -156,9 +156,11 @@ class MetricsRenderer:
         node_reasons: bool = False,
         on_render: Callable[[str], None] | None = None,
         extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
+        extra_health: Callable[[float], Iterable[Metric]] | None = None,
     ) -> None:
         self.poller = poller
         self.extra_families = extra_families
+        self.extra_health = extra_health
         self.clock = clock
         self.flags = {
             "per_node": per_node,
@@ -254,7 +256,11 @@ class MetricsRenderer:
     # -- per scrape --------------------------------------------------------------------------------
 
     def health(self, snap: Snapshot | None, fmt: _Format) -> bytes:
-        return fmt.render(health_families(snap, self.poller.status, self.clock()))
+        now = self.clock()
+        families = health_families(snap, self.poller.status, now)
+        if self.extra_health is not None:
+            families = itertools.chain(families, self.extra_health(now))
+        return fmt.render(families)
 
     async def body(self, accept: str, gzip: bool) -> tuple[bytes, str]:
         """(body, content type) of one scrape; the body is gzip-encoded when ``gzip``."""
@@ -285,6 +291,7 @@ POLLER: web.AppKey[Poller] = web.AppKey("poller", Poller)
 RENDERER: web.AppKey[MetricsRenderer] = web.AppKey("renderer", MetricsRenderer)
 AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
 WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
+STATUS_LINES: web.AppKey[Callable[[float], Iterable[str]]] = web.AppKey("status_lines")
 
 
 def make_app(
@@ -298,13 +305,16 @@ def make_app(
     web_config: WebConfig | None = None,
     on_render: Callable[[str], None] | None = None,
     extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
+    extra_health: Callable[[float], Iterable[Metric]] | None = None,
+    status_lines: Callable[[float], Iterable[str]] | None = None,
 ) -> web.Application:
     """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector).
 
     ``web_config`` adds basic auth and response headers (TLS is the site's: see :func:`start`);
     ``on_render`` is called with the content type whenever the Slurm families are rendered;
     ``extra_families`` adds families computed from each snapshot (the autoscaler's demand), rendered
-    and cached with the Slurm families.
+    and cached with the Slurm families; ``extra_health`` families rendered on every scrape from the time
+    (the demand's staleness); ``status_lines`` lines for the status page.
     """
     wc = web_config or WebConfig()
     app = web.Application(middlewares=[_auth_middleware])
@@ -318,7 +328,9 @@ def make_app(
         node_reasons=node_reasons,
         on_render=on_render,
         extra_families=extra_families,
+        extra_health=extra_health,
     )
+    app[STATUS_LINES] = status_lines or (lambda now: ())
     app[AUTH] = BasicAuth(wc.basic_auth_users)
     app[WEB_CONFIG] = wc
     if wc.headers:
@@ -452,6 +464,7 @@ async def _index(request: web.Request) -> web.Response:
         else "no poll finished yet"
     )
     error = f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
+    error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>
 <h1>slurm-keda {__version__}</h1>
 <p>API version {html.escape(st.api_version or "not negotiated")}; {summary}</p>

@@ -46,7 +46,9 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
             poller = Poller(client, PollerConfig())
             demand = DemandService(poller)
             app = make_app(
-                poller, extra_families=lambda s: demand_families(demand.demands_on(s), demand.label)
+                poller,
+                extra_families=lambda s: demand_families(demand.demands_on(s), demand.label),
+                extra_health=demand.health_families,
             )
             runner = await start(app, "127.0.0.1", 0)
             try:
@@ -66,6 +68,7 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
         == 1
     )
     assert sample(body, "slurm_autoscaler_desired_nodes", target="gpu", partition="gpu") == 2
+    assert re.search(r"^slurm_autoscaler_stale 0\.0$", body, re.M)  # fresh data, rendered per scrape
     out = subprocess.run(
         [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True, timeout=60
     )

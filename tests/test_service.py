@@ -211,3 +211,34 @@ def test_asked_targets_are_bounded_and_unknown_partitions_refused(monkeypatch: p
     now[0] += 3601.0  # none asked for an hour: forgotten, room for new ones
     service.answer(Target("p", "p", max_nodes=7))
     assert service.targets == [Target("p", "p", max_nodes=7)]
+
+
+async def test_staleness_is_visible_in_a_metric_a_status_line_and_one_log_line_each_way(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # --demand-stale-after had no visible effect: the held answer looked fresh
+    now = [5000.0]
+    source = SnapshotFeed()
+    source.put(snap(now[0], [pend(1)], [Node(name="n1", partitions=("p",), state="IDLE", cpus=8)]))
+    service = DemandService(source, stale_after=60.0, clock=lambda: now[0])
+
+    def stale() -> float:
+        (fam,) = service.health_families(now[0])
+        (sample,) = fam.samples
+        return sample.value
+
+    assert DemandService(SnapshotFeed()).health_families(now[0])[0].samples == []  # nothing to judge yet
+    now[0] += 10.0
+    assert stale() == 0.0 and service.status_line(now[0]).endswith("10.0 s old (fresh)")
+    with caplog.at_level("INFO", logger="autoscaler.service"):
+        now[0] += 51.0  # 61 s: older than stale_after
+        assert stale() == 1.0 and service.answer(T).stale
+        assert stale() == 1.0  # asked again: still one log line
+        assert "HELD" in service.status_line(now[0])
+        fresh_snap = snap(now[0], [pend(1)], [Node(name="n1", partitions=("p",), state="IDLE", cpus=8)])
+        source.put(fresh_snap)
+        await service.refresh(fresh_snap)  # what run() does with each new snapshot
+        assert stale() == 0.0
+    held = [r for r in caplog.records if "held on data" in r.getMessage()]
+    fresh = [r for r in caplog.records if "fresh again" in r.getMessage()]
+    assert (len(held), held[0].levelname, len(fresh)) == (1, "WARNING", 1)
