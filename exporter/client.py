@@ -105,7 +105,7 @@ def slurm_error_texts(body: bytes) -> tuple[str, ...]:
     """The human texts of slurmrestd's ``errors[]`` (``description``, else ``error``), if any."""
     try:
         parsed = msgspec.json.decode(body, type=_ErrorBody)
-    except (msgspec.DecodeError, msgspec.ValidationError):
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return ()
     texts = []
     for e in parsed.errors:
@@ -471,6 +471,8 @@ class SlurmClient:
             document = msgspec.json.decode(body)
         except msgspec.DecodeError as e:
             raise NotJSONError(f"/openapi/v3 is not JSON: {e}", endpoint="openapi") from None
+        except RecursionError:
+            raise NotJSONError("/openapi/v3 is nested too deeply", endpoint="openapi") from None
         if not isinstance(document, dict):
             raise NotJSONError("/openapi/v3 is not a JSON object", endpoint="openapi")
         return versions_from_openapi(document)

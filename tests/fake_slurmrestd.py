@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -19,7 +20,8 @@ from aiohttp import web
 Fault = str
 """``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``
 (Content-Length promises more than is sent), ``"cut_json"`` (2xx, JSON cut short), ``"shape"``,
-``"hang"`` (never answers), ``"304"``, ``"empty_list"`` (valid answer with no records)."""
+``"deep"`` (1,100 nested arrays in the first record), ``"hang"`` (never answers), ``"304"``,
+``"empty_list"`` (valid answer with no records)."""
 
 
 @dataclass
@@ -114,6 +116,11 @@ class FakeSlurmrestd:
             return web.Response(body=body[: len(body) // 2], content_type="application/json")
         if fault == "shape":
             return web.json_response({"jobs": "not a list", "nodes": 7, "partitions": {"x": 1}})
+        if fault == "deep":  # 1,100 nested arrays in an unknown field of the first record
+            deep = b"[" * 1100 + b"]" * 1100
+            first = rb'("(?:jobs|nodes|partitions|licenses|reservations)":\s*\[\s*\{|"statistics":\s*\{)'
+            doc = re.sub(first, lambda m: m.group(1) + b'"x": ' + deep + b", ", body, count=1)
+            return web.Response(body=doc, content_type="application/json")
         if fault == "empty_list":
             doc = json.loads(body)
             for key in ("jobs", "nodes", "partitions", "reservations", "licenses"):

@@ -46,6 +46,8 @@ def decode(decoder: msgspec.json.Decoder[T], body: Any, endpoint: str) -> T:
         raise errors.NotJSONError(_not_json_message(msg, body), endpoint=endpoint) from None
     except (TypeError, ValueError, UnicodeError) as exc:
         raise errors.NotJSONError(f"cannot decode body: {exc}", endpoint=endpoint) from None
+    except RecursionError:  # ~1,000 nested arrays in any field: no slurmrestd answer is that deep
+        raise errors.ShapeError("JSON nested too deeply - at `$`", endpoint=endpoint) from None
 
 
 def _not_json_message(msg: str, body: Any) -> str:
