@@ -55,6 +55,12 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
         "Failed fetches of slurmrestd endpoints, by endpoint and error kind",
         labels=["endpoint", "kind"],
     )
+    dropped = CounterMetricFamily(
+        "slurm_exporter_records_dropped",
+        "Records slurmrestd sent with impossible values (negative CPUs, job id below 1, ...) and that were "
+        "dropped, by endpoint",
+        labels=["endpoint"],
+    )
     fetched = GaugeMetricFamily(
         "slurm_exporter_endpoint_fetched_timestamp_seconds",
         "When each endpoint's data in the current snapshot was fetched or confirmed unchanged",
@@ -66,8 +72,11 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
             errors.add_metric([st.name, kind], float(n))
         if st.fetched_at is not None:
             fetched.add_metric([st.name], st.fetched_at)
+        if st.name in ("jobs", "nodes"):
+            dropped.add_metric([st.name], float(st.dropped))
     yield duration
     yield errors
+    yield dropped
     yield fetched
     last = GaugeMetricFamily(
         "slurm_exporter_last_success_timestamp_seconds", "When the current snapshot was taken (epoch seconds)"

@@ -30,7 +30,8 @@ from . import versions
 from .client import ApiPaths, NotModified, SlurmClient, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
-from .model import ENDPOINTS, Diag, Envelope, Snapshot
+from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot
+from .validate import check_jobs, check_nodes
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,8 @@ class EndpointState:
 
     last_ok: bool = False
     """Whether the last finished fetch succeeded (or was answered "unchanged")."""
+    dropped: int = 0
+    """Records dropped for impossible values (:mod:`exporter.validate`), over all fetches."""
 
     def record_error(self, err: SlurmError, now: float) -> None:
         self.last_ok = False
@@ -345,6 +348,10 @@ class Poller:
             body = await self.client.get(path, endpoint=name, params=params, retries=retries)
             nbytes = len(body)
             data, env = _parse(self._adapter, name, body)
+            if name == "nodes":
+                nodes, bad = check_nodes(data)
+                data = list(nodes)
+                self._note_dropped(name, bad)
         if env.errors:
             raise SlurmReportedError("; ".join(env.errors), endpoint=name)
         return data, env, nbytes
@@ -355,19 +362,39 @@ class Poller:
         adapter = self._adapter
         decoder = StreamingArrayDecoder(b"jobs", adapter.job_array)
         jobs: list[Any] = []
+        dropped: list[str] = []
+
+        def keep(batch: list[Job]) -> None:
+            good, bad = check_jobs(batch)  # batch by batch: no long stall at 100k jobs
+            jobs.extend(good)
+            dropped.extend(bad)
+
         retries = 0 if params else None
         async for chunk in self.client.stream(path, endpoint="jobs", params=params, retries=retries):
             got = decoder.feed(chunk)
             if got:
-                jobs.extend(got)
+                keep(got)
                 await asyncio.sleep(0)  # let scrapes and the gRPC scaler run between batches
         envelope_bytes, rest = decoder.finish()
         if not decoder.found_array:  # no "jobs": [...] at all: let the full parser say why
             whole, env = adapter.jobs(envelope_bytes)
-            return whole, env, decoder.bytes_seen
-        jobs.extend(rest)
-        env = adapter.envelope(envelope_bytes, "jobs")
+            keep(whole)
+        else:
+            keep(rest)
+            env = adapter.envelope(envelope_bytes, "jobs")
+        self._note_dropped("jobs", dropped)
         return jobs, env, decoder.bytes_seen
+
+    def _note_dropped(self, name: str, problems: list[str]) -> None:
+        """Count (and log once per poll) records of ``name`` dropped for impossible values."""
+        if problems:
+            self.status.endpoints[name].dropped += len(problems)
+            log.warning(
+                "%s: dropped %d record(s) with impossible values (first: %s)",
+                name,
+                len(problems),
+                problems[0],
+            )
 
 
 def _vkey(v: str) -> tuple[int, ...]:

@@ -19,9 +19,9 @@ from aiohttp import web
 
 Fault = str
 """``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``
-(Content-Length promises more than is sent), ``"cut_json"`` (2xx, JSON cut short), ``"shape"``,
-``"deep"`` (1,100 nested arrays in the first record), ``"hang"`` (never answers), ``"304"``,
-``"empty_list"`` (valid answer with no records)."""
+(Content-Length promises more than is sent), ``"cut_json"`` (2xx, JSON cut short), ``"shape"``, ``"deep"``
+(1,100 nested arrays in the first record), ``"impossible"`` (job id −2, node CPUs −9), ``"hang"`` (never
+answers), ``"304"``, ``"empty_list"`` (valid answer with no records)."""
 
 
 @dataclass
@@ -121,6 +121,13 @@ class FakeSlurmrestd:
             first = rb'("(?:jobs|nodes|partitions|licenses|reservations)":\s*\[\s*\{|"statistics":\s*\{)'
             doc = re.sub(first, lambda m: m.group(1) + b'"x": ' + deep + b", ", body, count=1)
             return web.Response(body=doc, content_type="application/json")
+        if fault == "impossible":  # the first record says what no Slurm record can
+            doc = json.loads(body)
+            if doc.get("jobs"):
+                doc["jobs"][0]["job_id"] = -2
+            if doc.get("nodes"):
+                doc["nodes"][0]["cpus"] = -9
+            return web.json_response(doc)
         if fault == "empty_list":
             doc = json.loads(body)
             for key in ("jobs", "nodes", "partitions", "reservations", "licenses"):

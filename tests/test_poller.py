@@ -254,3 +254,20 @@ async def test_a_bad_token_file_is_its_own_counted_error(
     )
     for secret in ("eyJhbGciOi", "tok"):
         assert all(secret not in (st.last_error or "") for st in p.status.endpoints.values())
+
+
+async def test_records_with_impossible_values_are_dropped_and_counted(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    # node CPUs -9 (from a fake slurmrestd) once moved a target's desired nodes from 5 to 3, unnoticed
+    fake, url = fake_url
+    p = _poller(url, Clock(), use_update_time=False)
+    async with p.client:
+        good = await p.poll_once()
+        fake.faults = {"jobs": "impossible", "nodes": "impossible"}
+        bad = await p.poll_once()
+    assert good is not None and bad is not None
+    assert len(bad.jobs) == len(good.jobs) - 1 and all(j.job_id > 0 for j in bad.jobs)
+    assert len(bad.nodes) == len(good.nodes) - 1 and all(n.cpus >= 0 for n in bad.nodes)
+    assert (p.status.endpoints["jobs"].dropped, p.status.endpoints["nodes"].dropped) == (1, 1)
+    assert p.status.endpoints["jobs"].last_ok  # the endpoint answered; one record was not believed
