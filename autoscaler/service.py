@@ -156,6 +156,11 @@ class DemandService:
             return None
         assert snap is not None
         age = max(0.0, (self._clock() if now is None else now) - data_time(snap))
+        self._judge(age)
+        return age
+
+    def _judge(self, age: float) -> bool:
+        """Whether data ``age`` seconds old is stale; logs the changes between fresh and stale."""
         stale = age > self.stale_after
         if stale != self._stale:
             self._stale = stale
@@ -167,7 +172,7 @@ class DemandService:
                 )
             else:
                 log.info("demand data is fresh again (%.1f s old)", age)
-        return age
+        return stale
 
     def health_families(self, now: float) -> list[Metric]:
         """Per scrape (time passes without a new snapshot): ``slurm_autoscaler_stale``."""
@@ -200,8 +205,7 @@ class DemandService:
         if demand is None:
             demand = self._demands[target] = compute_demand(snap, [target])[target.name]
         when = data_time(snap)
-        age = self.data_age()
-        return Answer(target, demand, when, age is not None and age > self.stale_after)
+        return Answer(target, demand, when, self._judge(self._clock() - when))
 
     def _admit(self, target: Target, snap: Snapshot) -> None:
         """Take a target a scaler asks about for the first time, if its partition exists and the
