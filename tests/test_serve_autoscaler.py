@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aiohttp
@@ -181,3 +181,41 @@ def test_a_port_in_use_is_one_clear_line(which: str) -> None:
     assert result.returncode == 2, result.stderr
     assert len(lines) == 1 and str(busy) in lines[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+async def test_the_token_appears_in_no_log_metric_page_or_error() -> None:
+    # serve at debug level while slurmrestd first refuses the token, then answers; every page, the
+    # scrape, a gRPC error and the whole log are searched for the token
+    fake = FakeSlurmrestd(DATA, token="rotated-elsewhere")  # refuses good-token: 401s, logged
+    pages: list[str] = []
+    async with serve(fake) as url, serve_process(url, "--log-level", "debug") as (proc, http_port, grpc_port):
+        base = f"http://127.0.0.1:{http_port}"
+        async with aiohttp.ClientSession() as http:
+
+            async def until(path: str, done: Callable[[int, str], bool]) -> None:
+                for _ in range(300):  # 30 s: serve starting, then polling every second
+                    with contextlib.suppress(aiohttp.ClientConnectionError):
+                        async with http.get(base + path) as r:
+                            if done(r.status, await r.text()):
+                                return
+                    await asyncio.sleep(0.1)
+                pytest.fail(f"{path} never got there")
+
+            await until("/metrics", lambda _, body: 'kind="http_401"' in body)  # a refused poll counted
+            fake.token = "good-token"
+            await until("/readyz", lambda status, _: status == 200)  # a snapshot served
+            for path in ("/metrics", "/", "/snapshot", "/readyz", "/healthz"):
+                async with http.get(base + path) as r:
+                    pages.append(await r.text())
+        async with connect(grpc_port) as keda:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await keda.is_active({"partition": "cpu", "min": "x"})
+            pages.append(err.value.details() or "")
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(proc.wait(), 15)
+        assert proc.stderr is not None
+        log_text = (await proc.stderr.read()).decode()
+    assert "token refused" in log_text or "401" in log_text  # the refusals were logged ...
+    for text in (log_text, *pages):
+        assert "good-token" not in text  # ... without the token
