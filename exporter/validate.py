@@ -59,15 +59,12 @@ def node_problem(node: Node) -> str | None:
     return None
 
 
-def keep_valid(
-    records: Sequence[R], problem: Callable[[R], str | None], suspect: Callable[[R], bool] | None = None
-) -> tuple[list[R], list[str]]:
-    """(the records without a :func:`problem`, the problems of those dropped), in order. ``suspect`` (a
-    cheap test that is True for every record with a problem) spares the full check for the rest."""
+def keep_valid(records: Sequence[R], problem: Callable[[R], str | None]) -> tuple[list[R], list[str]]:
+    """(the records without a :func:`problem`, the problems of those dropped), in order."""
     kept: list[R] = []
     dropped: list[str] = []
     for r in records:
-        why = problem(r) if suspect is None or suspect(r) else None
+        why = problem(r)
         if why is None:
             kept.append(r)
         else:
