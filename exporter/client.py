@@ -243,10 +243,10 @@ class ClientConfig:
     timeout: float = 30.0
     """Limit for one small request (connect + whole answer)."""
     stream_timeout: float = 600.0
+    """Limit for one streamed request (/jobs): slurmrestd sends ~5.5 MB/s at 20k jobs."""
     idle_timeout: float = 30.0
     """Limit for any one wait for bytes (a frozen slurmrestd ends a request after this, not after
     ``stream_timeout``)."""
-    """Limit for one streamed request (/jobs): slurmrestd sends ~5.5 MB/s at 20k jobs."""
     retries: int = 2
     """Extra attempts after a retryable failure (unreachable, timeout, 429, 5xx)."""
     backoff: float = 0.5

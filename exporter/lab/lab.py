@@ -668,6 +668,7 @@ class Lab:
                 self._stop(f"slurmd-{name}")
                 with _node_lock(self.state_dir):
                     record_path.unlink(missing_ok=True)
+                    self._write_gres(self._config())
             raise
         return node
 
