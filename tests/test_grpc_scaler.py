@@ -35,10 +35,9 @@ from autoscaler.grpc_scaler import (
 )
 from autoscaler.service import DemandService
 from exporter.model import MIB, Job, Node, Partition, Snapshot
-from exporter.versions import adapter_for
 from tests.grpc_certs import PKI, have_openssl, make_pki
 from tests.keda_client import TIMEOUT, connect
-from tests.tools import SnapshotFeed
+from tests.tools import SnapshotFeed, recorded_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
@@ -52,21 +51,6 @@ EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing in grpc-stubs
 
 def fetched(snap_time: float) -> dict[str, float]:
     return {"jobs": snap_time, "nodes": snap_time, "partitions": snap_time}
-
-
-def recorded_snapshot(taken_at: float) -> Snapshot:
-    a = adapter_for("v0.0.45")
-    jobs, _ = a.jobs((RECORDED_2605 / "jobs.json").read_bytes())
-    nodes, _ = a.nodes((RECORDED_2605 / "nodes.json").read_bytes())
-    parts, _ = a.partitions((RECORDED_2605 / "partitions.json").read_bytes())
-    return Snapshot(
-        taken_at=taken_at,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        nodes=tuple(nodes),
-        partitions=tuple(parts),
-        fetched_at=fetched(taken_at),
-    )
 
 
 def synthetic(pending_cpus: list[int], taken_at: float) -> Snapshot:
@@ -235,7 +219,7 @@ RECORDED_TARGETS: list[tuple[dict[str, str], Target]] = [
 
 @pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
 async def test_every_rpc_answers_the_demand_model(scaler: Scaler) -> None:
-    snap = recorded_snapshot(time.time())
+    snap = recorded_snapshot(RECORDED_2605, "v0.0.45", taken_at=time.time())
     await settle(scaler, snap)
     seen_active = set()
     async with connect(scaler.port) as keda:

@@ -45,11 +45,11 @@ def promtool_path() -> str:
     return path
 
 
-def recorded_snapshot(folder: Path, version: str) -> Snapshot:
+def recorded_snapshot(folder: Path, version: str, taken_at: float | None = None) -> Snapshot:
     """The snapshot one poll builds from the recorded answers in ``folder`` (``<endpoint>.json`` of API
     ``version``; missing endpoints stay empty, the others count as fetched then). Taken at /diag's
     ``req_time`` (slurmctld's clock when it was recorded), else at the jobs' ``last_update``: times in the
-    data are judged as they were then."""
+    data are judged as they were then. ``taken_at`` given: taken (and fetched) then instead."""
     a = adapter_for(version)
 
     present: list[str] = []
@@ -68,7 +68,8 @@ def recorded_snapshot(folder: Path, version: str) -> Snapshot:
     licenses = a.licenses(body)[0] if (body := read("licenses")) is not None else []
     reservations = a.reservations(body)[0] if (body := read("reservations")) is not None else []
     diag = a.diag(body)[0] if (body := read("diag")) is not None else None
-    taken_at = diag.stats_time if diag is not None else None
+    if taken_at is None:
+        taken_at = diag.stats_time if diag is not None else None
     if taken_at is None:
         taken_at = env.last_update if env is not None else None
     assert taken_at is not None, f"{folder}: no /diag req_time and no jobs last_update"
