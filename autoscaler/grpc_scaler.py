@@ -42,6 +42,7 @@ from typing import Any, TypeVar, cast
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError, Message
 
 from autoscaler._proto.externalscaler_pb2 import (
     GetMetricSpecResponse,
@@ -79,6 +80,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_timeout_ms", 20_000),
 )
 
+_Msg = TypeVar("_Msg", bound=Message)
 _Req = TypeVar("_Req")
 _Resp = TypeVar("_Resp")
 _Context = grpc.aio.ServicerContext
@@ -180,6 +182,35 @@ class _CertReloader:
 # -------------------------------------------------------------------------------------- service
 
 
+@dataclass(frozen=True)
+class Undecodable:
+    """A request whose bytes are not a valid message (answered INVALID_ARGUMENT, not UNKNOWN)."""
+
+    message_type: str
+    error: str
+
+
+def _parser(cls: type[_Msg]) -> Callable[[bytes], _Msg | Undecodable]:
+    """The request deserializer: a message, or :class:`Undecodable` (gRPC would answer UNKNOWN
+    with a Python exception's text to an exception raised here)."""
+
+    def parse(data: bytes) -> _Msg | Undecodable:
+        try:
+            return cls.FromString(data)
+        except DecodeError as e:
+            return Undecodable(cls.DESCRIPTOR.full_name, str(e)[:200])
+
+    return parse
+
+
+async def _decoded(request: _Msg | Undecodable, context: _Context[Any, Any]) -> _Msg:
+    if isinstance(request, Undecodable):
+        message = f"request is not a valid {request.message_type}: {request.error}"
+        log.warning("gRPC scaler: %s", message)
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+    return request
+
+
 def _who(ref: ScaledObjectRef) -> str:
     """The ScaledObject a request is for (never its metadata: it may carry TLS material)."""
     return f"{ref.namespace}/{ref.name}" if ref.namespace or ref.name else "(unnamed)"
@@ -224,23 +255,28 @@ class ExternalScaler:
     # -- RPCs ----------------------------------------------------------------------------------
 
     async def is_active(
-        self, request: ScaledObjectRef, context: _Context[ScaledObjectRef, IsActiveResponse]
+        self, raw: ScaledObjectRef | Undecodable, context: _Context[ScaledObjectRef, IsActiveResponse]
     ) -> IsActiveResponse:
+        request = await _decoded(raw, context)
         target = await self._target(request, context)
         answer = await self._answer(request, target, context)
         return IsActiveResponse(result=answer.active)
 
     async def get_metric_spec(
-        self, request: ScaledObjectRef, context: _Context[ScaledObjectRef, GetMetricSpecResponse]
+        self,
+        raw: ScaledObjectRef | Undecodable,
+        context: _Context[ScaledObjectRef, GetMetricSpecResponse],
     ) -> GetMetricSpecResponse:
+        request = await _decoded(raw, context)
         target = await self._target(request, context)
         name = metric_name(request.scalerMetadata, target)
         spec = MetricSpec(metricName=name, targetSize=TARGET_SIZE, targetSizeFloat=float(TARGET_SIZE))
         return GetMetricSpecResponse(metricSpecs=[spec])
 
     async def get_metrics(
-        self, request: GetMetricsRequest, context: _Context[GetMetricsRequest, GetMetricsResponse]
+        self, raw: GetMetricsRequest | Undecodable, context: _Context[GetMetricsRequest, GetMetricsResponse]
     ) -> GetMetricsResponse:
+        request = await _decoded(raw, context)
         ref = request.scaledObjectRef
         target = await self._target(ref, context)
         answer = await self._answer(ref, target, context)
@@ -251,13 +287,14 @@ class ExternalScaler:
         return GetMetricsResponse(metricValues=[value])
 
     async def stream_is_active(
-        self, request: ScaledObjectRef, context: _Context[ScaledObjectRef, IsActiveResponse]
+        self, raw: ScaledObjectRef | Undecodable, context: _Context[ScaledObjectRef, IsActiveResponse]
     ) -> AsyncIterator[IsActiveResponse]:
         """KEDA's ``external-push``: the current activity, then one message per change.
 
         Ends on the client's cancel (the handler is cancelled) or cleanly (status OK, which KEDA
         answers by reconnecting) when the server stops.
         """
+        request = await _decoded(raw, context)
         target = await self._target(request, context)
         await self._answer(request, target, context)  # UNAVAILABLE before the first snapshot
         self.streams += 1
@@ -300,7 +337,7 @@ class ExternalScaler:
 
     def handler(self) -> grpc.GenericRpcHandler[Any, Any]:
         uu, us = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
-        ref = ScaledObjectRef.FromString
+        ref = _parser(ScaledObjectRef)
         return grpc.method_handlers_generic_handler(
             SERVICE_NAME,
             {
@@ -308,7 +345,7 @@ class ExternalScaler:
                 "StreamIsActive": us(self.stream_is_active, ref, IsActiveResponse.SerializeToString),
                 "GetMetricSpec": uu(self.get_metric_spec, ref, GetMetricSpecResponse.SerializeToString),
                 "GetMetrics": uu(
-                    self.get_metrics, GetMetricsRequest.FromString, GetMetricsResponse.SerializeToString
+                    self.get_metrics, _parser(GetMetricsRequest), GetMetricsResponse.SerializeToString
                 ),
             },
         )

@@ -17,6 +17,7 @@ import os
 import random
 import re
 import ssl
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from .errors import (
     RequestTimeout,
     SlurmError,
     TokenError,
+    TooLargeError,
     TransportError,
     TruncatedError,
     VersionError,
@@ -247,6 +249,15 @@ class ClientConfig:
     idle_timeout: float = 30.0
     """Limit for any one wait for bytes (a frozen slurmrestd ends a request after this, not after
     ``stream_timeout``)."""
+    min_rate: float = 1024.0
+    """Bytes per second a body must average over every ``idle_timeout`` window once it has begun: a
+    slurmrestd drip-feeding bytes (each wait shorter than ``idle_timeout``) ends the request too."""
+    max_body_bytes: int = 16 << 30
+    """Cap on one streamed body (/jobs; ~10 KiB a job); a small request's cap is ``max_small_body_bytes``."""
+    max_small_body_bytes: int = 1 << 30
+    """Cap on one body read whole (/nodes, /partitions, ...), which is held in memory to decode."""
+    max_record_bytes: int = 16 << 20
+    """Cap on one record (job) of a streamed body, and on the text around the records."""
     retries: int = 2
     """Extra attempts after a retryable failure (unreachable, timeout, 429, 5xx)."""
     backoff: float = 0.5
@@ -257,6 +268,31 @@ class ClientConfig:
     chunk_bytes: int = 256 << 10
     """Read size of streamed bodies; with 512 KiB decode batches this kept batches cache-sized
     (measured ~450 MB/s vs ~270 MB/s with 16 MiB batches)."""
+
+
+class _RateFloor:
+    """Fails a body that averages under ``min_rate`` bytes/s over a ``window`` (monotonic seconds):
+    a peer that sends a byte just before each idle timeout would otherwise hold a request forever."""
+
+    def __init__(self, min_rate: float, window: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._need = min_rate * window
+        self._window = window
+        self._clock = clock
+        self._start = clock()
+        self._bytes = 0
+
+    def check(self, n: int) -> None:
+        self._bytes += n
+        elapsed = self._clock() - self._start
+        if elapsed < self._window:
+            return
+        if self._bytes < self._need:
+            raise RequestTimeout(
+                f"slurmrestd sent {self._bytes} bytes in {elapsed:.0f}s, under the"
+                f" {self._need / self._window:.0f} bytes/s floor (drip-fed or stalled)"
+            )
+        self._start = self._clock()
+        self._bytes = 0
 
 
 class NotModified(Exception):
@@ -432,10 +468,19 @@ class SlurmClient:
                     body = await resp.content.read(64 << 10)
                     check_status(resp.status, body, endpoint)
                 expected = resp.content_length
+                cap = self.config.max_small_body_bytes if whole else self.config.max_body_bytes
+                option = "" if whole else " (--max-body-bytes)"
+                if expected is not None and expected > cap:
+                    raise TooLargeError(f"answer of {expected} bytes is over the {cap >> 20} MiB cap{option}")
                 received = 0
+                rate = _RateFloor(self.config.min_rate, idle)
                 async for chunk in resp.content.iter_chunked(self.config.chunk_bytes):
                     received += len(chunk)
+                    if received > cap:
+                        raise TooLargeError(f"answer is over the {cap >> 20} MiB cap{option}")
+                    rate.check(len(chunk))
                     yield chunk
+                    await asyncio.sleep(0)  # buffered chunks don't yield: let scrapes run between them
                 if expected is not None and received < expected:
                     raise TruncatedError(
                         f"body ended after {received} of {expected} bytes", endpoint=endpoint

@@ -12,6 +12,7 @@ used as the ``kind`` label of the poll-error counter::
     ├── ResponseError               a 2xx answer we cannot use
     │   ├── NotJSONError            kind="not_json": body is not JSON (HTML error page, garbage)
     │   ├── TruncatedError          kind="truncated": body ended early (Content-Length short, JSON cut)
+    │   ├── TooLargeError           kind="too_large": body, one record or the envelope over its cap
     │   ├── ShapeError              kind="shape": JSON, but not the shape this API version promises
     │   └── SlurmReportedError      kind="slurm_error": 2xx with a non-empty errors[] from slurmctld
     ├── VersionError                kind="version": no API version both sides support / unknown override
@@ -88,6 +89,12 @@ class TruncatedError(ResponseError):
     """The body ended before the JSON document did."""
 
     kind = "truncated"
+
+
+class TooLargeError(ResponseError):
+    """The body, one record in it, or the text around the records is larger than its cap."""
+
+    kind = "too_large"
 
 
 class ShapeError(ResponseError):

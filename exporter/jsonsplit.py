@@ -12,6 +12,12 @@ The scan is vectorised with numpy: a lookup table marks ``{ } [ ] " \\`` bytes, 
 by an odd run of backslashes are dropped, a running quote parity masks brackets inside strings,
 and a cumulative sum gives each bracket's depth. Cuts are made only just after an element's
 closing ``}`` at array depth, so every scan starts outside any string at a known depth.
+
+Time stays linear in the body whatever its shape: a scan that finds no element boundary is not
+retried until the unconsumed bytes have doubled, and the text before the array is kept in a
+growing ``bytearray``. Size is bounded: one element larger than ``max_element_bytes``, or an
+envelope (the text around the array) larger than ``max_envelope_bytes``, raises
+:class:`~exporter.errors.TooLargeError`.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import Generic, NamedTuple, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from .errors import NotJSONError, TruncatedError
+from .errors import NotJSONError, TooLargeError, TruncatedError
 
 _OPEN_OBJ, _OPEN_ARR, _CLOSE_OBJ, _CLOSE_ARR, _QUOTE, _BACKSLASH = 1, 2, 3, 4, 5, 6
 _CLASS = np.zeros(256, dtype=np.int8)
@@ -50,7 +56,9 @@ class _Brackets:
         self.depth = depth
 
 
-def _scan(buf: bytes, start: int, end: int, depth0: int, in_string0: bool) -> tuple[_Brackets, bool]:
+def _scan(
+    buf: bytes | bytearray, start: int, end: int, depth0: int, in_string0: bool
+) -> tuple[_Brackets, bool]:
     """Find the brackets outside strings in ``buf[start:end]``.
 
     ``depth0``/``in_string0`` are the state at ``start``; ``buf[end-1]`` must not be a backslash
@@ -107,7 +115,7 @@ def _array_pieces(pieces: Sequence[Buffer]) -> list[Buffer]:
     return out
 
 
-def _scan_end(buf: bytes, start: int) -> int:
+def _scan_end(buf: bytes | bytearray, start: int) -> int:
     """End of the region safe to scan: hold back a trailing run of backslashes."""
     end = len(buf)
     while end > start and buf[end - 1] == 0x5C:
@@ -119,6 +127,12 @@ _KEY_BEFORE = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:\s*$')
 _FIRST_KEY = re.compile(rb'\s*"(?:[^"\\]|\\.)*"\s*:')
 
 T = TypeVar("T")
+
+MAX_ELEMENT_BYTES = 16 << 20
+"""Default cap on one array element: a Slurm job record is a few KiB (tens of KiB for a job on
+thousands of nodes)."""
+MAX_ENVELOPE_BYTES = 16 << 20
+"""Default cap on the text around the array (``meta``, ``errors``, ``warnings``, ...)."""
 
 
 Buffer = bytes | memoryview
@@ -160,10 +174,21 @@ class ArrayCutter:
     any later cut) to :meth:`rewind`, which cuts them again by scan.
     """
 
-    def __init__(self, key: bytes, *, min_batch_bytes: int = 512 << 10) -> None:
+    def __init__(
+        self,
+        key: bytes,
+        *,
+        min_batch_bytes: int = 512 << 10,
+        max_element_bytes: int = MAX_ELEMENT_BYTES,
+        max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+    ) -> None:
         self._key = key
         self._min_batch = min_batch_bytes
-        self._text = b""
+        self._max_element = max_element_bytes
+        self._max_envelope = max_envelope_bytes
+        self._next_try = min_batch_bytes
+        """Array mode: unconsumed bytes needed to try the next cut (doubles after a fruitless try)."""
+        self._text = bytearray()
         """Head mode: the body so far."""
         self._buf: Buffer = b""
         """Array mode: the unconsumed start (begins at an element boundary), then ``_pending``."""
@@ -175,6 +200,7 @@ class ArrayCutter:
         self._in_string = False
         self._head = b""
         self._tail: list[bytes] = []
+        self._tail_len = 0
         self._separator: bytes | None = None
         self.bytes_seen = 0
         """Bytes fed so far."""
@@ -182,6 +208,9 @@ class ArrayCutter:
         """Array elements cut so far by proven cuts (unproven cuts are not counted)."""
         self.rewinds = 0
         """Times an unproven cut failed and the bytes were cut again by scan."""
+        self.bytes_scanned = 0
+        """Bytes examined by structural scans and separator searches: a small multiple of
+        :attr:`bytes_seen`, whatever the shape of the body."""
 
     @property
     def found_array(self) -> bool:
@@ -192,19 +221,33 @@ class ArrayCutter:
         """Add a chunk of the body; return the cuts it allows (possibly none)."""
         self.bytes_seen += len(chunk)
         if self._mode == "tail":
-            self._tail.append(chunk)
+            self._add_tail(chunk)
             return []
         if self._mode == "head":
-            self._text = self._text + chunk if self._text else chunk
+            self._text += chunk
             self._find_array()
             if self._mode != "array":
+                self._check_envelope(len(self._text))
                 return []
+            self._check_envelope(len(self._head))
         else:
             self._pending.append(chunk)
             self._pending_len += len(chunk)
-        if len(self._buf) + self._pending_len < self._min_batch:
+        unconsumed = len(self._buf) + self._pending_len
+        if unconsumed < self._next_try:
             return []
-        return self._cut(final=False)
+        cuts = self._cut(final=False)
+        if cuts:
+            self._next_try = self._min_batch
+        elif self._mode == "array":
+            # no element ends in these bytes: one element is at least this long
+            if unconsumed > self._max_element:
+                raise TooLargeError(
+                    f'one element of the "{self._key.decode()}" array is larger than'
+                    f" {self._max_element >> 20} MiB (--max-record-bytes)"
+                )
+            self._next_try = min(2 * unconsumed, self._max_element + 1)
+        return cuts
 
     def finish(self) -> tuple[bytes, list[Cut]]:
         """Mark the end of the body; return the envelope (array emptied) and the last cuts.
@@ -216,7 +259,7 @@ class ArrayCutter:
         if self._mode == "head":
             if self._depth != 0 or self._in_string or not self._text.strip():
                 raise TruncatedError(f"body ended inside the JSON document ({self.bytes_seen} bytes)")
-            return self._text, []
+            return bytes(self._text), []
         cuts: list[Cut] = []
         if self._mode == "array":
             cuts = self._cut_by_scan(final=True)
@@ -233,11 +276,22 @@ class ArrayCutter:
         rest = self._tail if self._mode == "tail" else [self._buf, *self._pending]
         self._buf = b"".join((*raw, *rest))
         self._pending, self._pending_len = [], 0
-        self._tail = []
+        self._tail, self._tail_len = [], 0
         self._mode = "array"
         return self._cut_by_scan(final=False)
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _check_envelope(self, size: int) -> None:
+        if size > self._max_envelope:
+            raise TooLargeError(
+                f'more than {self._max_envelope >> 20} MiB of text around the "{self._key.decode()}" array'
+            )
+
+    def _add_tail(self, chunk: bytes) -> None:
+        self._tail.append(chunk)
+        self._tail_len += len(chunk)
+        self._check_envelope(len(self._head) + self._tail_len)
 
     def _contiguous(self) -> bytes:
         """Array mode: the unconsumed bytes as one ``bytes`` (joined once, kept)."""
@@ -255,6 +309,7 @@ class ArrayCutter:
         end = _scan_end(buf, self._scan_pos)
         if end <= self._scan_pos:
             return
+        self.bytes_scanned += end - self._scan_pos
         br, self._in_string = _scan(buf, self._scan_pos, end, self._depth, self._in_string)
         if br.pos.size and (br.depth < 0).any():
             raise NotJSONError("unbalanced brackets in the response body")
@@ -263,9 +318,9 @@ class ArrayCutter:
             p = int(br.pos[i])
             m = _KEY_BEFORE.search(buf, max(0, p - 256), p)
             if m is not None and m.group(1) == self._key:
-                self._head = buf[: p + 1]
-                self._buf = buf[p + 1 :]
-                self._text = b""
+                self._head = bytes(buf[: p + 1])
+                self._buf = bytes(buf[p + 1 :])
+                self._text = bytearray()
                 self._mode = "array"
                 return
         self._scan_pos = end
@@ -288,6 +343,7 @@ class ArrayCutter:
         pieces: list[Buffer] = [self._buf, *self._pending]
         for k in range(len(pieces) - 1, -1, -1):
             piece = pieces[k]
+            self.bytes_scanned += len(piece)
             q = (piece if isinstance(piece, bytes) else bytes(piece)).rfind(sep)
             if q < 0 or (k == 0 and q == 0):
                 continue
@@ -302,6 +358,7 @@ class ArrayCutter:
     def _cut_by_scan(self, *, final: bool) -> list[Cut]:
         buf = self._contiguous()
         end = _scan_end(buf, 0)
+        self.bytes_scanned += end
         br, _ = _scan(buf, 0, end, 2, False)
         close_idx = np.flatnonzero((br.cls == _CLOSE_OBJ) & (br.depth == 2))
         array_end = np.flatnonzero((br.cls == _CLOSE_ARR) & (br.depth == 1))
@@ -325,7 +382,8 @@ class ArrayCutter:
             self.elements += int(close_pos.size)
         if array_end.size:
             self._mode = "tail"
-            self._tail = [buf[limit:]]
+            self._tail, self._tail_len = [], 0
+            self._add_tail(buf[limit:])
             self._buf = b""
         else:
             self._buf = buf[rest_from:]
@@ -364,9 +422,20 @@ class StreamingArrayDecoder(Generic[T]):
     """
 
     def __init__(
-        self, key: bytes, decode_batch: Callable[[bytes], list[T]], *, min_batch_bytes: int = 512 << 10
+        self,
+        key: bytes,
+        decode_batch: Callable[[bytes], list[T]],
+        *,
+        min_batch_bytes: int = 512 << 10,
+        max_element_bytes: int = MAX_ELEMENT_BYTES,
+        max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
     ) -> None:
-        self.cutter = ArrayCutter(key, min_batch_bytes=min_batch_bytes)
+        self.cutter = ArrayCutter(
+            key,
+            min_batch_bytes=min_batch_bytes,
+            max_element_bytes=max_element_bytes,
+            max_envelope_bytes=max_envelope_bytes,
+        )
         self._decode = decode_batch
 
     @property

@@ -360,7 +360,10 @@ class Poller:
         """Stream /jobs, decoding batches of jobs as they arrive (bounded memory, no long stall)."""
         assert self._adapter is not None
         adapter = self._adapter
-        decoder = StreamingArrayDecoder(b"jobs", adapter.job_array)
+        cap = self.client.config.max_record_bytes
+        decoder = StreamingArrayDecoder(
+            b"jobs", adapter.job_array, max_element_bytes=cap, max_envelope_bytes=cap
+        )
         jobs: list[Any] = []
         dropped: list[str] = []
 
@@ -374,7 +377,6 @@ class Poller:
             got = decoder.feed(chunk)
             if got:
                 keep(got)
-                await asyncio.sleep(0)  # let scrapes and the gRPC scaler run between batches
         envelope_bytes, rest = decoder.finish()
         if not decoder.found_array:  # no "jobs": [...] at all: let the full parser say why
             whole, env = adapter.jobs(envelope_bytes)

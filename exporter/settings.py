@@ -54,6 +54,19 @@ class Settings(BaseSettings):
     stream_idle_timeout: float = Field(
         30.0, gt=0.0, description="seconds a request may go without receiving a byte (a frozen slurmrestd)"
     )
+    min_transfer_rate: float = Field(
+        1024.0,
+        ge=0.0,
+        description="bytes/s an answer must average per --stream-idle-timeout window (ends a drip-feed)",
+    )
+    max_body_bytes: int = Field(
+        16 << 30, ge=1 << 20, description="largest /jobs answer accepted, in bytes (an error above it)"
+    )
+    max_record_bytes: int = Field(
+        16 << 20,
+        ge=64 << 10,
+        description="largest single job record, and text around the records, accepted in a /jobs answer",
+    )
     up_max_age: float = Field(
         30.0,
         gt=0.0,

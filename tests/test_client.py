@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -254,12 +255,19 @@ class RawServer:
     """A TCP server on loopback that answers every request with fixed bytes (and remembers requests)."""
 
     def __init__(
-        self, answer: bytes, on_request: Callable[[], None] = lambda: None, stall: float = 0.0
+        self,
+        answer: bytes,
+        on_request: Callable[[], None] = lambda: None,
+        stall: float = 0.0,
+        drip: tuple[int, float] | None = None,
     ) -> None:
         self.answer = answer
         self.on_request = on_request
         self.stall = stall
         """Seconds to keep the connection open, silent, after the answer (a frozen slurmrestd)."""
+        self.drip = drip
+        """``(bytes, seconds)``: after the headers, write the answer that many bytes at a time,
+        pausing that long between writes (a drip-feeding peer)."""
         self.requests: list[bytes] = []
         self._server: asyncio.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
@@ -271,7 +279,16 @@ class RawServer:
         try:
             self.requests.append(await reader.readuntil(b"\r\n\r\n"))
             self.on_request()
-            writer.write(self.answer)
+            if self.drip is None:
+                writer.write(self.answer)
+            else:
+                size, pause = self.drip
+                body_at = self.answer.find(b"\r\n\r\n") + 4
+                writer.write(self.answer[:body_at])
+                for at in range(body_at, len(self.answer), size):
+                    writer.write(self.answer[at : at + size])
+                    await writer.drain()
+                    await asyncio.sleep(pause)
             await writer.drain()
             if self.stall:
                 await asyncio.sleep(self.stall)
@@ -354,3 +371,77 @@ async def test_a_stream_that_stops_sending_ends_after_the_idle_timeout() -> None
                 pass
         assert asyncio.get_running_loop().time() - started < 5.0  # not the 30 s stream limit
     assert info.value.kind == "timeout"
+
+
+async def test_a_drip_fed_stream_ends_at_the_rate_floor() -> None:
+    # a byte every 50 ms never trips the idle timeout; averaged over each idle window it is far under
+    # the floor, so the request ends within about two windows instead of at the stream limit
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    dripping = RawServer(head + b'{"jobs": [' + b" " * 5000, drip=(1, 0.05))
+    async with (
+        dripping as url,
+        _client(url, retries=0, stream_timeout=60.0, idle_timeout=0.4, min_rate=1000.0) as c,
+    ):
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(errors.RequestTimeout, match=r"under the 1000 bytes/s floor") as info:
+            async for _ in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs"):
+                pass
+        assert asyncio.get_running_loop().time() - started < 10.0  # not the 60 s stream limit
+    assert info.value.kind == "timeout"
+
+
+async def test_a_steady_slow_stream_above_the_floor_is_read_whole() -> None:
+    body = b'{"jobs": []' + b" " * 400 + b"}"
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+    async with (
+        RawServer(head + body, drip=(100, 0.02)) as url,
+        _client(url, retries=0, idle_timeout=0.1, min_rate=500.0) as c,
+    ):
+        got = b"".join([chunk async for chunk in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs")])
+    assert got == body
+
+
+@pytest.mark.parametrize("announced", [True, False], ids=["content-length", "chunked"])
+async def test_a_body_over_the_cap_is_too_large(announced: bool) -> None:
+    body = b'{"jobs": [' + b" " * 300_000 + b"]}"
+    if announced:
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        wire = head + body
+    else:
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        wire = head + b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + 4096]), body[i : i + 4096]) for i in range(0, len(body), 4096)
+        )
+        wire += b"0\r\n\r\n"
+    async with RawServer(wire) as url, _client(url, retries=0, max_body_bytes=100_000) as c:
+        with pytest.raises(errors.TooLargeError, match="over the 0 MiB cap") as info:
+            async for _ in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs"):
+                pass
+    assert info.value.kind == "too_large"
+    assert info.value.endpoint == "jobs"
+
+
+async def test_the_event_loop_runs_between_chunks_already_buffered() -> None:
+    # aiohttp hands out buffered chunks without yielding; a big body must not hold the loop the whole time
+    body = b"x" * 200_000
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    async with RawServer(head + body) as url, _client(url, retries=0, chunk_bytes=1000) as c:
+        await asyncio.sleep(0.2)  # nothing sent yet: the answer goes out on the request
+        task = asyncio.create_task(ticker())
+        try:
+            seen = []
+            async for chunk in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs"):
+                seen.append((len(chunk), ticks))
+        finally:
+            task.cancel()
+    assert sum(n for n, _ in seen) == len(body)
+    between = [b[1] - a[1] for a, b in itertools.pairwise(seen)]
+    assert min(between) >= 1, "a chunk was handed out without the loop running other tasks"

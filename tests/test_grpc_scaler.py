@@ -361,6 +361,25 @@ async def test_stream_metric_spec_is_unimplemented(scaler: Scaler) -> None:
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
+@pytest.mark.parametrize(
+    "wire",
+    [b"\xff\xff\xff not protobuf", b"\x0a\x02\xff\xfe"],  # garbage; a string field that is not UTF-8
+    ids=["garbage", "bad-utf8"],
+)
+@pytest.mark.parametrize("method", ["IsActive", "GetMetricSpec", "GetMetrics", "StreamIsActive"])
+async def test_undecodable_requests_are_invalid_argument(scaler: Scaler, method: str, wire: bytes) -> None:
+    # gRPC answers UNKNOWN, quoting a Python exception, when the request deserializer raises
+    path = f"/{SERVICE_NAME}/{method}"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{scaler.port}") as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as e:
+            if method == "StreamIsActive":
+                await channel.unary_stream(path)(wire).read()
+            else:
+                await channel.unary_unary(path)(wire)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "request is not a valid externalscaler." in (e.value.details() or "")
+
+
 # --------------------------------------------------------------------------------- push stream
 
 

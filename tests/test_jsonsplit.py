@@ -9,7 +9,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from exporter.errors import NotJSONError, TruncatedError
+from exporter.errors import NotJSONError, TooLargeError, TruncatedError
 from exporter.jsonsplit import StreamingArrayDecoder, decode_whole
 from tests.conftest import recorded_version_dirs
 
@@ -123,3 +123,77 @@ def test_body_without_the_array_is_all_envelope() -> None:
 def test_garbage_between_elements_is_not_json() -> None:
     with pytest.raises(NotJSONError):
         decode_whole(b'{"jobs": [{"a": 1} oops {"a": 2}]}', b"jobs", decode_to_dicts)
+
+
+def _feed_all(dec: StreamingArrayDecoder[object], body: bytes, chunk: int) -> list[object]:
+    items: list[object] = []
+    for at in range(0, len(body), chunk):
+        items += dec.feed(body[at : at + chunk])
+    _, rest = dec.finish()
+    return items + rest
+
+
+BIG = 4 << 20
+PATHOLOGICAL = {
+    # one element far longer than a batch: every chunk used to rescan (and re-join) the element so far
+    "long element": b'{"jobs": [{"job_id": 1, "x": "' + b"a" * BIG + b'"}, {"job_id": 2}], "meta": {}}',
+    # the text before the "jobs" key used to be re-concatenated on every chunk
+    "long head": b'{"pad": "' + b"a" * BIG + b'", "jobs": [{"job_id": 1}]}',
+    "long tail": b'{"jobs": [{"job_id": 1}], "pad": "' + b"a" * BIG + b'"}',
+    "many small elements": b'{"jobs": [' + b", ".join(b'{"job_id": %d}' % i for i in range(200_000)) + b"]}",
+}
+
+
+@pytest.mark.parametrize("name", PATHOLOGICAL)
+def test_scanning_is_linear_whatever_the_shape(name: str) -> None:
+    # 4 KiB chunks of a 4 MiB element: the old cutter examined ~2 GB (n^2 / 2 chunk) here
+    body = PATHOLOGICAL[name]
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, max_element_bytes=BIG * 2, max_envelope_bytes=BIG * 2
+    )
+    items = _feed_all(dec, body, 4096)
+    assert items == json.loads(body)["jobs"]
+    assert dec.cutter.bytes_scanned <= 4 * len(body), dec.cutter.bytes_scanned
+
+
+def test_a_deeply_nested_array_is_refused_in_linear_time() -> None:
+    body = b'{"jobs": [' + b"[" * 1000 + b"1," * (BIG // 2) + b"1" + b"]" * 1000 + b"]}"
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, max_element_bytes=BIG * 2
+    )
+    with pytest.raises(NotJSONError, match='unexpected text in the "jobs" array'):
+        _feed_all(dec, body, 4096)
+    assert dec.cutter.bytes_scanned <= 4 * len(body)
+
+
+@pytest.mark.parametrize(
+    ("body", "what"),
+    [
+        (b'{"jobs": [{"job_id": 1, "x": "' + b"a" * 300_000 + b'"}]}', r"one element .* larger than"),
+        (b'{"jobs": [' + b"[" * 300_000 + b"]" * 300_000 + b"]}", r"one element .* larger than"),
+        (b'{"pad": "' + b"a" * 300_000 + b'", "jobs": []}', r"text around the \"jobs\" array"),
+        (b'{"jobs": [{"job_id": 1}], "pad": "' + b"a" * 300_000 + b'"}', r"text around the \"jobs\" array"),
+    ],
+    ids=["element", "nested element", "head", "tail"],
+)
+def test_oversize_parts_are_too_large_before_the_body_ends(body: bytes, what: str) -> None:
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, min_batch_bytes=1024, max_element_bytes=100_000, max_envelope_bytes=100_000
+    )
+    fed = 0
+    with pytest.raises(TooLargeError, match=what) as info:
+        for at in range(0, len(body), 4096):
+            fed = at
+            dec.feed(body[at : at + 4096])
+        dec.finish()
+    assert info.value.kind == "too_large"
+    assert fed < 250_000  # stopped near the cap, not at the end of the body
+
+
+def test_elements_just_under_the_cap_pass() -> None:
+    jobs = [{"job_id": i, "x": "a" * 90_000} for i in range(5)]
+    body = json.dumps({"jobs": jobs, "meta": {"pad": "b" * 90_000}}).encode()
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, min_batch_bytes=1024, max_element_bytes=100_000, max_envelope_bytes=100_000
+    )
+    assert _feed_all(dec, body, 4096) == jobs
