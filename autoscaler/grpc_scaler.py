@@ -78,6 +78,7 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared listener
     ("grpc.keepalive_time_ms", 60_000),  # ping idle connections: a vanished KEDA's streams end
     ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.server_handshake_timeout_ms", 10_000),  # a half-open connection is dropped after 10 s, not 120 s
 )
 
 _Msg = TypeVar("_Msg", bound=Message)

@@ -239,7 +239,8 @@ async def run_serve(s: Settings) -> int:
     from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
     from autoscaler.metrics import demand_families
 
-    from .server import RENDERER, bound_urls, make_app, start
+    from .listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
+    from .server import RENDERER, make_app, start
     from .webconfig import WebConfig, load_web_config
 
     try:
@@ -248,6 +249,11 @@ async def run_serve(s: Settings) -> int:
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
+    asyncio.get_running_loop().set_exception_handler(LoopErrorLimiter())
+    limits = fitting_limits(
+        ListenLimits(s.http_max_connections, s.http_header_timeout, s.http_idle_timeout),
+        raise_open_files_limit(),
+    )
     async with SlurmClient(client_config(s)) as client:
         poller = Poller(client, poller_config(s))
         demand = DemandService(poller, targets=targets, stale_after=s.demand_stale_after)
@@ -261,17 +267,18 @@ async def run_serve(s: Settings) -> int:
             extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label),
             extra_health=demand.health_families,
             status_lines=lambda now: [demand.status_line(now)],
+            listen_limits=limits,
         )
         grpc_server: ScalerServer | None = None
         try:
-            runner = await start(app, s.listen_address, s.listen_port)
+            http_server = await start(app, s.listen_address, s.listen_port)
         except ConfigError as e:  # certificate or key that won't load
             print(f"slurm-keda: {e}", file=sys.stderr)
             return 2
         try:
             log.info(
                 "serving on %s (metrics at /metrics%s)",
-                ", ".join(bound_urls(runner)),
+                ", ".join(http_server.urls),
                 ", basic auth" if web_config.basic_auth_users else "",
             )
             if s.grpc_listen is not None:
@@ -289,7 +296,7 @@ async def run_serve(s: Settings) -> int:
         finally:
             if grpc_server is not None:
                 await grpc_server.stop()
-            await runner.cleanup()
+            await http_server.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

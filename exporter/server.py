@@ -42,6 +42,7 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .collector import health_families, snapshot_families
 from .errors import ConfigError
+from .listen import ConnectionGuard, ListenLimits
 from .model import Snapshot
 from .poller import Poller
 from .webconfig import BasicAuth, WebConfig, ssl_context
@@ -292,6 +293,7 @@ RENDERER: web.AppKey[MetricsRenderer] = web.AppKey("renderer", MetricsRenderer)
 AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
 WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
 STATUS_LINES: web.AppKey[Callable[[float], Iterable[str]]] = web.AppKey("status_lines")
+GUARD: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
 
 
 def make_app(
@@ -307,6 +309,7 @@ def make_app(
     extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
     extra_health: Callable[[float], Iterable[Metric]] | None = None,
     status_lines: Callable[[float], Iterable[str]] | None = None,
+    listen_limits: ListenLimits | None = None,
 ) -> web.Application:
     """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector).
 
@@ -314,10 +317,19 @@ def make_app(
     ``on_render`` is called with the content type whenever the Slurm families are rendered;
     ``extra_families`` adds families computed from each snapshot (the autoscaler's demand), rendered
     and cached with the Slurm families; ``extra_health`` families rendered on every scrape from the time
-    (the demand's staleness); ``status_lines`` lines for the status page.
+    (the demand's staleness); ``status_lines`` lines for the status page; ``listen_limits`` the
+    connection cap and timeouts :func:`start` applies (their counters are exported per scrape).
     """
     wc = web_config or WebConfig()
     app = web.Application(middlewares=[_auth_middleware])
+    guard = ConnectionGuard(listen_limits or ListenLimits())
+    app[GUARD] = guard
+
+    def health(now: float) -> Iterable[Metric]:
+        yield from guard.families()
+        if extra_health is not None:
+            yield from extra_health(now)
+
     app[POLLER] = poller
     app[RENDERER] = MetricsRenderer(
         poller,
@@ -328,7 +340,7 @@ def make_app(
         node_reasons=node_reasons,
         on_render=on_render,
         extra_families=extra_families,
-        extra_health=extra_health,
+        extra_health=health,
     )
     app[STATUS_LINES] = status_lines or (lambda now: ())
     app[AUTH] = BasicAuth(wc.basic_auth_users)
@@ -343,16 +355,44 @@ def make_app(
     return app
 
 
-async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
-    """Set up and start the app on ``host:port`` (TLS when the app's web config has it); the
-    caller cleans the runner up. Raises ConfigError when the certificate or key won't load or the
-    address cannot be listened on."""
+@dataclass
+class HttpServer:
+    """A started app: its runner and the guarded listening socket(s); :meth:`close` it."""
+
+    runner: web.AppRunner
+    listener: asyncio.Server
+
+    @property
+    def urls(self) -> list[str]:
+        """``http(s)://host:port`` of every listening socket (the real port when 0 was asked for)."""
+        scheme = "https" if self.runner.app[WEB_CONFIG].tls is not None else "http"
+        out = []
+        for sock in self.listener.sockets:
+            host, port = sock.getsockname()[:2]
+            out.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
+        return out
+
+    async def close(self) -> None:
+        self.listener.close()
+        await self.runner.cleanup()  # closes the open connections, then waits for the listener
+        await self.listener.wait_closed()
+
+
+async def start(app: web.Application, host: str, port: int) -> HttpServer:
+    """Set up and start the app on ``host:port`` (TLS when the app's web config has it) behind the
+    app's :class:`~exporter.listen.ConnectionGuard`; the caller closes it. Raises ConfigError when
+    the certificate or key won't load or the address cannot be listened on."""
     tls = app[WEB_CONFIG].tls
     ctx = ssl_context(tls) if tls is not None else None
-    runner = web.AppRunner(app, access_log=None)
+    guard = app[GUARD]
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=guard.limits.idle_timeout)
     await runner.setup()
+    assert runner.server is not None
+    loop = asyncio.get_running_loop()
     try:
-        await web.TCPSite(runner, host, port, ssl_context=ctx).start()
+        listener = await loop.create_server(
+            guard.factory(runner.server), host or None, port, ssl=ctx, backlog=128, reuse_address=True
+        )
     except OSError as e:  # port in use, address not local, no permission: one line, not a traceback
         await runner.cleanup()
         raise ConfigError(
@@ -361,17 +401,7 @@ async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
     except BaseException:
         await runner.cleanup()
         raise
-    return runner
-
-
-def bound_urls(runner: web.AppRunner) -> list[str]:
-    """``http(s)://host:port`` of every listening socket (the real port when 0 was asked for)."""
-    scheme = "https" if runner.app[WEB_CONFIG].tls is not None else "http"
-    out = []
-    for addr in runner.addresses:
-        host, port = addr[0], addr[1]
-        out.append(f"{scheme}://[{host}]:{port}" if ":" in host else f"{scheme}://{host}:{port}")
-    return out
+    return HttpServer(runner, listener)
 
 
 @web.middleware

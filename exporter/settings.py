@@ -78,6 +78,15 @@ class Settings(BaseSettings):
     tls_insecure: bool = Field(False, description="do not verify slurmrestd's TLS certificate")
     listen_address: str = Field("0.0.0.0", description="address the HTTP server listens on")
     listen_port: int = Field(9341, ge=0, le=65535, description="port of the HTTP server (/metrics)")
+    http_max_connections: int = Field(
+        512, ge=1, le=100_000, description="HTTP connections open at once at most; more are closed on arrival"
+    )
+    http_header_timeout: float = Field(
+        10.0, gt=0.0, description="seconds an HTTP client has to send a request's headers"
+    )
+    http_idle_timeout: float = Field(
+        60.0, gt=0.0, description="seconds a kept-alive HTTP connection may sit idle between requests"
+    )
     web_config_file: Path | None = Field(
         None,
         description="Prometheus exporter-toolkit web config YAML: TLS (tls_server_config) and basic auth "

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import math
 import re
 import socket
@@ -53,7 +52,6 @@ from collections import deque
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
     Iterable,
     Mapping,
@@ -72,6 +70,7 @@ from exporter.lab.record import parse_scontrol_oneliners
 from exporter.model import Snapshot
 from exporter.poller import Poller, PollerConfig
 from tests.keda_client import KedaClient
+from tests.tools import eventually
 
 T = TypeVar("T")
 
@@ -79,22 +78,6 @@ POLL = 0.2
 """Seconds between two looks at a condition."""
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
 SCALER_START_TIMEOUT = 30.0
-
-
-async def wait_for(
-    check: Callable[[], T | Awaitable[T | None] | None], timeout: float, what: str, interval: float = POLL
-) -> T:
-    """Call ``check`` (plain or async) until it returns something truthy (returned); AssertionError naming
-    ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if inspect.isawaitable(value):
-            value = await value
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        await asyncio.sleep(interval)
 
 
 async def lab_snapshot(lab: Lab) -> Snapshot:
@@ -162,7 +145,7 @@ class ScalerProcess:
                 stdout=out,
                 stderr=out,
             )
-        await wait_for(self._ready, SCALER_START_TIMEOUT, f"slurm-keda serve to be ready (log {self.log})")
+        await eventually(self._ready, SCALER_START_TIMEOUT, f"slurm-keda serve to be ready (log {self.log})")
         return self
 
     def _ready(self) -> bool:
@@ -580,7 +563,7 @@ class Autoscaler:
     async def ticks(self, keda: int, hpa: int, timeout: float = 30.0) -> None:
         """Wait until KEDA checked ``keda`` more times and the HPA synced ``hpa`` more times."""
         k0, h0 = self.keda_checks, self.hpa_syncs
-        await wait_for(
+        await eventually(
             lambda: self.keda_checks >= k0 + keda and self.hpa_syncs >= h0 + hpa,
             timeout,
             f"{keda} KEDA checks and {hpa} HPA syncs",
@@ -748,17 +731,17 @@ async def _submit_in_window(
 
     if in_window is None:
         await asyncio.to_thread(submit, lab, partition, jobs, ids)
-        await wait_for(lambda: _queued(scaler, partition, len(jobs)), 30.0, f"{len(jobs)} pending jobs")
+        await eventually(lambda: _queued(scaler, partition, len(jobs)), 30.0, f"{len(jobs)} pending jobs")
         return 1
     seen: list[float | None] = []
     for attempt in range(1, WINDOW_ATTEMPTS + 1):
         last = await poll_end(None)
-        end = await wait_for(
+        end = await eventually(
             lambda last=last: poll_end(last), 10.0, "a poll of serve", interval=WINDOW_SCRAPE
         )
         await asyncio.sleep(max(0.0, end + scaler.poll_interval - WINDOW_LEAD - time.time()))
         await asyncio.to_thread(submit, lab, partition, jobs, ids)
-        body = await wait_for(
+        body = await eventually(
             lambda: _queued(scaler, partition, len(jobs)),
             30.0,
             f"serve to show {len(jobs)} pending jobs in {partition}",
@@ -770,7 +753,7 @@ async def _submit_in_window(
         seen.append(unsettled)
         wanted = [str(ids[j.key]) for j in jobs]
         await asyncio.to_thread(lab.run, ["scancel", *wanted], check=False)
-        await wait_for(
+        await eventually(
             lambda: _queued(scaler, partition, 0), 30.0, f"serve to show no job pending in {partition}"
         )
     raise AssertionError(

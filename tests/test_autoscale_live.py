@@ -115,8 +115,8 @@ from tests.scale_harness import (
     hpa_recommendation,
     lab_snapshot,
     run_scenario,
-    wait_for,
 )
+from tests.tools import eventually
 
 pytestmark = pytest.mark.lab
 
@@ -276,13 +276,13 @@ async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     submit_mix(lab, "cloud", mix)
     lab.run(["scontrol", "update", "partitionname=cloud", "state=up"])
     dyn_ids = submit_mix(lab, "dyn", mix)
-    allocated = await wait_for(lambda: cloud_allocation(lab), SETTLE_TIMEOUT, f"mix {mix.name} to settle")
+    allocated = await eventually(lambda: cloud_allocation(lab), SETTLE_TIMEOUT, f"mix {mix.name} to settle")
 
     def all_resumed() -> set[str] | None:
         resumed = lab.resumed_nodes()
         return resumed if resumed >= allocated else None
 
-    resumed = await wait_for(all_resumed, SETTLE_TIMEOUT, f"ResumeProgram to name {sorted(allocated)}")
+    resumed = await eventually(all_resumed, SETTLE_TIMEOUT, f"ResumeProgram to name {sorted(allocated)}")
     assert resumed == allocated, f"resumed {sorted(resumed)} but jobs hold {sorted(allocated)}"
     snap = await lab_snapshot(lab)
     seen = {j.array_job_id or j.job_id for j in snap.jobs if "dyn" in j.partitions}

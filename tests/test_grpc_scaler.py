@@ -37,7 +37,7 @@ from autoscaler.service import DemandService
 from exporter.model import MIB, Job, Node, Partition, Snapshot
 from tests.grpc_certs import PKI, have_openssl, make_pki
 from tests.keda_client import TIMEOUT, connect
-from tests.tools import SnapshotFeed, recorded_snapshot
+from tests.tools import SnapshotFeed, eventually, recorded_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
@@ -123,11 +123,7 @@ async def settle(s: Scaler, snap: Snapshot) -> None:
     """Swap ``snap`` in and wait until the demand service has computed on it."""
     before = s.service.computations
     s.source.put(snap)
-    for _ in range(500):
-        if s.service.computations > before:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the demand service did not pick up the snapshot")
+    await eventually(lambda: s.service.computations > before, 5.0, "the demand service's computation", 0.01)
 
 
 # ---------------------------------------------------------------------------- generated code
@@ -403,11 +399,8 @@ async def test_stream_pushes_initial_state_then_changes_of_activity_only(scaler:
             await next_message(call, timeout=0.3)
         assert scaler.server.scaler.streams == 1
         call.cancel()
-        for _ in range(200):  # the server sees the cancel and its handler ends
-            if scaler.server.scaler.streams == 0:
-                break
-            await asyncio.sleep(0.01)
-        assert scaler.server.scaler.streams == 0
+        # the server sees the cancel and its handler ends
+        await eventually(lambda: scaler.server.scaler.streams == 0, 2.0, "the stream handler's end", 0.01)
 
 
 async def test_streams_end_cleanly_when_the_server_stops() -> None:

@@ -21,7 +21,7 @@ from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
-from exporter.server import bound_urls, make_app, start
+from exporter.server import make_app, start
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
 from tests.keda_client import connect
 from tests.tools import promtool_path
@@ -50,13 +50,13 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
                 extra_families=lambda s: demand_families(demand.demands_on(s), demand.label),
                 extra_health=demand.health_families,
             )
-            runner = await start(app, "127.0.0.1", 0)
+            http_server = await start(app, "127.0.0.1", 0)
             try:
                 await poller.poll_once()
-                async with aiohttp.ClientSession() as http, http.get(bound_urls(runner)[0] + "/metrics") as r:
+                async with aiohttp.ClientSession() as http, http.get(http_server.urls[0] + "/metrics") as r:
                     body = await r.text()
             finally:
-                await runner.cleanup()
+                await http_server.close()
     # the hand-computed cpu numbers of tests/test_demand.py::test_recorded_2605_cpu_and_gpu
     assert sample(body, "slurm_autoscaler_desired_nodes", target="cpu", partition="cpu") == 6
     assert sample(body, "slurm_autoscaler_busy_nodes", target="cpu", partition="cpu") == 3

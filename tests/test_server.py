@@ -25,6 +25,7 @@ from typing import Any
 import aiohttp
 import bcrypt
 import pytest
+from aiohttp import web
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
@@ -32,7 +33,7 @@ from exporter import cli
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ConfigError
 from exporter.poller import Poller, PollerConfig
-from exporter.server import RENDERER, bound_urls, make_app, start
+from exporter.server import RENDERER, make_app, start
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
 from tests.conftest import RECORDED
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
@@ -64,10 +65,11 @@ class Served:
     clock: Clock
     url: str
     renders: list[str]
+    app: web.Application
 
 
 @asynccontextmanager
-async def served(web_config: WebConfig | None = None, **app_kw: bool) -> AsyncIterator[Served]:
+async def served(web_config: WebConfig | None = None, **app_kw: Any) -> AsyncIterator[Served]:
     """A fake slurmrestd, a poller on it (not yet polled) and the app on 127.0.0.1:<free port>."""
     fake = FakeSlurmrestd(DATA)
     clock = Clock()
@@ -79,11 +81,11 @@ async def served(web_config: WebConfig | None = None, **app_kw: bool) -> AsyncIt
         poller = Poller(client, PollerConfig(), clock=clock)
         async with client:
             app = make_app(poller, clock=clock, web_config=web_config, on_render=renders.append, **app_kw)
-            runner = await start(app, "127.0.0.1", 0)
+            http_server = await start(app, "127.0.0.1", 0)
             try:
-                yield Served(fake, poller, clock, bound_urls(runner)[0], renders)
+                yield Served(fake, poller, clock, http_server.urls[0], renders, app)
             finally:
-                await runner.cleanup()
+                await http_server.close()
 
 
 async def get(
@@ -254,7 +256,9 @@ async def test_concurrent_scrapes_of_a_new_snapshot_share_one_render() -> None:
             *(get(s.url + "/metrics", encoding="gzip" if i % 2 else "identity") for i in range(20))
         )
         assert s.renders == [TEXT_CT]
-        assert len({body for _, _, body in results}) == 1  # same snapshot, same clock: same body
+        # same snapshot, same clock: same body but for the count of open connections
+        open_now = re.compile(rb"^slurm_exporter_http_connections .*\n", re.M)
+        assert len({open_now.sub(b"", body) for _, _, body in results}) == 1
 
 
 async def test_health_block_changes_between_scrapes_of_one_snapshot() -> None:

@@ -3,14 +3,36 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import shutil
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from exporter.model import Snapshot
 from exporter.versions import adapter_for
+
+T = TypeVar("T")
+
+
+async def eventually(
+    check: Callable[[], T | Awaitable[T | None] | None], timeout: float, what: str, interval: float = 0.2
+) -> T:
+    """Call ``check`` (plain or async) until it returns something truthy (returned); AssertionError
+    naming ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        await asyncio.sleep(interval)
 
 
 class SnapshotFeed:
