@@ -111,10 +111,22 @@ def metric_sample(body: str, name: str, **labels: str) -> float | None:
 class ScalerProcess:
     """``slurm-keda serve`` against a lab: /metrics on ``http_port``, KEDA's protocol on ``grpc_port``."""
 
-    def __init__(self, lab: Lab, log: Path, poll_interval: float = 1.0) -> None:
+    def __init__(
+        self,
+        lab: Lab,
+        log: Path,
+        poll_interval: float = 1.0,
+        *,
+        url: str | None = None,
+        args: Sequence[str] = (),
+    ) -> None:
         self.lab = lab
         self.log = log
         self.poll_interval = poll_interval
+        self.url = url or lab.url
+        """slurmrestd's URL as serve is given it (the lab's, or a proxy's in front of it)."""
+        self.args = tuple(args)
+        """More ``serve`` flags."""
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.proc: asyncio.subprocess.Process | None = None
@@ -129,7 +141,7 @@ class ScalerProcess:
                 str(SCRIPT),
                 "serve",
                 "--slurmrestd-url",
-                self.lab.url,
+                self.url,
                 "--token-file",
                 str(self.lab.token_file),
                 "--listen-address",
@@ -142,6 +154,7 @@ class ScalerProcess:
                 str(self.poll_interval),
                 "--log-level",
                 "warning",
+                *self.args,
                 stdout=out,
                 stderr=out,
             )

@@ -1,0 +1,265 @@
+"""Faults between ``serve`` and the real 26.05 lab, and in the lab's own daemons: what the health signals,
+the error counters and the scaler's answer do, and how fast ``serve`` recovers once the fault ends.
+
+One ``serve`` (1 s polls, ``slurm_up`` 0 past 4 s of data age, demand flagged stale past 4 s) reads the
+lab through :class:`tests.fault_proxy.FaultProxy`. A job pending on the zero-node ``dyn`` partition keeps
+the ``dyn`` target's desired nodes at a known non-zero value. For each fault: ``slurm_up`` must reach 0,
+the fault's error kind must be counted, the desired value (on /metrics and through KEDA's gRPC protocol)
+must hold and be flagged stale; after the fault ends ``slurm_up`` must be 1 again within two poll
+intervals (plus the poll itself). The timings are logged and are the README's "fault → what you see →
+time to recover" table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from exporter.lab import Lab
+from tests.fault_proxy import FaultProxy
+from tests.keda_client import connect
+from tests.scale_harness import ScalerProcess, metric_sample
+from tests.tools import eventually
+
+pytestmark = pytest.mark.lab
+log = logging.getLogger(__name__)
+
+INTERVAL = 1.0
+UP_MAX_AGE = 4.0
+STALE_AFTER = 4.0
+IDLE_TIMEOUT = 2.0
+SERVE_ARGS = (
+    *("--up-max-age", str(UP_MAX_AGE), "--demand-stale-after", str(STALE_AFTER)),
+    *("--stream-idle-timeout", str(IDLE_TIMEOUT), "--request-timeout", "5", "--retries", "1"),
+)
+DETECT_WITHIN = UP_MAX_AGE + IDLE_TIMEOUT + 4.0
+"""Seconds a fault may take to show as ``slurm_up 0``: data age past the limit, or a failed poll."""
+RECOVER_WITHIN = 2 * INTERVAL + 1.5
+"""Seconds from the fault's end to ``slurm_up 1``: two poll intervals, one retry's backoff, the poll."""
+DYN = {"partition": "dyn", "cpusPerNode": "4", "memoryPerNode": "4096"}
+"""The target the job pends on: the zero-node partition needs a node shape to count from zero."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    name: str
+    expected_kind: str
+    """The ``kind`` label counted on ``slurm_exporter_poll_errors_total{endpoint="jobs"}``."""
+    proxy: str | None = None
+    """A :data:`tests.fault_proxy.FAULTS` name, or None for a daemon stopped with SIGSTOP."""
+    only: str | None = None
+    daemon: str | None = None
+
+
+FAULTS = (
+    Fault("slurmrestd frozen (no answer)", "timeout", proxy="freeze"),
+    Fault("/jobs frozen, other endpoints fine", "timeout", proxy="freeze", only="/jobs"),
+    Fault("/jobs drip-fed (1 byte / 50 ms)", "timeout", proxy="drip", only="/jobs"),
+    Fault("HTTP 503 with errors[]", "http_503", proxy="status_503"),
+    Fault("511 written twice (26.05, bad token)", "http_511", proxy="doubled_511"),
+    Fault("302 to another origin", "http_302", proxy="redirect"),
+    Fault("HTML instead of JSON", "not_json", proxy="garbage"),
+    Fault("/jobs announcing 20 GiB", "too_large", proxy="oversize", only="/jobs"),
+    Fault("connection reset", "unreachable", proxy="reset"),
+    Fault("slurmrestd SIGSTOP", "timeout", daemon="slurmrestd-tcp"),
+    Fault("slurmctld SIGSTOP", "", daemon="slurmctld"),
+)
+
+
+@dataclass
+class Outcome:
+    fault: Fault
+    detected_after: float
+    kinds: dict[str, float]
+    held: bool
+    stale_seen: bool
+    recovered_after: float
+    problems: list[str]
+
+
+class Thief:
+    """A listener that records every request it gets (a redirect's target)."""
+
+    def __init__(self) -> None:
+        self.requests: list[bytes] = []
+        self._server: asyncio.Server | None = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            self.requests.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.close()
+
+    async def __aenter__(self) -> str:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        await self._server.wait_closed()
+
+
+@contextlib.contextmanager
+def stopped(lab: Lab, daemon: str) -> Iterator[None]:
+    pid = lab._pid(daemon)
+    assert pid is not None, f"the lab has no {daemon}"
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+class Reading:
+    """One scrape of serve's /metrics."""
+
+    def __init__(self, body: str) -> None:
+        self.body = body
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return metric_sample(self.body, name, **labels)
+
+    @property
+    def up(self) -> float | None:
+        return self.value("slurm_up")
+
+    @property
+    def desired(self) -> float | None:
+        return self.value("slurm_autoscaler_desired_nodes", target="dyn", partition="dyn")
+
+    @property
+    def stale(self) -> float | None:
+        return self.value("slurm_autoscaler_stale")
+
+    def error_kinds(self, endpoint: str = "jobs") -> dict[str, float]:
+        out = {}
+        prefix = f'slurm_exporter_poll_errors_total{{endpoint="{endpoint}",kind="'
+        for line in self.body.splitlines():
+            if line.startswith(prefix):
+                kind = line[len(prefix) :].split('"', 1)[0]
+                out[kind] = float(line.rsplit(" ", 1)[1])
+        return out
+
+
+@contextlib.asynccontextmanager
+async def serve_through(lab: Lab, proxy_url: str, folder: Path) -> AsyncIterator[ScalerProcess]:
+    targets = folder / "targets.yaml"
+    targets.write_text("targets:\n  - " + "\n    ".join(f"{k}: {v}" for k, v in DYN.items()) + "\n")
+    args = (*SERVE_ARGS, "--autoscaler-targets-file", str(targets))
+    async with ScalerProcess(lab, folder / "serve.log", INTERVAL, url=proxy_url, args=args) as scaler:
+        yield scaler
+
+
+async def run_fault(
+    fault: Fault, lab: Lab, proxy: FaultProxy, scaler: ScalerProcess, desired: float
+) -> Outcome:
+    problems: list[str] = []
+
+    async def reading() -> Reading:
+        return Reading(await scaler.scrape())
+
+    last: list[Reading] = []
+
+    async def healthy() -> Reading | None:
+        r = await reading()
+        last[:] = [r]
+        return r if r.up == 1 and r.stale == 0 and r.desired == desired else None
+
+    before = await eventually(healthy, 30.0, f"a healthy serve before '{fault.name}'", 0.1)
+    kinds_before = before.error_kinds()
+    with contextlib.ExitStack() as stack:
+        started = time.monotonic()
+        if fault.proxy is not None:
+            proxy.set(fault.proxy, fault.only)
+        else:
+            assert fault.daemon is not None
+            stack.enter_context(stopped(lab, fault.daemon))
+
+        async def down() -> Reading | None:
+            r = await reading()
+            return r if r.up == 0 else None
+
+        await eventually(down, DETECT_WITHIN, f"slurm_up 0 under '{fault.name}'", 0.1)
+        detected = time.monotonic() - started
+
+        async def stale() -> Reading | None:
+            r = await reading()
+            return r if r.stale == 1 else None
+
+        held_reading = await eventually(stale, STALE_AFTER + DETECT_WITHIN, "the demand flagged stale", 0.1)
+        held = held_reading.desired == desired
+        async with connect(scaler.grpc_port) as keda:
+            answer = await keda.metrics(DYN)
+        if answer.metricValues[0].metricValue != desired:
+            held = False
+            problems.append(f"gRPC answered {answer.metricValues[0].metricValue}, held value {desired}")
+        if fault.expected_kind:
+
+            async def counted() -> Reading | None:
+                r = await reading()
+                grew = r.error_kinds().get(fault.expected_kind, 0) > kinds_before.get(fault.expected_kind, 0)
+                return r if grew else None
+
+            try:
+                await eventually(counted, 15.0, f"an error of kind {fault.expected_kind}", 0.2)
+            except AssertionError as e:
+                problems.append(str(e))
+        kinds_now = (await reading()).error_kinds()
+        ended = time.monotonic()
+        proxy.clear()
+    # the daemon got SIGCONT leaving the block
+    try:
+        await eventually(healthy, 30.0, f"recovery from '{fault.name}'", 0.05)
+    except AssertionError as e:
+        r = last[0]
+        raise AssertionError(f"{e}: slurm_up {r.up}, stale {r.stale}, desired {r.desired} (held {desired})")
+    recovered = time.monotonic() - ended
+    grown = {k: v - kinds_before.get(k, 0) for k, v in kinds_now.items() if v > kinds_before.get(k, 0)}
+    return Outcome(fault, detected, grown, held, True, recovered, problems)
+
+
+async def test_faults_show_in_health_signals_hold_demand_and_recover(lab_2605: Lab, tmp_path: Path) -> None:
+    job = lab_2605.sbatch("-p", "dyn", "-N", "1", "-J", "fault-hold")
+    outcomes: list[Outcome] = []
+    try:
+        thief = Thief()
+        async with thief as thief_url:
+            proxy = FaultProxy(lab_2605.url, thief=thief_url)
+            async with proxy as proxy_url, serve_through(lab_2605, proxy_url, tmp_path) as scaler:
+
+                async def desired_now() -> float | None:
+                    r = Reading(await scaler.scrape())
+                    return r.desired if r.up == 1 and r.desired else None
+
+                desired = await eventually(desired_now, 30.0, "the pending dyn job in the demand", 0.2)
+                for fault in FAULTS:
+                    outcomes.append(await run_fault(fault, lab_2605, proxy, scaler, desired))
+                    log.info("%s", outcomes[-1])
+    finally:
+        lab_2605.run(["scancel", str(job)], check=False)
+    table = "\n".join(
+        f"{o.fault.name:40} up=0 after {o.detected_after:4.1f} s  kinds {o.kinds}  held={o.held}"
+        f"  recovered in {o.recovered_after:4.1f} s" + (f"  PROBLEMS {o.problems}" if o.problems else "")
+        for o in outcomes
+    )
+    print(table)
+    assert thief.requests == [], "a redirect was followed"
+    bad = [
+        o
+        for o in outcomes
+        if o.problems
+        or not o.held
+        or o.detected_after > DETECT_WITHIN
+        or o.recovered_after > RECOVER_WITHIN
+        or (o.fault.expected_kind and o.fault.expected_kind not in o.kinds)
+    ]
+    assert not bad, table
