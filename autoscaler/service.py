@@ -25,7 +25,7 @@ from typing import Protocol
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from autoscaler.demand import Demand, Target, compute_demand
-from exporter.model import Snapshot
+from exporter.model import Snapshot, wall_time
 
 __all__ = [
     "MAX_ASKED",
@@ -109,7 +109,7 @@ class DemandService:
         stale_after: float = 60.0,
         forget_after: float = 3600.0,
         targets: Iterable[Target] = (),
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
     ) -> None:
         self._source = source
         self.stale_after = stale_after

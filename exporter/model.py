@@ -14,6 +14,7 @@ cheap to keep and to share between tasks without copying.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 
 import msgspec
@@ -274,3 +275,9 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
+
+
+def wall_time() -> float:
+    """Epoch seconds now: the default clock of the poller, the server and the demand service. Looks
+    ``time.time`` up on every call, so a frozen test clock (freezegun) reaches every default."""
+    return time.time()

@@ -30,7 +30,7 @@ from . import versions
 from .client import ApiPaths, NotModified, SlurmClient, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
-from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot
+from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot, wall_time
 from .validate import check_jobs, check_nodes
 
 log = logging.getLogger(__name__)
@@ -147,7 +147,7 @@ class Poller:
         client: SlurmClient,
         config: PollerConfig | None = None,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
     ) -> None:
         self.client = client
         self.config = config or PollerConfig()

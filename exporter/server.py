@@ -43,7 +43,7 @@ from . import __version__
 from .collector import health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, ListenLimits
-from .model import Snapshot
+from .model import Snapshot, wall_time
 from .poller import Poller
 from .webconfig import BasicAuth, WebConfig, ssl_context
 
@@ -149,7 +149,7 @@ class MetricsRenderer:
     def __init__(
         self,
         poller: Poller,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = wall_time,
         *,
         per_node: bool = True,
         per_user: bool = False,
@@ -299,7 +299,7 @@ GUARD: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGu
 def make_app(
     poller: Poller,
     *,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] = wall_time,
     per_node: bool = True,
     per_user: bool = False,
     per_account: bool = False,

@@ -16,7 +16,9 @@ from pathlib import Path
 import aiohttp
 import grpc
 import pytest
+from freezegun import freeze_time
 
+from autoscaler.grpc_scaler import start_grpc_server
 from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService
 from exporter.client import ClientConfig, SlurmClient, TokenSource
@@ -24,10 +26,16 @@ from exporter.poller import Poller, PollerConfig
 from exporter.server import make_app, start
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
 from tests.keda_client import connect
-from tests.tools import promtool_path
+from tests.tools import eventually, promtool_path
 
 DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
+
+
+def sample_plain(body: str, name: str) -> float | None:
+    """The value of a label-less series."""
+    m = re.search(rf"^{name} (\S+)$", body, re.M)
+    return float(m.group(1)) if m else None
 
 
 def sample(body: str, name: str, **labels: str) -> float | None:
@@ -219,3 +227,77 @@ async def test_the_token_appears_in_no_log_metric_page_or_error() -> None:
     assert "token refused" in log_text or "401" in log_text  # the refusals were logged ...
     for text in (log_text, *pages):
         assert "good-token" not in text  # ... without the token
+
+
+async def test_one_timeline_in_frozen_wall_time() -> None:
+    """Health, staleness and target expiry over 61 minutes of frozen wall-clock time, with every component
+    on its default clock (time.time) and no sleeps: slurm_up goes 0 past --up-max-age, the demand is
+    flagged stale (value held) past --demand-stale-after, fresh data clears both, and a target a scaler
+    stopped asking about is forgotten after an hour."""
+    asked = {"partition": "cpu", "max": "4"}
+    with freeze_time("2026-12-01 12:00:00", real_asyncio=True) as frozen:
+        async with serve(FakeSlurmrestd(DATA)) as url:
+            client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
+            async with client:
+                poller = Poller(client, PollerConfig(up_max_age=30.0))
+                demand = DemandService(poller, stale_after=60.0, forget_after=3600.0)
+                app = make_app(
+                    poller,
+                    extra_families=lambda s: demand_families(demand.demands_on(s), demand.label),
+                    extra_health=demand.health_families,
+                    status_lines=lambda now: [demand.status_line(now)],
+                )
+                http_server = await start(app, "127.0.0.1", 0)
+                grpc_server = await start_grpc_server(demand, "127.0.0.1:0")
+                base = http_server.urls[0]
+
+                async def scrape(path: str = "/metrics") -> str:
+                    async with aiohttp.ClientSession() as http, http.get(base + path) as r:
+                        return await r.text()
+
+                async def poll() -> None:
+                    snap = await poller.poll_once()
+                    assert snap is not None
+                    await demand.refresh(snap)
+
+                def asked_series(body: str) -> list[str]:
+                    series = r'^slurm_autoscaler_desired_nodes\{partition="cpu",target="(cpu-\w+)"\}'
+                    return re.findall(series, body, re.M)
+
+                try:
+                    await poll()
+                    async with connect(grpc_server.port) as keda:
+                        held = (await keda.metrics(asked)).metricValues[0].metricValue
+                        body = await scrape()
+                        assert sample_plain(body, "slurm_up") == 1
+                        assert sample_plain(body, "slurm_autoscaler_stale") == 0
+                        assert len(asked_series(body)) == 1  # the asked-for target is exported
+
+                        frozen.tick(31)
+                        body = await scrape()
+                        assert sample_plain(body, "slurm_up") == 0  # data older than --up-max-age
+                        assert sample_plain(body, "slurm_exporter_data_age_seconds") == 31
+                        assert sample_plain(body, "slurm_autoscaler_stale") == 0
+
+                        frozen.tick(30)
+                        body = await scrape()
+                        assert sample_plain(body, "slurm_autoscaler_stale") == 1
+                        assert "HELD: older than 60 s" in await scrape("/")
+                        assert (await keda.metrics(asked)).metricValues[0].metricValue == held
+
+                    await poll()
+                    body = await scrape()
+                    assert sample_plain(body, "slurm_up") == 1
+                    assert sample_plain(body, "slurm_autoscaler_stale") == 0
+
+                    frozen.tick(3601)  # nobody asked about the ad-hoc target for an hour
+                    await poll()
+                    assert demand.targets == []
+
+                    async def gone() -> bool:  # once the new snapshot's families are rendered
+                        return asked_series(await scrape()) == []
+
+                    await eventually(gone, 10.0, "the forgotten target's series to go")
+                finally:
+                    await grpc_server.stop(grace=1.0)
+                    await http_server.close()

@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import os
 import shutil
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
@@ -23,15 +22,17 @@ async def eventually(
     check: Callable[[], T | Awaitable[T | None] | None], timeout: float, what: str, interval: float = 0.2
 ) -> T:
     """Call ``check`` (plain or async) until it returns something truthy (returned); AssertionError
-    naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    naming ``what`` after ``timeout`` seconds (of the event loop's clock: real even under freezegun's
+    ``real_asyncio``)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
     while True:
         value = check()
         if inspect.isawaitable(value):
             value = await value
         if value:
             return value
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
+        assert loop.time() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
         await asyncio.sleep(interval)
 
 
