@@ -159,9 +159,7 @@ async def serve_through(lab: Lab, proxy_url: str, folder: Path) -> AsyncIterator
         yield scaler
 
 
-async def run_fault(
-    fault: Fault, lab: Lab, proxy: FaultProxy, scaler: ScalerProcess, desired: float
-) -> Outcome:
+async def run_fault(fault: Fault, lab: Lab, proxy: FaultProxy, scaler: ScalerProcess) -> Outcome:
     problems: list[str] = []
 
     async def reading() -> Reading:
@@ -172,9 +170,10 @@ async def run_fault(
     async def healthy() -> Reading | None:
         r = await reading()
         last[:] = [r]
-        return r if r.up == 1 and r.stale == 0 and r.desired == desired else None
+        return r if r.up == 1 and r.stale == 0 and r.desired else None
 
     before = await eventually(healthy, 30.0, f"a healthy serve before '{fault.name}'", 0.1)
+    desired = before.desired
     kinds_before = before.error_kinds()
     with contextlib.ExitStack() as stack:
         started = time.monotonic()
@@ -242,9 +241,9 @@ async def test_faults_show_in_health_signals_hold_demand_and_recover(lab_2605: L
                     r = Reading(await scaler.scrape())
                     return r.desired if r.up == 1 and r.desired else None
 
-                desired = await eventually(desired_now, 30.0, "the pending dyn job in the demand", 0.2)
+                await eventually(desired_now, 30.0, "the pending dyn job in the demand", 0.2)
                 for fault in FAULTS:
-                    outcomes.append(await run_fault(fault, lab_2605, proxy, scaler, desired))
+                    outcomes.append(await run_fault(fault, lab_2605, proxy, scaler))
                     log.info("%s", outcomes[-1])
     finally:
         lab_2605.run(["scancel", str(job)], check=False)
