@@ -29,7 +29,6 @@ import msgspec
 from .errors import (
     AuthError,
     HTTPStatusError,
-    NotJSONError,
     RequestTimeout,
     SlurmError,
     TokenError,
@@ -38,6 +37,7 @@ from .errors import (
     TruncatedError,
     VersionError,
 )
+from .versions._common import decode
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,9 @@ def choose_version(offered: Mapping[str, object], supported: tuple[str, ...], fo
             f"slurm-keda supports {', '.join(supported)}"
         )
     return max(common, key=version_key)
+
+
+_OPENAPI = msgspec.json.Decoder(dict[str, object])
 
 
 class _ErrorBody(msgspec.Struct):
@@ -512,12 +515,5 @@ class SlurmClient:
     async def openapi(self) -> ApiPaths:
         """Versions (and their endpoints) the server offers, from ``GET /openapi/v3``."""
         body = await self.get("/openapi/v3", endpoint="openapi")
-        try:
-            document = msgspec.json.decode(body)
-        except msgspec.DecodeError as e:
-            raise NotJSONError(f"/openapi/v3 is not JSON: {e}", endpoint="openapi") from None
-        except RecursionError:
-            raise NotJSONError("/openapi/v3 is nested too deeply", endpoint="openapi") from None
-        if not isinstance(document, dict):
-            raise NotJSONError("/openapi/v3 is not a JSON object", endpoint="openapi")
+        document: dict[str, object] = decode(_OPENAPI, body, "openapi")  # a typed error for any bad body
         return versions_from_openapi(document)

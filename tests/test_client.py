@@ -445,3 +445,22 @@ async def test_the_event_loop_runs_between_chunks_already_buffered() -> None:
     assert sum(n for n, _ in seen) == len(body)
     between = [b[1] - a[1] for a, b in itertools.pairwise(seen)]
     assert min(between) >= 1, "a chunk was handed out without the loop running other tasks"
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        (b"<html>502</html>", "not_json"),
+        (b"[1, 2]", "shape"),
+        (b'{"paths": ', "truncated"),
+        (b"[" * 5000, "shape"),
+    ],
+    ids=["html", "not-an-object", "cut", "deep"],
+)
+async def test_a_bad_openapi_document_is_a_typed_error(body: bytes, kind: str) -> None:
+    answer = _http("200 OK", body, "Content-Type: application/json")
+    async with RawServer(answer) as url, _client(url, retries=0) as c:
+        with pytest.raises(errors.SlurmError) as info:
+            await c.openapi()
+    assert info.value.kind == kind
+    assert info.value.endpoint == "openapi"

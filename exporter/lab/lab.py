@@ -83,6 +83,18 @@ class NodeRecord:
     dynamic: bool = False
 
 
+READY_STATES = frozenset({"idle", "mixed", "allocated"})
+"""Base node states (as sinfo prints them) of a node that runs jobs."""
+NODE_FLAGS = "*~#!%$@^"
+"""sinfo's one-character state flags: not responding, powered down, powering up/down, ..."""
+
+
+def state_base(state: str) -> str:
+    """A node state as ``sinfo %T`` prints it without its ``+FLAG`` words and planned-state ``-``:
+    ``idle+drain`` → ``idle``, ``mixed-`` → ``mixed``, ``IDLE*`` → ``idle*`` (one-character flags kept)."""
+    return state.split("+")[0].rstrip("-").lower()
+
+
 @dataclass(frozen=True)
 class LabStatus:
     """What ``lab status`` reports about one lab."""
@@ -489,12 +501,9 @@ class Lab:
             return False
 
     def _nodes_ready(self, names: Sequence[str]) -> bool:
+        """Every node in ``names`` registered and usable (flags such as powered down ``~`` allowed)."""
         states = self.node_states()
-        return all(
-            states.get(n, "").split("+")[0].rstrip("*~#!%$@^-")
-            in ("idle", "mixed", "allocated", "IDLE", "MIXED", "ALLOCATED")
-            for n in names
-        )
+        return all(state_base(states.get(n, "")).rstrip(NODE_FLAGS) in READY_STATES for n in names)
 
     def health_problems(self) -> list[str]:
         """Why a running lab is not fit to use, one phrase per node whose slurmd is gone or whose node is
@@ -504,10 +513,9 @@ class Lab:
         problems = []
         for node in self._static_nodes() + self._runtime_nodes():
             state = states.get(node.name, "missing")
-            base = state.split("+")[0].rstrip("-")
             if self._pid(f"slurmd-{node.name}") is None:
                 problems.append(f"node {node.name} has no slurmd ({state})")
-            elif base not in ("idle", "mixed", "allocated", "completing"):
+            elif state_base(state) not in {*READY_STATES, "completing"}:  # a flag (``*``, ``~`` ...) fails
                 problems.append(f"node {node.name} is {state}")
         return problems
 
