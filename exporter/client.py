@@ -399,6 +399,19 @@ class SlurmClient:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    async def send(self, method: str, path: str, *, endpoint: str, body: bytes | None = None) -> bytes:
+        """``POST`` (a JSON ``body``) or ``DELETE`` ``path``; the whole body of a 2xx answer. A POST is
+        never retried — slurmrestd may have acted on a request whose answer was lost (a job submitted
+        twice) — except once after a refused token; a DELETE is retried like a GET."""
+        assert method in ("POST", "DELETE"), method
+        retries = 0 if method == "POST" else None
+        chunks: list[bytes] = []
+        async for chunk in self.stream(
+            path, endpoint=endpoint, whole=True, retries=retries, method=method, body=body
+        ):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
     async def stream(
         self,
         path: str,
@@ -407,8 +420,11 @@ class SlurmClient:
         params: Mapping[str, str] | None = None,
         whole: bool = False,
         retries: int | None = None,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> AsyncIterator[bytes]:
-        """GET ``path`` and yield the body of a 2xx answer in chunks as it arrives.
+        """GET ``path`` (or ``method`` with a JSON ``body``) and yield the body of a 2xx answer in chunks
+        as it arrives.
 
         A 304 answer (to ``update_time``) raises :class:`NotModified`. Retries (with backoff)
         happen only before the first chunk is yielded. ``whole`` applies
@@ -422,7 +438,7 @@ class SlurmClient:
             started = False
             try:
                 async with self._lane(endpoint):
-                    async for chunk in self._attempt(path, endpoint, params, whole):
+                    async for chunk in self._attempt(path, endpoint, params, whole, method, body):
                         started = True
                         yield chunk
                 return
@@ -440,7 +456,13 @@ class SlurmClient:
                 await self._sleep(delay)
 
     async def _attempt(
-        self, path: str, endpoint: str, params: Mapping[str, str] | None, whole: bool
+        self,
+        path: str,
+        endpoint: str,
+        params: Mapping[str, str] | None,
+        whole: bool,
+        method: str = "GET",
+        body: bytes | None = None,
     ) -> AsyncIterator[bytes]:
         if self._session is None:
             await self.open()
@@ -449,11 +471,16 @@ class SlurmClient:
         idle = min(limit, self.config.idle_timeout)
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0), sock_read=idle)
         self.requests_sent += 1
+        headers = self._headers()
+        if body is not None:
+            headers["Content-Type"] = "application/json"
         try:
-            async with self._session.get(
+            async with self._session.request(
+                method,
                 self._base + path,
                 params=params or None,
-                headers=self._headers(),
+                data=body,
+                headers=headers,
                 timeout=timeout,
                 allow_redirects=False,  # the token must never go to whatever a redirect names
             ) as resp:

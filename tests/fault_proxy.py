@@ -27,6 +27,8 @@ import contextlib
 import re
 from collections import Counter
 
+from tests.loopback import LoopbackServer
+
 FAULTS = ("freeze", "drip", "status_503", "doubled_511", "redirect", "garbage", "oversize", "reset")
 
 SLURM_511 = (
@@ -48,10 +50,11 @@ def _close_both_ways(head: bytes) -> bytes:
     return first + b"\r\nConnection: close\r\n" + _HOP.sub(b"", rest)
 
 
-class FaultProxy:
+class FaultProxy(LoopbackServer):
     """``async with FaultProxy("http://127.0.0.1:6820") as url`` — see the module docstring."""
 
     def __init__(self, upstream: str, thief: str = "http://127.0.0.1:9") -> None:
+        super().__init__()
         host, port = upstream.removeprefix("http://").rsplit(":", 1)
         self._upstream = (host, int(port))
         self.thief = thief
@@ -62,8 +65,6 @@ class FaultProxy:
         self.passed = 0
         """Requests forwarded to slurmrestd."""
         self._cleared = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
 
     def set(self, fault: str, only: str | None = None) -> None:
         assert fault in FAULTS, fault
@@ -74,39 +75,15 @@ class FaultProxy:
         self.fault = self.only = None
         self._cleared.set()
 
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._handlers:
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            path = head.split(b" ", 2)[1].decode("latin-1")
-            fault = self.fault if self.only is None or self.only in path else None
-            if fault is None:
-                self.passed += 1
-                await self._forward(head, writer)
-            else:
-                self.applied[fault] += 1
-                await self._inject(fault, path, writer)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # a client that went away
-        finally:
-            self._handlers.discard(task)
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
+    async def serve(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        path = head.split(b" ", 2)[1].decode("latin-1")
+        fault = self.fault if self.only is None or self.only in path else None
+        if fault is None:
+            self.passed += 1
+            await self._forward(head, writer)
+        else:
+            self.applied[fault] += 1
+            await self._inject(fault, path, writer)
 
     async def _inject(self, fault: str, path: str, writer: asyncio.StreamWriter) -> None:
         cleared = self._cleared

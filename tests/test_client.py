@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,6 +21,7 @@ from exporter.client import (
 )
 from tests.conftest import RECORDED
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from tests.loopback import RawServer
 
 DATA = RECORDED / "slurm-26.05.5"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
@@ -249,67 +248,6 @@ def test_token_source_rereads_rotated_file(tmp_path: Path) -> None:
 
 
 # -- answers aiohttp would not take as they come -------------------------------------------------------
-
-
-class RawServer:
-    """A TCP server on loopback that answers every request with fixed bytes (and remembers requests)."""
-
-    def __init__(
-        self,
-        answer: bytes,
-        on_request: Callable[[], None] = lambda: None,
-        stall: float = 0.0,
-        drip: tuple[int, float] | None = None,
-    ) -> None:
-        self.answer = answer
-        self.on_request = on_request
-        self.stall = stall
-        """Seconds to keep the connection open, silent, after the answer (a frozen slurmrestd)."""
-        self.drip = drip
-        """``(bytes, seconds)``: after the headers, write the answer that many bytes at a time,
-        pausing that long between writes (a drip-feeding peer)."""
-        self.requests: list[bytes] = []
-        self._server: asyncio.Server | None = None
-        self._handlers: set[asyncio.Task[None]] = set()
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._handlers.add(task)
-        try:
-            self.requests.append(await reader.readuntil(b"\r\n\r\n"))
-            self.on_request()
-            if self.drip is None:
-                writer.write(self.answer)
-            else:
-                size, pause = self.drip
-                body_at = self.answer.find(b"\r\n\r\n") + 4
-                writer.write(self.answer[:body_at])
-                for at in range(body_at, len(self.answer), size):
-                    writer.write(self.answer[at : at + size])
-                    await writer.drain()
-                    await asyncio.sleep(pause)
-            await writer.drain()
-            if self.stall:
-                await asyncio.sleep(self.stall)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass  # the client went away: nothing to answer
-        finally:  # also when cancelled with the server: no transport left for the garbage collector
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._handlers:  # a stalling answer is cut off with the server
-            task.cancel()
-        await asyncio.gather(*self._handlers, return_exceptions=True)
-        await self._server.wait_closed()
 
 
 def _http(status: str, body: bytes, *headers: str) -> bytes:

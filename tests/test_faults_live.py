@@ -12,7 +12,6 @@ time to recover" table.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -27,6 +26,7 @@ import pytest
 from exporter.lab import Lab
 from tests.fault_proxy import FaultProxy
 from tests.keda_client import connect
+from tests.loopback import RawServer
 from tests.scale_harness import ScalerProcess, metric_sample
 from tests.tools import eventually
 
@@ -84,28 +84,6 @@ class Outcome:
     """The desired value stayed what it was before the fault (on /metrics and gRPC), flagged stale."""
     recovered_after: float
     problems: list[str]
-
-
-class Thief:
-    """A listener that records every request it gets (a redirect's target)."""
-
-    def __init__(self) -> None:
-        self.requests: list[bytes] = []
-        self._server: asyncio.Server | None = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-            self.requests.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.close()
-
-    async def __aenter__(self) -> str:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        await self._server.wait_closed()
 
 
 @contextlib.contextmanager
@@ -232,7 +210,7 @@ async def test_faults_show_in_health_signals_hold_demand_and_recover(lab_2605: L
     job = lab_2605.sbatch("-p", "dyn", "-N", "1", "-J", "fault-hold")
     outcomes: list[Outcome] = []
     try:
-        thief = Thief()
+        thief = RawServer(b"")  # a redirect's target: records any request it gets
         async with thief as thief_url:
             proxy = FaultProxy(lab_2605.url, thief=thief_url)
             async with proxy as proxy_url, serve_through(lab_2605, proxy_url, tmp_path) as scaler:

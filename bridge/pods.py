@@ -1,0 +1,211 @@
+"""The parts of a Kubernetes Pod (and Node) the bridge reads, decoded from the API's JSON; resource
+quantities; and a pod's effective resource request as Kubernetes computes it. Pure.
+
+A pod is decoded straight from the bytes the API server sends (``msgspec``, only the fields used), so
+the bridge never builds the client library's model objects. Quantities are exact
+(:class:`fractions.Fraction`): ``"500m"`` CPU is 1/2, ``"1.5Gi"`` memory is 1610612736 bytes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from fractions import Fraction
+
+import msgspec
+
+__all__ = [
+    "Container",
+    "Node",
+    "Pod",
+    "QuantityError",
+    "decode_node",
+    "decode_pod",
+    "effective_request",
+    "parse_quantity",
+]
+
+
+class QuantityError(ValueError):
+    """A resource quantity Kubernetes would not accept (the message quotes it, shortened)."""
+
+
+_QUANTITY = re.compile(
+    r"([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E)?)", re.ASCII
+)
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+MAX_QUANTITY = Fraction(1 << 63)
+"""Kubernetes keeps quantities in an int64 of the smallest unit; anything above is refused."""
+
+
+def parse_quantity(text: str) -> Fraction:
+    """A Kubernetes resource quantity (``"2"``, ``"500m"``, ``"1.5Gi"``, ``"1e3"``) as an exact number
+    of base units (CPUs, bytes, devices). :class:`QuantityError` for anything else, and for negative or
+    absurdly large values."""
+    s = text.strip()
+    m = _QUANTITY.fullmatch(s) if len(s) <= 64 else None
+    if m is None:
+        raise QuantityError(f"{text[:40]!r} is not a Kubernetes quantity")
+    number = Fraction(m.group(1))
+    if m.group(2):
+        exponent = int(m.group(2)[1:])
+        if abs(exponent) > 30:
+            raise QuantityError(f"{text[:40]!r} is out of range")
+        value = number * Fraction(10) ** exponent
+    elif (suffix := m.group(3) or "") in _BINARY:
+        value = number * (1 << (10 * _BINARY[suffix]))
+    else:
+        value = number * Fraction(10) ** _DECIMAL[suffix]
+    if value < 0 or value > MAX_QUANTITY:
+        raise QuantityError(f"{text[:40]!r} is out of range")
+    return value
+
+
+# -- decoded objects --------------------------------------------------------------------------------
+
+
+class Resources(msgspec.Struct, frozen=True):
+    requests: dict[str, str] = {}
+    limits: dict[str, str] = {}
+
+
+class Container(msgspec.Struct, frozen=True):
+    name: str = ""
+    resources: Resources = Resources()
+    restartPolicy: str | None = None
+
+
+class OwnerReference(msgspec.Struct, frozen=True):
+    kind: str = ""
+    name: str = ""
+    controller: bool | None = None
+
+
+class ObjectMeta(msgspec.Struct, frozen=True):
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resourceVersion: str = ""
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    ownerReferences: list[OwnerReference] = []
+    deletionTimestamp: str | None = None
+    deletionGracePeriodSeconds: int | None = None
+
+
+class PodSpec(msgspec.Struct, frozen=True):
+    schedulerName: str = "default-scheduler"
+    nodeName: str | None = None
+    containers: list[Container] = []
+    initContainers: list[Container] = []
+    overhead: dict[str, str] = {}
+    activeDeadlineSeconds: int | None = None
+
+
+class Condition(msgspec.Struct, frozen=True):
+    type: str = ""
+    status: str = ""
+    reason: str | None = None
+    message: str | None = None
+
+
+class PodStatus(msgspec.Struct, frozen=True):
+    phase: str = "Pending"
+    conditions: list[Condition] = []
+
+
+class Pod(msgspec.Struct, frozen=True):
+    """A pod as the bridge sees it (the API's field names)."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodSpec = PodSpec()
+    status: PodStatus = PodStatus()
+
+    @property
+    def key(self) -> str:
+        """``namespace/name``."""
+        return f"{self.metadata.namespace}/{self.metadata.name}"
+
+    @property
+    def is_mirror(self) -> bool:
+        return "kubernetes.io/config.mirror" in self.metadata.annotations
+
+    @property
+    def owned_by_daemonset(self) -> bool:
+        return any(o.kind == "DaemonSet" for o in self.metadata.ownerReferences)
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.phase in ("Succeeded", "Failed")
+
+
+class NodeSpec(msgspec.Struct, frozen=True):
+    unschedulable: bool = False
+
+
+class NodeStatus(msgspec.Struct, frozen=True):
+    conditions: list[Condition] = []
+
+
+class Node(msgspec.Struct, frozen=True):
+    """A Kubernetes node as the bridge sees it."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: NodeSpec = NodeSpec()
+    status: NodeStatus = NodeStatus()
+
+    @property
+    def ready(self) -> bool:
+        return any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+
+
+_POD = msgspec.json.Decoder(Pod)
+_NODE = msgspec.json.Decoder(Node)
+
+
+def decode_pod(body: bytes | str) -> Pod:
+    """A pod from the API's JSON; ``msgspec.ValidationError``/``DecodeError`` for a malformed one."""
+    return _POD.decode(body)
+
+
+def decode_node(body: bytes | str) -> Node:
+    return _NODE.decode(body)
+
+
+# -- effective request ------------------------------------------------------------------------------
+
+
+def _container_value(c: Container, resource: str) -> Fraction:
+    """The larger of a container's request and limit of ``resource`` (a limit alone is also the request)."""
+    values = [parse_quantity(v) for d in (c.resources.requests, c.resources.limits) if (v := d.get(resource))]
+    return max(values, default=Fraction(0))
+
+
+def effective_request(
+    containers: Iterable[Container],
+    init_containers: Iterable[Container],
+    overhead: Mapping[str, str],
+    resource: str,
+) -> Fraction:
+    """What the pod needs of ``resource`` as Kubernetes counts it: the sum over app containers and
+    sidecars (init containers with ``restartPolicy: Always``), or the largest one-shot init container
+    plus the sidecars started before it, whichever is larger; plus the pod's overhead. Each container
+    counts the larger of its request and limit. Raises :class:`QuantityError`."""
+    sidecars = Fraction(0)
+    init_peak = Fraction(0)
+    for c in init_containers:
+        value = _container_value(c, resource)
+        if c.restartPolicy == "Always":
+            sidecars += value
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + value)
+    app = sum((_container_value(c, resource) for c in containers), Fraction(0))
+    extra = parse_quantity(overhead[resource]) if resource in overhead else Fraction(0)
+    return max(app + sidecars, init_peak) + extra
+
+
+def ceil_int(value: Fraction) -> int:
+    return math.ceil(value)

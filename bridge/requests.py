@@ -1,0 +1,283 @@
+"""Pod → Slurm job request: which pods the bridge takes, and what each one asks Slurm for. Pure.
+
+A pod is the bridge's when ``spec.schedulerName`` is the bridge's name, it has no ``spec.nodeName``,
+and its namespace is managed (listed in the policy). The bridge never takes kube-system, its own
+namespace, mirror pods or DaemonSet pods, even if they name it (:func:`select`).
+
+The request (:func:`job_request`) is the pod's resources and its annotations under :data:`PREFIX`,
+checked against its namespace's :class:`~bridge.policy.NamespacePolicy`:
+
+=========================== ==================================================================
+annotation                  meaning (anything outside the policy refuses the pod)
+=========================== ==================================================================
+``partition``               one of the policy's partitions (default: its first)
+``account`` / ``qos``       one of the policy's accounts / QOS (default: the first, else none)
+``reservation``             one of the policy's reservations (default: none)
+``constraint``              Slurm ``--constraint`` (features, ``& | [ ] ( ) * :``)
+``licenses``                Slurm ``--licenses`` (``name[:count],...``)
+``wckey``                   Slurm ``--wckey``
+``time-limit``              minutes, or Slurm's ``[D-]HH:MM:SS`` forms (default:
+                            ``activeDeadlineSeconds``, else the partition's default)
+``share-node``              ``"true"``: other jobs may use the node's free CPUs (only when the
+                            policy has ``allow_shared_nodes``); default: the node is exclusive
+``user``                    refused unless it names nothing else than the policy's uid
+=========================== ==================================================================
+
+Resources as Kubernetes counts them (:func:`bridge.pods.effective_request`): CPUs rounded up (at least
+one), memory bytes → MiB rounded up (none: Slurm's default), GPUs from ``nvidia.com/gpu`` and
+``amd.com/gpu``. The job runs as the policy's uid; nothing in the pod can change that.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from .pods import Pod, QuantityError, effective_request
+from .policy import NamespacePolicy, Policy
+
+__all__ = [
+    "ANNOTATIONS",
+    "PREFIX",
+    "JobRequest",
+    "Refusal",
+    "Selection",
+    "admit",
+    "job_request",
+    "parse_time_limit",
+    "select",
+]
+
+PREFIX = "slurm-keda.io/"
+"""The prefix of every annotation the bridge reads."""
+ANNOTATIONS = frozenset(
+    {"partition", "account", "qos", "reservation", "constraint", "licenses", "wckey", "time-limit"}
+    | {"share-node", "user"}
+)
+BRIDGE_WRITES = frozenset({"slurm-node", "job-id", "nodes"})
+"""Annotations the bridge itself writes on pods it placed (never read as a request)."""
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+NEVER_NAMESPACES = frozenset({"kube-system"})
+
+MAX_CPUS = 1 << 16
+MAX_MEMORY_MIB = 1 << 30  # 1 PiB
+MAX_GPUS = 1 << 10
+MAX_TIME_MINUTES = 365 * 24 * 60
+
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.&|*\[\](),:!-]{1,256}", re.ASCII)
+_LICENSES = re.compile(
+    r"[A-Za-z0-9_.@+-]{1,64}(:\d{1,6})?(,[A-Za-z0-9_.@+-]{1,64}(:\d{1,6})?){0,31}", re.ASCII
+)
+_WCKEY = re.compile(r"[A-Za-z0-9_.@+-]{1,64}", re.ASCII)
+_TIME = re.compile(r"(?:(\d{1,3})-)?(\d{1,6})(?::(\d{1,2}))?(?::(\d{1,2}))?", re.ASCII)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the bridge will not submit a pod (becomes an Event and a ``PodScheduled=False`` message)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What one pod asks Slurm for: one node, one task of ``cpus`` CPUs."""
+
+    namespace: str
+    pod: str
+    uid: str
+    name: str
+    user_id: int
+    group_id: int | None
+    partition: str
+    cpus: int
+    memory_mib: int | None
+    gpus: int
+    time_limit_minutes: int | None
+    account: str | None = None
+    qos: str | None = None
+    reservation: str | None = None
+    constraints: str | None = None
+    licenses: str | None = None
+    wckey: str | None = None
+    exclusive: bool = True
+
+    def admin_comment(self, instance: str) -> str:
+        """The job's ``admin_comment``: this bridge instance and the pod (namespace, name, uid), so that
+        state is rebuilt from Slurm after a restart and two bridges on one Slurm never touch each
+        other's jobs (see :func:`bridge.requests.parse_admin_comment`)."""
+        pods = [{"namespace": self.namespace, "name": self.pod, "uid": self.uid}]
+        return json.dumps({"slurm-keda": {"instance": instance, "pods": pods}}, separators=(",", ":"))
+
+
+def parse_admin_comment(text: str) -> tuple[str, list[tuple[str, str, str]]] | None:
+    """``(instance, [(namespace, name, uid), ...])`` of an admin comment the bridge wrote; None for any
+    other comment (a job someone else submitted)."""
+    if not text.startswith('{"slurm-keda"'):
+        return None
+    try:
+        doc = json.loads(text)["slurm-keda"]
+        pods = [(str(p["namespace"]), str(p["name"]), str(p["uid"])) for p in doc["pods"]]
+        return str(doc["instance"]), pods
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+@dataclass(frozen=True)
+class Selection:
+    """Whether a pod is the bridge's: ``take`` it, ``ignore`` it (not addressed to the bridge, or
+    already placed), or ``refuse`` it (addressed to the bridge but never to be placed by it)."""
+
+    verdict: Literal["take", "ignore", "refuse"]
+    reason: str = ""
+
+
+def select(pod: Pod, *, scheduler_name: str, own_namespace: str, policy: Policy) -> Selection:
+    """Which pods the bridge places (see the module docstring)."""
+    if pod.spec.schedulerName != scheduler_name:
+        return Selection("ignore", "another scheduler")
+    if pod.spec.nodeName or pod.terminal or pod.metadata.deletionTimestamp:
+        return Selection("ignore", "already placed, finished or being deleted")
+    ns = pod.metadata.namespace
+    if ns in NEVER_NAMESPACES or ns == own_namespace:
+        return Selection("refuse", f"the bridge never places pods in namespace {ns}")
+    if pod.is_mirror:
+        return Selection("refuse", "a mirror (static) pod belongs to its kubelet")
+    if pod.owned_by_daemonset:
+        return Selection("refuse", "a DaemonSet pod is placed by the DaemonSet controller")
+    if policy.of(ns) is None:
+        return Selection("refuse", f"namespace {ns} is not managed by this bridge (not in its policy)")
+    return Selection("take")
+
+
+def parse_time_limit(text: str) -> int:
+    """Minutes of a Slurm time limit: ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+    ``D-HH:MM:SS`` (seconds round up). ``ValueError`` otherwise, or above a year."""
+    m = _TIME.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text[:40]!r} is not a Slurm time limit (minutes, or [D-]HH:MM:SS)")
+    days, a, b, c = m.groups()
+    if days is not None:  # D-HH[:MM[:SS]]
+        seconds = int(days) * 86400 + int(a) * 3600 + int(b or 0) * 60 + int(c or 0)
+    elif c is not None:  # HH:MM:SS
+        seconds = int(a) * 3600 + int(b) * 60 + int(c)
+    elif b is not None:  # MM:SS
+        seconds = int(a) * 60 + int(b)
+    else:
+        seconds = int(a) * 60
+    minutes = math.ceil(seconds / 60)
+    if not 1 <= minutes <= MAX_TIME_MINUTES:
+        raise ValueError(f"{text[:40]!r} is not between 1 minute and a year")
+    return minutes
+
+
+def _choose(kind: str, asked: str | None, allowed: tuple[str, ...], *, default_first: bool) -> str | None:
+    if asked is None:
+        return allowed[0] if default_first and allowed else None
+    if asked not in allowed:
+        listed = ", ".join(allowed) if allowed else "none"
+        raise _Refused(f"{kind} {asked[:64]!r} is not allowed in this namespace (allowed: {listed})")
+    return asked
+
+
+class _Refused(Exception):
+    pass
+
+
+def _pattern(kind: str, value: str | None, pattern: re.Pattern[str]) -> str | None:
+    if value is not None and not pattern.fullmatch(value):
+        raise _Refused(f"annotation {PREFIX}{kind} {value[:64]!r} is not a valid Slurm {kind}")
+    return value
+
+
+def job_request(pod: Pod, policy: NamespacePolicy) -> JobRequest | Refusal:
+    """The job request of a pod the bridge takes, or why it is refused."""
+    try:
+        return _request(pod, policy)
+    except _Refused as e:
+        return Refusal(str(e))
+
+
+def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
+    ours = {k[len(PREFIX) :]: v for k, v in pod.metadata.annotations.items() if k.startswith(PREFIX)}
+    unknown = sorted(k for k in ours if k not in ANNOTATIONS and k not in BRIDGE_WRITES)
+    if unknown:
+        raise _Refused(
+            f"unknown annotation {PREFIX}{unknown[0][:64]} (known: {', '.join(sorted(ANNOTATIONS))})"
+        )
+    if "user" in ours and ours["user"].strip() != str(ns.user_id):
+        raise _Refused(
+            f"annotation {PREFIX}user: jobs of namespace {ns.namespace} run as the uid its policy sets;"
+            " a pod cannot choose another"
+        )
+    share = ours.get("share-node", "false").strip().lower()
+    if share not in ("true", "false"):
+        raise _Refused(f"annotation {PREFIX}share-node must be true or false")
+    if share == "true" and not ns.allow_shared_nodes:
+        raise _Refused(f"namespace {ns.namespace} may not share nodes ({PREFIX}share-node)")
+    partition = _choose("partition", ours.get("partition"), ns.partitions, default_first=True)
+    assert partition is not None  # the policy lists at least one
+    spec = pod.spec
+    try:
+        cpu = effective_request(spec.containers, spec.initContainers, spec.overhead, "cpu")
+        memory = effective_request(spec.containers, spec.initContainers, spec.overhead, "memory")
+        gpus = sum(
+            effective_request(spec.containers, spec.initContainers, spec.overhead, r) for r in GPU_RESOURCES
+        )
+    except QuantityError as e:
+        raise _Refused(f"resources: {e}") from None
+    cpus = max(1, math.ceil(cpu))
+    memory_mib = math.ceil(memory / (1 << 20)) if memory else None
+    if cpus > MAX_CPUS or (memory_mib or 0) > MAX_MEMORY_MIB or gpus > MAX_GPUS or gpus != int(gpus):
+        raise _Refused(
+            f"resources beyond any node: {cpus} CPUs, {memory_mib or 0} MiB, {gpus} GPUs"
+            f" (at most {MAX_CPUS} CPUs, {MAX_MEMORY_MIB} MiB, {MAX_GPUS} whole GPUs)"
+        )
+    if "time-limit" in ours:
+        try:
+            time_limit: int | None = parse_time_limit(ours["time-limit"])
+        except ValueError as e:
+            raise _Refused(f"annotation {PREFIX}time-limit: {e}") from None
+    elif spec.activeDeadlineSeconds is not None and spec.activeDeadlineSeconds > 0:
+        time_limit = min(MAX_TIME_MINUTES, math.ceil(spec.activeDeadlineSeconds / 60))
+    else:
+        time_limit = None
+    meta = pod.metadata
+    return JobRequest(
+        namespace=meta.namespace,
+        pod=meta.name,
+        uid=meta.uid,
+        name=f"k8s:{meta.namespace}/{meta.name}"[:200],
+        user_id=ns.user_id,
+        group_id=ns.group_id,
+        partition=partition,
+        cpus=cpus,
+        memory_mib=memory_mib,
+        gpus=int(gpus),
+        time_limit_minutes=time_limit,
+        account=_choose("account", ours.get("account"), ns.accounts, default_first=True),
+        qos=_choose("QOS", ours.get("qos"), ns.qos, default_first=True),
+        reservation=_choose("reservation", ours.get("reservation"), ns.reservations, default_first=False),
+        constraints=_pattern("constraint", ours.get("constraint"), _CONSTRAINT),
+        licenses=_pattern("licenses", ours.get("licenses"), _LICENSES),
+        wckey=_pattern("wckey", ours.get("wckey"), _WCKEY),
+        exclusive=share != "true",
+    )
+
+
+def admit(
+    pod: Pod, *, scheduler_name: str, own_namespace: str, policy: Policy
+) -> JobRequest | Refusal | None:
+    """:func:`select` then :func:`job_request` under the pod's own namespace's policy: the request, the
+    refusal, or None for a pod that is not the bridge's."""
+    chosen = select(pod, scheduler_name=scheduler_name, own_namespace=own_namespace, policy=policy)
+    if chosen.verdict == "ignore":
+        return None
+    if chosen.verdict == "refuse":
+        return Refusal(chosen.reason)
+    ns = policy.of(pod.metadata.namespace)
+    assert ns is not None  # select() refuses unmanaged namespaces
+    return job_request(pod, ns)

@@ -1,0 +1,370 @@
+"""The bridge's pure core: quantities, a pod's effective request, which pods it takes, pod → job request
+under the namespace policy (the security property: nothing in a pod changes whom its job runs as), and
+the job/submit body per API version."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridge.jobdesc import PLACEHOLDER_SCRIPT, placeholder_kind, submit_body
+from bridge.pods import Container, QuantityError, Resources, decode_pod, effective_request, parse_quantity
+from bridge.policy import Policy, PolicyError, load_policy, parse_policy
+from bridge.requests import PREFIX, JobRequest, Refusal, admit, parse_admin_comment
+from bridge.slurm import parse_submit_answer
+from exporter.errors import ShapeError, SlurmReportedError
+from tests.conftest import SHARED
+
+POLICY = parse_policy(
+    {
+        "namespaces": {
+            "team-a": {
+                "user_id": 1001,
+                "group_id": 1001,
+                "accounts": ["proj1", "proj2"],
+                "qos": ["normal", "high"],
+                "partitions": ["cpu", "gpu"],
+                "reservations": ["maint"],
+            },
+            "team-b": {"user_id": 2002, "partitions": ["cpu"], "allow_shared_nodes": True},
+        }
+    }
+)
+BRIDGE = {"scheduler_name": "slurm-bridge", "own_namespace": "slurm-keda", "policy": POLICY}
+
+
+def pod(
+    namespace: str = "team-a",
+    *,
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    containers: list[dict[str, Any]] | None = None,
+    **spec: Any,
+) -> Any:
+    doc = {
+        "metadata": {
+            "name": "trainer-0",
+            "namespace": namespace,
+            "uid": "5c1e-uid",
+            "annotations": annotations or {},
+            "labels": labels or {},
+        },
+        "spec": {
+            "schedulerName": "slurm-bridge",
+            "containers": containers
+            if containers is not None
+            else [{"name": "main", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}],
+            **spec,
+        },
+    }
+    return decode_pod(json.dumps(doc))
+
+
+def request(p: Any) -> JobRequest:
+    got = admit(p, **BRIDGE)
+    assert isinstance(got, JobRequest), got
+    return got
+
+
+def refusal(p: Any) -> str:
+    got = admit(p, **BRIDGE)
+    assert isinstance(got, Refusal), got
+    return got.reason
+
+
+# -- quantities and effective requests ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", 2),
+        ("500m", Fraction(1, 2)),
+        ("1.5", Fraction(3, 2)),
+        ("1Gi", 1 << 30),
+        ("1.5Gi", 3 << 29),
+        ("128Mi", 128 << 20),
+        ("1G", 10**9),
+        ("1e3", 1000),
+        ("12E-1", Fraction(6, 5)),
+        ("100k", 100_000),
+        (".5", Fraction(1, 2)),
+        ("7n", Fraction(7, 10**9)),
+    ],
+)
+def test_quantities_are_exact(text: str, value: Fraction | int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "one", "1 Gi", "1GB", "-1", "1e999", "0x10", "1Gi1", "9" * 70, "١٢"])
+def test_bad_quantities_are_refused(text: str) -> None:
+    with pytest.raises(QuantityError):
+        parse_quantity(text)
+
+
+def c(requests: dict[str, str] | None = None, limits: dict[str, str] | None = None, **kw: Any) -> Container:
+    return Container(resources=Resources(requests=requests or {}, limits=limits or {}), **kw)
+
+
+def test_effective_request_counts_as_kubernetes_does() -> None:
+    app = [c({"cpu": "1"}), c({"cpu": "500m"}, {"cpu": "2"})]  # the larger of request and limit: 1 + 2
+    assert effective_request(app, [], {}, "cpu") == 3
+    assert effective_request(app, [c({"cpu": "4"})], {}, "cpu") == 4  # a one-shot init container larger
+    assert effective_request(app, [c({"cpu": "1"})], {}, "cpu") == 3
+    sidecar = c({"cpu": "1"}, restartPolicy="Always")
+    assert effective_request(app, [sidecar], {}, "cpu") == 4  # a sidecar runs beside the app
+    # an init container after the sidecar runs beside it: 1 + 3 = 4 > 3 + 1? equal; make it larger
+    assert effective_request(app, [sidecar, c({"cpu": "5"})], {}, "cpu") == 6
+    assert effective_request(app, [], {"cpu": "250m"}, "cpu") == Fraction(13, 4)  # pod overhead
+    assert effective_request([c(limits={"memory": "1Gi"})], [], {}, "memory") == 1 << 30  # a limit alone
+
+
+# -- which pods ------------------------------------------------------------------------------------
+
+
+def test_which_pods_are_taken_ignored_or_refused() -> None:
+    assert admit(pod(schedulerName="default-scheduler"), **BRIDGE) is None
+    assert admit(pod(nodeName="n1"), **BRIDGE) is None
+    assert "kube-system" in refusal(pod("kube-system"))
+    assert "slurm-keda" in refusal(pod("slurm-keda"))  # the bridge's own namespace
+    assert "not managed" in refusal(pod("team-z"))
+    mirror = pod(annotations={"kubernetes.io/config.mirror": "x"})
+    assert "mirror" in refusal(mirror)
+    owned = json.loads(
+        json.dumps({"metadata": {"namespace": "team-a", "ownerReferences": [{"kind": "DaemonSet"}]}})
+    )
+    owned["spec"] = {"schedulerName": "slurm-bridge"}
+    assert "DaemonSet" in refusal(decode_pod(json.dumps(owned)))
+
+
+# -- pod → job request -------------------------------------------------------------------------------
+
+
+def test_defaults_come_from_the_policy_and_resources_round_up() -> None:
+    r = request(pod())
+    assert (r.user_id, r.group_id) == (1001, 1001)
+    assert (r.partition, r.account, r.qos, r.reservation) == ("cpu", "proj1", "normal", None)
+    assert (r.cpus, r.memory_mib, r.gpus, r.time_limit_minutes) == (2, 1024, 0, None)
+    assert r.exclusive is True
+    assert r.name == "k8s:team-a/trainer-0"
+    no_requests = request(pod(containers=[{"name": "x"}]))
+    assert (no_requests.cpus, no_requests.memory_mib) == (1, None)
+
+
+def test_annotations_choose_inside_the_policy() -> None:
+    r = request(
+        pod(
+            annotations={
+                PREFIX + "partition": "gpu",
+                PREFIX + "account": "proj2",
+                PREFIX + "qos": "high",
+                PREFIX + "reservation": "maint",
+                PREFIX + "constraint": "a100&ib",
+                PREFIX + "licenses": "matlab:2,ansys",
+                PREFIX + "wckey": "exp7",
+                PREFIX + "time-limit": "1-02:30:00",
+            },
+            containers=[{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "8"}}}],
+        )
+    )
+    assert (r.partition, r.account, r.qos, r.reservation) == ("gpu", "proj2", "high", "maint")
+    assert (r.constraints, r.licenses, r.wckey) == ("a100&ib", "matlab:2,ansys", "exp7")
+    assert r.time_limit_minutes == 24 * 60 + 150
+    assert (r.cpus, r.gpus) == (8, 2)
+
+
+def test_time_limit_from_the_deadline_when_no_annotation() -> None:
+    assert request(pod(activeDeadlineSeconds=90)).time_limit_minutes == 2
+
+
+@pytest.mark.parametrize(
+    ("annotation", "value", "why"),
+    [
+        ("partition", "debug", "partition 'debug' is not allowed"),
+        ("account", "proj3", "account 'proj3' is not allowed"),
+        ("account", "proj1 ", "is not allowed"),  # no trimming into an allowed name
+        ("qos", "admin", "QOS 'admin' is not allowed"),
+        ("reservation", "other", "reservation 'other' is not allowed"),
+        ("share-node", "true", "may not share nodes"),
+        ("share-node", "yes", "must be true or false"),
+        ("time-limit", "forever", "not a Slurm time limit"),
+        ("time-limit", "0", "between 1 minute and a year"),
+        ("constraint", "a100;rm -rf", "not a valid Slurm constraint"),
+        ("licenses", "x:y:z", "not a valid Slurm licenses"),
+        ("partiton", "gpu", "unknown annotation slurm-keda.io/partiton"),  # a typo is not ignored
+    ],
+)
+def test_annotations_outside_the_policy_or_malformed_refuse_the_pod(
+    annotation: str, value: str, why: str
+) -> None:
+    assert why in refusal(pod(annotations={PREFIX + annotation: value}))
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {"cpu": "1e6"},
+        {"memory": "2Ei"},
+        {"nvidia.com/gpu": "5000"},
+        {"nvidia.com/gpu": "500m"},
+        {"cpu": "lots"},
+    ],
+)
+def test_absurd_or_malformed_resources_refuse_the_pod(resources: dict[str, str]) -> None:
+    reason = refusal(pod(containers=[{"name": "m", "resources": {"requests": resources}}]))
+    assert "resources" in reason
+
+
+# -- whom the job runs as: nothing in the pod changes it ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "annotations",
+    [
+        {PREFIX + "user": "0"},
+        {PREFIX + "user": "root"},
+        {PREFIX + "user": "2002"},  # team-b's uid
+        {PREFIX + "user": "1001 "},
+    ],
+)
+def test_a_pod_naming_another_user_is_refused(annotations: dict[str, str]) -> None:
+    if annotations[PREFIX + "user"].strip() == "1001":
+        assert request(pod(annotations=annotations)).user_id == 1001  # naming its own uid is harmless
+        return
+    assert "cannot choose another" in refusal(pod(annotations=annotations))
+
+
+def test_the_user_name_alone_is_refused() -> None:
+    assert "cannot choose another" in refusal(pod(annotations={PREFIX + "user": "alice"}))
+
+
+_KEYS = st.sampled_from(
+    [PREFIX + k for k in ("user", "User", "uid", "user_id", "account", "partition", "group", "namespace")]
+    + ["slurm-keda.io.user", "user", "slurm.schedmd.com/user", "kubernetes.io/user"]
+)
+
+
+@settings(max_examples=500, derandomize=True, database=None, deadline=None)
+@given(
+    namespace=st.sampled_from(["team-a", "team-b"]),
+    annotations=st.dictionaries(
+        _KEYS, st.sampled_from(["0", "root", "1001", "2002", "proj1", "cpu", ""]), max_size=4
+    ),
+    labels=st.dictionaries(_KEYS, st.sampled_from(["0", "2002", "root"]), max_size=3),
+    name=st.sampled_from(["trainer-0", "team-b", "root", "kube-system"]),
+)
+def test_no_annotation_label_or_name_makes_a_job_run_as_another_uid(
+    namespace: str, annotations: dict[str, str], labels: dict[str, str], name: str
+) -> None:
+    meta = {"name": name, "namespace": namespace, "uid": "u", "annotations": annotations, "labels": labels}
+    doc = {"metadata": meta, "spec": {"schedulerName": "slurm-bridge", "containers": [{"name": "m"}]}}
+    p = decode_pod(json.dumps(doc))
+    got = admit(p, **BRIDGE)
+    policy = POLICY.of(namespace)
+    assert policy is not None
+    if isinstance(got, JobRequest):
+        assert (got.user_id, got.group_id) == (policy.user_id, policy.group_id)
+        body = submit_body(got, "v0.0.45", instance="i")["job"]
+        assert body["user_id"] == str(policy.user_id)
+        assert ("group_id" in body) == (policy.group_id is not None)
+
+
+# -- the policy file -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("doc", "why"),
+    [
+        ([], "a mapping with one key"),
+        ({"namespaces": {"Team_A": {"user_id": 1, "partitions": ["cpu"]}}}, "not a Kubernetes namespace"),
+        ({"namespaces": {"a": {"partitions": ["cpu"]}}}, "user_id: required"),
+        ({"namespaces": {"a": {"user_id": -1, "partitions": ["cpu"]}}}, "an integer id"),
+        ({"namespaces": {"a": {"user_id": True, "partitions": ["cpu"]}}}, "an integer id"),
+        ({"namespaces": {"a": {"user_id": 1}}}, "at least one partition"),
+        ({"namespaces": {"a": {"user_id": 1, "partitions": ["cpu,gpu"]}}}, "a list of Slurm names"),
+        (
+            {"namespaces": {"a": {"user_id": 1, "partitions": ["cpu"], "users": ["x"]}}},
+            "unknown key(s) users",
+        ),
+        ({"namespaces": {"a": {"user_id": 1, "partitions": ["cpu", "cpu"]}}}, "listed twice"),
+    ],
+)
+def test_bad_policies_name_the_problem(doc: Any, why: str) -> None:
+    with pytest.raises(PolicyError, match=None) as e:
+        parse_policy(doc)
+    assert why in str(e.value)
+
+
+def test_policy_file(tmp_path: Path) -> None:
+    f = tmp_path / "policy.yaml"
+    f.write_text("namespaces:\n  ml:\n    user_id: 1500\n    partitions: gpu\n")
+    assert load_policy(f) == Policy(
+        {"ml": POLICY.namespaces["team-b"].__class__("ml", 1500, partitions=("gpu",))}
+    )
+    f.write_text("namespaces: [")
+    with pytest.raises(PolicyError, match="is not YAML"):
+        load_policy(f)
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy(tmp_path / "missing.yaml")
+
+
+# -- the job/submit body ----------------------------------------------------------------------------
+
+
+def test_external_placeholder_where_the_api_has_it_batch_before() -> None:
+    assert [placeholder_kind(v) for v in ("v0.0.40", "v0.0.42", "v0.0.43", "v0.0.45")] == [
+        "batch",
+        "batch",
+        "external",
+        "external",
+    ]
+    with pytest.raises(ValueError, match=r"v0\.0\.40 or later"):
+        placeholder_kind("v0.0.38")
+    r = request(pod(annotations={PREFIX + "time-limit": "30"}))
+    new = submit_body(r, "v0.0.45", instance="cluster-a", excluded_nodes=["c3"])["job"]
+    assert new["flags"] == ["EXTERNAL_JOB"] and "script" not in new
+    assert new["shared"] == ["none"]  # exclusive, as sbatch --exclusive sets it
+    assert new["excluded_nodes"] == ["c3"] and "required_nodes" not in new
+    assert new["time_limit"] == {"set": True, "infinite": False, "number": 30}
+    assert new["memory_per_node"]["number"] == 1024 and new["cpus_per_task"] == 2
+    assert parse_admin_comment(new["admin_comment"]) == ("cluster-a", [("team-a", "trainer-0", "5c1e-uid")])
+    old = submit_body(r, "v0.0.42", instance="cluster-a")["job"]
+    assert old["script"] == PLACEHOLDER_SCRIPT and "flags" not in old and old["shared"] == ["none"]
+    oldest = submit_body(r, "v0.0.40", instance="cluster-a")["job"]
+    assert oldest["exclusive"] == ["true"] and "shared" not in oldest
+    shared = request(pod("team-b", annotations={PREFIX + "share-node": "true"}))
+    assert "shared" not in submit_body(shared, "v0.0.45", instance="x")["job"]
+
+
+def test_admin_comments_of_others_are_not_ours() -> None:
+    assert parse_admin_comment("") is None
+    assert parse_admin_comment("maintenance job") is None
+    assert parse_admin_comment('{"slurm-keda": {"pods": 3}}') is None
+
+
+@pytest.mark.skipif(not (SHARED / "slurm-openapi").is_dir(), reason="../shared/slurm-openapi absent")
+@pytest.mark.parametrize(
+    ("spec", "version"),
+    [("26.05.5", "v0.0.45"), ("26.05.5", "v0.0.43"), ("24.11.5", "v0.0.42"), ("24.11.5", "v0.0.40")],
+)
+def test_submit_bodies_match_slurmrestds_schema(spec: str, version: str) -> None:
+    import jsonschema
+
+    doc = json.loads((SHARED / "slurm-openapi" / f"slurmrestd-{spec}.json").read_text())
+    schema = {"$ref": f"#/components/schemas/{version}_job_submit_req", "components": doc["components"]}
+    r = request(pod(annotations={PREFIX + "time-limit": "30", PREFIX + "constraint": "x"}))
+    jsonschema.validate(submit_body(r, version, instance="i", excluded_nodes=["c1"]), schema)
+
+
+def test_submit_answers() -> None:
+    assert parse_submit_answer(b'{"job_id": 42, "errors": [], "warnings": []}') == 42
+    with pytest.raises(SlurmReportedError, match="Invalid partition"):
+        parse_submit_answer(b'{"job_id": 0, "errors": [{"description": "Invalid partition name specified"}]}')
+    with pytest.raises(ShapeError):
+        parse_submit_answer(b'{"errors": []}')
