@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
@@ -235,7 +236,9 @@ async def test_one_timeline_in_frozen_wall_time() -> None:
     flagged stale (value held) past --demand-stale-after, fresh data clears both, and a target a scaler
     stopped asking about is forgotten after an hour."""
     asked = {"partition": "cpu", "max": "4"}
-    with freeze_time("2026-12-01 12:00:00", real_asyncio=True) as frozen:
+    # frozen at the real now: gRPC computes call deadlines from time.time() and checks them on the real clock,
+    # so a frozen time in the past would fail every call at once (and one in the future pass by luck)
+    with freeze_time(datetime.now(UTC), real_asyncio=True) as frozen:
         async with serve(FakeSlurmrestd(DATA)) as url:
             client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
             async with client:
