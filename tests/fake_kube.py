@@ -50,8 +50,8 @@ Obj = dict[str, Any]
 Key = tuple[str, str, str]  # (api prefix + plural, namespace, name)
 
 
-def now_text() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_text(later: float = 0.0) -> str:
+    return datetime.fromtimestamp(datetime.now(UTC).timestamp() + later, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def status(code: int, reason: str, message: str) -> web.Response:
@@ -275,8 +275,11 @@ class FakeKube:
         stuck = key[0] == "v1/pods" and node in self.dead_kubelets and grace != 0
         if meta.get("finalizers") or stuck:
             if not meta.get("deletionTimestamp"):
-                meta["deletionTimestamp"] = now_text()
-                meta["deletionGracePeriodSeconds"] = 30 if grace is None else grace
+                seconds = 30 if grace is None else grace
+                meta["deletionTimestamp"] = now_text(
+                    seconds
+                )  # when the grace period ends, as Kubernetes sets it
+                meta["deletionGracePeriodSeconds"] = seconds
                 self._store(key, obj, "MODIFIED")
             return obj
         del self.objects[key]
