@@ -335,6 +335,12 @@ class FakeKube:
             body = await request.json() if request.can_read_body else {}
             if grace is None and isinstance(body, dict) and body.get("gracePeriodSeconds") is not None:
                 grace = body["gracePeriodSeconds"]
+            wanted_uid = _dig(body, "preconditions.uid") if isinstance(body, dict) else None
+            found = self.objects.get(key)
+            if wanted_uid and found is not None and found["metadata"]["uid"] != wanted_uid:
+                raise _Answer(
+                    status(409, "Conflict", f"Precondition failed: UID in precondition: {wanted_uid}")
+                )
             return web.json_response(self._delete(key, None if grace is None else int(grace)))
         current = self.objects.get(key)
         if current is None:
@@ -365,6 +371,11 @@ class FakeKube:
             if kind == "application/json-patch+json":
                 new = json_patch(current, body)
             else:
+                sent_uid = (body.get("metadata") or {}).get("uid")
+                if sent_uid and sent_uid != current["metadata"]["uid"]:
+                    raise _Answer(
+                        status(409, "Conflict", f"Precondition failed: UID in precondition: {sent_uid}")
+                    )
                 if sub == "status":
                     body = {"status": body.get("status", {})}
                 sent_rv = (body.get("metadata") or {}).get("resourceVersion")

@@ -1,0 +1,269 @@
+"""The bridge's Kubernetes I/O: kubernetes_asyncio's API client for configuration, auth, TLS and request
+building; every answer is read raw (``_preload_content=False``) and decoded here into :mod:`bridge.pods`
+structs, its status checked by :func:`_checked` (the client does not raise for raw answers).
+
+Configuration is loaded the standard way (:func:`load_configuration`): in-cluster (service account) when
+running in a pod, else the kubeconfig file (``$KUBECONFIG`` or ``~/.kube/config``).
+
+Failures are :class:`KubeError` (``status`` 0 when the API server could not be reached); a watch from a
+compacted resourceVersion raises :class:`Gone` (410), after which the caller lists again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import msgspec
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.rest import ApiException
+
+from .pods import Node, Pod
+
+__all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
+
+_PODS = msgspec.json.Decoder(dict[str, Any])
+
+
+class KubeError(Exception):
+    """A Kubernetes API call failed: ``status`` is the HTTP status (0: not reached), ``reason`` its Status
+    reason (``NotFound``, ``Conflict``, ...)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+    @property
+    def kind(self) -> str:
+        return f"http_{self.status}" if self.status else "unreachable"
+
+
+class Gone(KubeError):
+    """410: the resourceVersion a watch started from was compacted away; list again."""
+
+
+async def load_configuration(kubeconfig: Path | None = None) -> client.Configuration:
+    """In-cluster configuration when running in a pod (and no ``kubeconfig`` given), else the kubeconfig
+    file (``kubeconfig``, ``$KUBECONFIG`` or ``~/.kube/config``). :class:`KubeError` if neither works."""
+    cfg = client.Configuration()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+            return cfg
+        except config.ConfigException as e:
+            raise KubeError(f"in-cluster Kubernetes configuration: {e}") from None
+    # $KUBECONFIG is read now (the library reads it once, at import), and may list several files
+    where = (
+        str(kubeconfig)
+        if kubeconfig
+        else os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    )
+    try:
+        await config.load_kube_config(config_file=where, client_configuration=cfg)
+    except (config.ConfigException, OSError, TypeError, ValueError) as e:
+        raise KubeError(f"no usable kubeconfig ({where}): {e}") from None
+    return cfg
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def _checked(call: Any) -> bytes:
+    """Await a raw API call; its body, or :class:`KubeError` naming the Status reason and message."""
+    try:
+        resp = await call
+    except ApiException as e:
+        raise KubeError(f"Kubernetes API: {e.status} {e.reason}", e.status or 0) from None
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise KubeError(f"cannot reach the Kubernetes API: {e}") from None
+    try:
+        body = await resp.read()
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise KubeError(f"Kubernetes API answer cut short: {e}") from None
+    finally:
+        resp.release()
+    if 200 <= resp.status < 300:
+        return bytes(body)
+    reason, message = "", body[:200].decode("utf-8", "replace")
+    try:
+        doc = json.loads(body)
+        reason, message = str(doc.get("reason", "")), str(doc.get("message", message))
+    except ValueError:
+        pass
+    cls = Gone if resp.status == 410 else KubeError
+    raise cls(f"Kubernetes API {resp.status} {reason}: {message}", resp.status, reason)
+
+
+class Kube:
+    """The calls the bridge makes; ``api`` is an open ``kubernetes_asyncio.client.ApiClient``."""
+
+    def __init__(self, api: client.ApiClient, *, component: str = "slurm-bridge") -> None:
+        self.core = client.CoreV1Api(api)
+        self.component = component
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def list_pods(self, scheduler_name: str) -> tuple[list[Pod], str]:
+        """Every pod naming ``scheduler_name``, in every namespace, and the list's resourceVersion."""
+        body = await _checked(
+            self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.schedulerName={scheduler_name}", _preload_content=False
+            )
+        )
+        doc = _PODS.decode(body)
+        pods = [msgspec.convert(item, Pod) for item in doc.get("items", [])]
+        return pods, str(doc.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch_pods(
+        self, scheduler_name: str, since: str, timeout: int = 300
+    ) -> AsyncIterator[tuple[str, Pod]]:
+        """Changes after resourceVersion ``since`` as ``(ADDED|MODIFIED|DELETED, pod)``; ends when the server
+        ends the stream; :class:`Gone` when ``since`` is too old."""
+        async for kind, obj in self._watch(
+            self.core.list_pod_for_all_namespaces(
+                field_selector=f"spec.schedulerName={scheduler_name}",
+                watch=True,
+                resource_version=since,
+                timeout_seconds=timeout,
+                allow_watch_bookmarks=True,
+                _preload_content=False,
+            )
+        ):
+            yield kind, msgspec.convert(obj, Pod)
+
+    async def list_nodes(self) -> tuple[list[Node], str]:
+        body = await _checked(self.core.list_node(_preload_content=False))
+        doc = _PODS.decode(body)
+        nodes = [msgspec.convert(item, Node) for item in doc.get("items", [])]
+        return nodes, str(doc.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch_nodes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Node]]:
+        async for kind, obj in self._watch(
+            self.core.list_node(
+                watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+            )
+        ):
+            yield kind, msgspec.convert(obj, Node)
+
+    async def _watch(self, call: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        try:
+            resp = await call
+        except ApiException as e:
+            raise KubeError(f"Kubernetes API: {e.status} {e.reason}", e.status or 0) from None
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise KubeError(f"cannot reach the Kubernetes API: {e}") from None
+        try:
+            if resp.status != 200:
+                body = await resp.read()
+                cls = Gone if resp.status == 410 else KubeError
+                raise cls(f"Kubernetes API {resp.status}: {body[:200]!r}", resp.status)
+            async for line in resp.content:
+                if not line.strip():
+                    continue
+                event = _PODS.decode(line)
+                kind, obj = str(event.get("type", "")), event.get("object") or {}
+                if kind == "ERROR":
+                    code = int(obj.get("code", 0))
+                    cls = Gone if code == 410 else KubeError
+                    raise cls(
+                        f"watch: {obj.get('reason')}: {obj.get('message')}", code, str(obj.get("reason", ""))
+                    )
+                if kind == "BOOKMARK":
+                    yield kind, obj
+                    continue
+                yield kind, obj
+        except (aiohttp.ClientError, OSError, TimeoutError) as e:
+            raise KubeError(f"watch cut short: {e}") from None
+        finally:
+            resp.release()
+
+    # -- writes ----------------------------------------------------------------------------------
+
+    async def bind(self, pod: Pod, node: str) -> None:
+        """Bind ``pod`` to ``node``; binding it again to the same node is not an error."""
+        body = client.V1Binding(
+            api_version="v1",
+            kind="Binding",
+            metadata=client.V1ObjectMeta(name=pod.metadata.name, uid=pod.metadata.uid),
+            target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
+        )
+        try:
+            await _checked(
+                self.core.create_namespaced_pod_binding(
+                    pod.metadata.name, pod.metadata.namespace, body, _preload_content=False
+                )
+            )
+        except KubeError as e:
+            if e.status == 409 and f'"{node}"' in str(e):
+                return  # already bound there: a repeated binding
+            raise
+
+    async def mark(self, pod: Pod, labels: dict[str, str], annotations: dict[str, str]) -> None:
+        """Merge ``labels`` and ``annotations`` into the pod (uid-checked: never a new pod of that name)."""
+        patch = {"metadata": {"uid": pod.metadata.uid, "labels": labels, "annotations": annotations}}
+        await _checked(
+            self.core.patch_namespaced_pod(
+                pod.metadata.name, pod.metadata.namespace, patch, _preload_content=False
+            )
+        )
+
+    async def unschedulable(self, pod: Pod, reason: str, message: str) -> None:
+        """Set the pod's ``PodScheduled`` condition to False with ``reason`` and ``message``."""
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": _now(),
+        }
+        await _checked(
+            self.core.patch_namespaced_pod_status(
+                pod.metadata.name,
+                pod.metadata.namespace,
+                {"status": {"conditions": [condition]}},
+                _preload_content=False,
+            )
+        )
+
+    async def event(self, pod: Pod, reason: str, message: str, *, warning: bool = False) -> None:
+        """A core/v1 Event about ``pod`` from this component."""
+        now = datetime.now(UTC)
+        meta = pod.metadata
+        body = client.CoreV1Event(
+            metadata=client.V1ObjectMeta(generate_name=f"{meta.name}.", namespace=meta.namespace),
+            involved_object=client.V1ObjectReference(
+                api_version="v1", kind="Pod", name=meta.name, namespace=meta.namespace, uid=meta.uid
+            ),
+            reason=reason,
+            message=message[:1024],
+            type="Warning" if warning else "Normal",
+            source=client.V1EventSource(component=self.component),
+            first_timestamp=now,
+            last_timestamp=now,
+            count=1,
+        )
+        await _checked(
+            self.core.create_namespaced_event(pod.metadata.namespace, body, _preload_content=False)
+        )
+
+    async def delete_pod(self, pod: Pod) -> bool:
+        """Delete ``pod`` (only that uid); False if it is already gone."""
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=pod.metadata.uid))
+        try:
+            await _checked(
+                self.core.delete_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, body=options, _preload_content=False
+                )
+            )
+        except KubeError as e:
+            if e.status in (404, 409):
+                return False
+            raise
+        return True

@@ -1,0 +1,84 @@
+"""The bridge's placeholder jobs on the real labs: an EXTERNAL_JOB on 26.05 (v0.0.45), a batch placeholder on
+24.11 (v0.0.42, no EXTERNAL_JOB there), each submitted, seen RUNNING on a whole node with its admin comment
+in the poller's snapshot, and cancelled — through the project's slurmrestd client."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.requests import JobRequest, parse_admin_comment
+from bridge.slurm import cancel_job, submit_job
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.errors import SlurmError
+from exporter.lab import Lab
+from exporter.model import Job, Snapshot
+from exporter.poller import Poller, PollerConfig
+from tests.tools import eventually
+
+pytestmark = pytest.mark.lab
+
+INSTANCE = "lab-test"
+
+
+def request(uid: str, **kw: object) -> JobRequest:
+    fields: dict[str, object] = {
+        "namespace": "team-a",
+        "pod": f"pod-{uid}",
+        "uid": uid,
+        "name": f"k8s:team-a/pod-{uid}",
+        "user_id": 0,
+        "group_id": None,
+        "partition": "cpu",
+        "cpus": 1,
+        "memory_mib": 100,
+        "gpus": 0,
+        "time_limit_minutes": 10,
+    }
+    fields.update(kw)
+    return JobRequest(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
+async def test_placeholder_job_runs_on_a_whole_node_and_is_cancelled(
+    flavor: str, version: str, lab_2605: Lab, lab_2411: Lab
+) -> None:
+    lab = lab_2605 if flavor == "26.05" else lab_2411
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
+    async with SlurmClient(cfg) as client:
+        poller = Poller(client, PollerConfig(api_version=version))
+        uid = f"uid-{flavor}"
+        job_id = await submit_job(client, version, request(uid), instance=INSTANCE, excluded_nodes=["c1"])
+
+        async def running() -> Job | None:
+            snap: Snapshot | None = await poller.poll_once()
+            assert snap is not None
+            found = [j for j in snap.jobs if j.job_id == job_id]
+            return found[0] if found and found[0].state == "RUNNING" and found[0].nodes else None
+
+        try:
+            job = await eventually(running, 30.0, f"job {job_id} RUNNING", 0.5)
+            assert parse_admin_comment(job.admin_comment) == (INSTANCE, [("team-a", f"pod-{uid}", uid)])
+            assert job.nodes != "c1"  # excluded, never required
+            snap = poller.snapshot
+            assert snap is not None
+            node = next(n for n in snap.nodes if n.name == job.nodes)
+            assert job.cpus == node.cpus, "an exclusive placeholder holds the whole node"
+        finally:
+            assert await cancel_job(client, version, job_id) in (True, False)
+
+        async def ended() -> Job | None:
+            snap = await poller.poll_once()
+            assert snap is not None
+            found = [j for j in snap.jobs if j.job_id == job_id]
+            return found[0] if not found or found[0].state == "CANCELLED" else None
+
+        await eventually(ended, 30.0, f"job {job_id} cancelled", 0.5)
+
+
+async def test_a_submission_slurm_refuses_is_a_typed_error_with_slurms_text(lab_2605: Lab) -> None:
+    cfg = ClientConfig(base_url=lab_2605.url, token=TokenSource(token_file=lab_2605.token_file))
+    async with SlurmClient(cfg) as client:
+        with pytest.raises(SlurmError) as e:
+            await submit_job(client, "v0.0.45", request("u-bad", partition="nosuch"), instance=INSTANCE)
+        assert "partition" in str(e.value).lower()
+        assert await cancel_job(client, "v0.0.45", 999_999) is False  # no such job: nothing to cancel
