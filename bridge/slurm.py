@@ -39,8 +39,33 @@ class _SubmitAnswer(msgspec.Struct):
 _ANSWER = msgspec.json.Decoder(_SubmitAnswer)
 
 
+class _SignalError(msgspec.Struct):
+    code: int = 0
+    message: str | None = None
+    string: str | None = None
+
+
+class _SignalStatus(msgspec.Struct):
+    error: _SignalError = msgspec.field(default_factory=_SignalError)
+
+
+class _CancelAnswer(msgspec.Struct):
+    status: list[_SignalStatus] = []
+    errors: list[_Error] = []
+
+
+_CANCEL = msgspec.json.Decoder(_CancelAnswer)
+GONE_CODES = frozenset({2017, 2021})
+"""slurmctld's answers to cancelling a job it does not know (``Invalid job id specified``) or one that
+already ended (``Job/step already completing or completed``) — slurmrestd says so with HTTP 200."""
+
+
 def _texts(errors: Sequence[_Error]) -> list[str]:
-    return [e.description or e.error or f"error {e.error_number}" for e in errors]
+    out = []
+    for e in errors:
+        parts = [p for p in (e.description, e.error) if p]
+        out.append(": ".join(dict.fromkeys(parts)) or f"error {e.error_number}")
+    return out
 
 
 def parse_submit_answer(body: bytes) -> int:
@@ -70,12 +95,23 @@ async def submit_job(
 
 
 async def cancel_job(client: SlurmClient, version: str, job_id: int) -> bool:
-    """Cancel ``job_id`` (SIGKILL to nothing: a placeholder runs no pod process). False when Slurm no
-    longer knows the job (already gone: nothing to cancel)."""
+    """Cancel ``job_id``. False when there was nothing to cancel: Slurm does not know the job, or it
+    already ended (slurmrestd answers both with HTTP 200 and a per-job error code, see :data:`GONE_CODES`)."""
     try:
-        await client.send("DELETE", f"/slurm/{version}/job/{job_id}", endpoint="job/cancel")
+        body = await client.send("DELETE", f"/slurm/{version}/job/{job_id}", endpoint="job/cancel")
     except HTTPStatusError as e:
-        if any("Invalid job id" in t or "does not exist" in t for t in e.errors) or e.status == 404:
+        if e.status == 404 or any("Invalid job id" in t for t in e.errors):
             return False
         raise
+    answer = decode(_CANCEL, body, "job/cancel")
+    if answer.errors:
+        raise SlurmReportedError("; ".join(_texts(answer.errors)), endpoint="job/cancel")
+    codes = [st.error.code for st in answer.status if st.error.code]
+    if codes and all(c in GONE_CODES for c in codes):
+        return False
+    if codes:
+        texts = [
+            st.error.message or st.error.string or str(st.error.code) for st in answer.status if st.error.code
+        ]
+        raise SlurmReportedError(f"job {job_id}: " + "; ".join(texts), endpoint="job/cancel")
     return True

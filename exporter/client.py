@@ -107,16 +107,19 @@ class _ErrorBody(msgspec.Struct):
 
 
 def slurm_error_texts(body: bytes) -> tuple[str, ...]:
-    """The human texts of slurmrestd's ``errors[]`` (``description``, else ``error``), if any."""
+    """The human texts of slurmrestd's ``errors[]`` (``description: error``, either alone when the other is
+    missing or the same), if any."""
     try:
         parsed = msgspec.json.decode(body, type=_ErrorBody)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         return ()
     texts = []
     for e in parsed.errors:
-        text = e.get("description") or e.get("error") or e.get("error_number")
+        # "Batch job submission failed" (description) says less than "Invalid partition name specified"
+        parts = [str(p) for p in (e.get("description"), e.get("error")) if p]
+        text = ": ".join(dict.fromkeys(parts)) or str(e.get("error_number") or "")
         if text:
-            texts.append(str(text))
+            texts.append(text)
     return tuple(texts)
 
 

@@ -276,8 +276,9 @@ async def test_a_doubled_511_is_a_refused_token_and_the_token_file_is_reread(tmp
             with pytest.raises(errors.AuthError) as err:
                 await c.get("/slurm/v0.0.45/nodes/", endpoint="nodes")
     assert err.value.kind == "http_511" and err.value.status == 511
-    assert err.value.errors == ("Failure to query nodes",)
-    assert str(err.value) == "nodes: HTTP 511: Failure to query nodes"  # slurmrestd's text, not the raw body
+    assert err.value.errors == ("Failure to query nodes: Protocol authentication error",)
+    # slurmrestd's text (description and error), not the raw body
+    assert str(err.value) == "nodes: HTTP 511: Failure to query nodes: Protocol authentication error"
     tokens = [
         line for r in server.requests for line in r.split(b"\r\n") if line.startswith(b"X-SLURM-USER-TOKEN")
     ]
