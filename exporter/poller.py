@@ -19,6 +19,7 @@ The per-endpoint fetchers are small objects so that an incremental jobs mode (di
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
@@ -159,6 +160,7 @@ class Poller:
         self._adapter: versions.Adapter | None = None
         self._snapshot: Snapshot | None = None
         self._changed = asyncio.Event()
+        self._early = asyncio.Event()
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -185,7 +187,14 @@ class Poller:
             except Exception as e:  # a bug, not bad input: keep serving the last snapshot
                 log.exception("poll failed unexpectedly")
                 self.status.last_error = f"internal: {e!r}"
-            await asyncio.sleep(self.config.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._early.wait(), self.config.interval)
+            self._early.clear()
+
+    def poll_soon(self) -> None:
+        """Start the next poll now instead of after the interval (the bridge after a submission: the job's
+        placement shows a whole interval earlier). A poll in progress is not interrupted."""
+        self._early.set()
 
     async def negotiate(self) -> str:
         """Read /openapi/v3 and choose the API version (logged). Raises SlurmError."""

@@ -199,6 +199,11 @@ class FakeKube:
         """Answer the next ``method`` request whose path matches with ``code``."""
         self._fail.append((method.upper(), re.compile(path_regex), code))
 
+    def compact(self) -> None:
+        """Forget the watch history (etcd compaction): a watch resuming from an older version gets 410."""
+        self.history.clear()
+        self.rv += 10
+
     def kill_kubelet(self, node: str) -> None:
         """Pods bound to ``node`` now stay Terminating when deleted (nothing acknowledges the kill)."""
         self.dead_kubelets.add(node)

@@ -224,6 +224,26 @@ async def test_run_loop_wakes_waiters_and_never_overlaps(fake_url: tuple[FakeSlu
     assert max(fake.max_in_flight.values()) == 1
 
 
+async def test_poll_soon_cuts_the_interval_short(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    # the bridge calls it after a submission, so the new job's placement shows before the next interval
+    _, url = fake_url
+    p = _poller(url, Clock(), interval=3600.0)
+    async with p.client:
+        task = asyncio.create_task(p.run(), name="poller")
+        try:
+            first = await asyncio.wait_for(p.wait_next(None), 5)
+            polls = p.status.polls
+            p.poll_soon()
+            second = await asyncio.wait_for(p.wait_next(first), 5)  # not an hour later
+            assert p.status.polls == polls + 1
+            with pytest.raises(TimeoutError):  # and only one early poll per call
+                await asyncio.wait_for(p.wait_next(second), 0.3)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [
