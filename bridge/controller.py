@@ -1,0 +1,355 @@
+"""The bridge controller: watches the bridge's pods and the nodes, and on every new snapshot or change asks
+:func:`bridge.actions.plan` what to do and does it — Slurm writes through the slurmrestd client, Kubernetes
+writes through :class:`bridge.kube.Kube`. All Slurm reads come from the poller's snapshot.
+
+One action per pod (or job) is in flight at a time; a failed action is counted by kind, logged, and
+tried again on a later pass (the plan is recomputed from the world, not from a queue of intents). Writes
+that would only repeat themselves — the same waiting message, the same refusal — are skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from exporter.client import SlurmClient
+from exporter.errors import SlurmError
+from exporter.model import Job, Snapshot, wall_time
+from exporter.poller import Poller
+
+from .actions import (
+    JOB_ID_LABEL,
+    SLURM_NODE_ANNOTATION,
+    Action,
+    Bind,
+    BridgeOptions,
+    Cancel,
+    DeletePod,
+    Refuse,
+    Submit,
+    Submitted,
+    Waiting,
+    World,
+    plan,
+)
+from .informer import Informer
+from .kube import Kube, KubeError
+from .pods import Node, Pod
+from .slurm import cancel_job, submit_job
+
+__all__ = ["Bridge", "BridgeStats"]
+
+log = logging.getLogger(__name__)
+
+RECHECK = 5.0
+"""Seconds between passes when nothing changes (deadlines such as a pod stuck Terminating still pass)."""
+
+
+@dataclass
+class BridgeStats:
+    """What the bridge did, for its metrics."""
+
+    done: Counter[str] = field(default_factory=Counter)
+    """Actions applied, by kind (submit, bind, cancel, delete, waiting, refuse)."""
+    errors: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Failed actions by (action, error kind)."""
+    pods: Counter[str] = field(default_factory=Counter)
+    """Bridge pods by phase in the last pass: waiting, bound, refused."""
+    bind_latency_sum: float = 0.0
+    bind_latency_count: int = 0
+    last_bind_latency: float | None = None
+
+    def families(self) -> Iterable[Metric]:
+        pods = GaugeMetricFamily(
+            "slurm_bridge_pods",
+            "Pods naming the bridge as scheduler, by phase, at its last pass",
+            labels=["phase"],
+        )
+        for phase in ("waiting", "bound", "refused"):
+            pods.add_metric([phase], self.pods[phase])
+        yield pods
+        done = CounterMetricFamily(
+            "slurm_bridge_actions", "Actions the bridge applied, by action", labels=["action"]
+        )
+        for action in ("submit", "bind", "cancel", "delete", "waiting", "refuse"):
+            done.add_metric([action], self.done[action])
+        yield done
+        errors = CounterMetricFamily(
+            "slurm_bridge_errors",
+            "Bridge actions that failed, by action and error kind",
+            labels=["action", "kind"],
+        )
+        for (action, kind), n in sorted(self.errors.items()):
+            errors.add_metric([action, kind], n)
+        yield errors
+        latency = GaugeMetricFamily(
+            "slurm_bridge_bind_latency_seconds",
+            "Seconds from the Slurm job's start (RUNNING) to the pod's binding, for the last binding",
+        )
+        if self.last_bind_latency is not None:
+            latency.add_metric([], self.last_bind_latency)
+        yield latency
+        total = CounterMetricFamily(
+            "slurm_bridge_bind_latency_seconds_sum_total",
+            "Sum of Slurm-RUNNING to bound seconds over all bindings",
+        )
+        total.add_metric([], self.bind_latency_sum)
+        yield total
+        count = CounterMetricFamily("slurm_bridge_bindings", "Pods bound to the node Slurm chose")
+        count.add_metric([], self.bind_latency_count)
+        yield count
+
+
+class Bridge:
+    """Run with :meth:`run` (a supervised task); :meth:`reconcile` is one pass (tests call it)."""
+
+    def __init__(
+        self,
+        poller: Poller,
+        kube: Kube,
+        slurm: SlurmClient,
+        options: BridgeOptions,
+        *,
+        clock: Callable[[], float] = wall_time,
+    ) -> None:
+        self.poller = poller
+        self.kube = kube
+        self.slurm = slurm
+        self.options = options
+        self._clock = clock
+        self.pods: Informer[Pod] = Informer(
+            "bridge pods",
+            lambda: kube.list_pods(options.scheduler_name),
+            lambda since: kube.watch_pods(options.scheduler_name, since),
+            lambda p: p.metadata.uid,
+        )
+        self.nodes: Informer[Node] = Informer(
+            "nodes", kube.list_nodes, lambda since: kube.watch_nodes(since), lambda n: n.metadata.name
+        )
+        self.submitted: dict[str, Submitted] = {}
+        self.stats = BridgeStats()
+        self._said: dict[str, str] = {}
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.passes = 0
+
+    async def run(self) -> None:
+        """Watch and reconcile forever (cancel to stop)."""
+        watchers = [
+            asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
+            asyncio.create_task(self.nodes.run(), name="bridge-node-informer"),
+        ]
+        try:
+            seen: Snapshot | None = None
+            while True:
+                await self._next_change(seen)
+                seen = self.poller.snapshot
+                await self.reconcile()
+        finally:
+            for t in [*watchers, *self._tasks]:
+                t.cancel()
+            await asyncio.gather(*watchers, *self._tasks, return_exceptions=True)
+
+    async def _next_change(self, seen: Snapshot | None) -> None:
+        waits = [
+            asyncio.ensure_future(self.poller.wait_next(seen)),
+            asyncio.ensure_future(self.pods.wait_change()),
+            asyncio.ensure_future(self.nodes.wait_change()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=RECHECK, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        await asyncio.sleep(0.05)  # let a burst of changes land in one pass
+
+    async def reconcile(self) -> list[Action]:
+        """One pass: plan on the current world and start each action not already in flight. Nothing is
+        done before the pod and node caches are complete and a snapshot exists."""
+        snap = self.poller.snapshot
+        if snap is None or not self.nodes.synced or self.poller.status.api_version is None:
+            return []
+        now = self._clock()
+        seen_at = snap.fetched_at.get("jobs", 0.0)
+        self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > seen_at - 60}
+        world = World(
+            snap,
+            list(self.pods.objects.values()),
+            list(self.nodes.objects.values()),
+            now,
+            dict(self.submitted),
+            pods_complete=self.pods.synced,
+        )
+        actions = plan(world, self.options)
+        self.passes += 1
+        self._count_pods(world, actions)
+        for action in actions:
+            key = _busy_key(action)
+            if key in self._busy:
+                continue
+            self._busy.add(key)
+            task = asyncio.create_task(
+                self._apply(action, key), name=f"bridge-{type(action).__name__.lower()}"
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        return actions
+
+    async def settle(self) -> None:
+        """Wait for every action started so far (tests)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    def _count_pods(self, world: World, actions: list[Action]) -> None:
+        refused = {a.uid for a in actions if isinstance(a, Refuse)}
+        pods: Counter[str] = Counter()
+        for p in world.pods:
+            if p.spec.nodeName:
+                pods["bound"] += p.metadata.labels.get(JOB_ID_LABEL) is not None
+            elif p.metadata.uid in refused:
+                pods["refused"] += 1
+            elif not p.terminal:
+                pods["waiting"] += 1
+        self.stats.pods = pods
+
+    def _pod(self, uid: str) -> Pod | None:
+        return self.pods.objects.get(uid)
+
+    async def _apply(self, action: Action, key: str) -> None:
+        kind = _name(action)
+        try:
+            applied = await self._do(action)
+            if applied:
+                self.stats.done[kind] += 1
+        except (SlurmError, KubeError) as e:
+            self.stats.errors[(kind, e.kind)] += 1
+            log.warning("bridge: %s failed: %s", kind, e)
+        except Exception:  # a bug must not stop the bridge; the next pass tries again
+            self.stats.errors[(kind, "internal")] += 1
+            log.exception("bridge: %s failed unexpectedly", kind)
+        finally:
+            self._busy.discard(key)
+
+    async def _do(self, action: Action) -> bool:
+        version = self.poller.status.api_version
+        assert version is not None
+        if isinstance(action, Submit):
+            pod = self._pod(action.uid)
+            try:
+                job_id = await submit_job(
+                    self.slurm,
+                    version,
+                    action.request,
+                    instance=self.options.instance,
+                    excluded_nodes=action.excluded_nodes,
+                )
+            except SlurmError as e:
+                if pod is not None:
+                    await self._tell(pod, "SlurmSubmitFailed", f"Slurm refused the job: {e}", warning=True)
+                raise
+            self.submitted[action.uid] = Submitted(job_id, self._clock())
+            self.poller.poll_soon()
+            log.info(
+                "bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, action.request.partition
+            )
+            if pod is not None:
+                await self.kube.event(
+                    pod,
+                    "SlurmSubmitted",
+                    f"Slurm job {job_id} submitted to partition {action.request.partition}",
+                )
+            return True
+        if isinstance(action, Waiting | Refuse):
+            pod = self._pod(action.uid)
+            text = action.message if isinstance(action, Waiting) else action.reason
+            if pod is None or self._said.get(action.uid) == text:
+                return False
+            if isinstance(action, Refuse):
+                await self._tell(pod, "SlurmRefused", text, warning=True)
+            else:
+                await self.kube.unschedulable(pod, "SlurmPending", text)
+            self._said[action.uid] = text
+            return True
+        if isinstance(action, Bind):
+            pod = self._pod(action.uid)
+            if pod is None:
+                return False
+            # the job id first: a pod bound without it would look like someone else's
+            await self.kube.mark(
+                pod, {JOB_ID_LABEL: str(action.job_id)}, {SLURM_NODE_ANNOTATION: action.slurm_node}
+            )
+            await self.kube.bind(pod, action.node)
+            started = next((j.start_time for j in self._jobs() if j.job_id == action.job_id), None)
+            if started:
+                latency = max(0.0, self._clock() - started)
+                self.stats.last_bind_latency = latency
+                self.stats.bind_latency_sum += latency
+                self.stats.bind_latency_count += 1
+            log.info(
+                "bridge: pod %s bound to %s (Slurm job %d on %s)",
+                action.pod,
+                action.node,
+                action.job_id,
+                action.slurm_node,
+            )
+            await self.kube.event(
+                pod,
+                "SlurmBound",
+                f"Slurm job {action.job_id} runs on {action.slurm_node}; bound to {action.node}",
+            )
+            self._said.pop(action.uid, None)
+            return True
+        if isinstance(action, Cancel):
+            cancelled = await cancel_job(self.slurm, version, action.job_id)
+            log.info(
+                "bridge: cancel Slurm job %d: %s%s",
+                action.job_id,
+                action.why,
+                "" if cancelled else " (already gone)",
+            )
+            self.poller.poll_soon()
+            return cancelled
+        if isinstance(action, DeletePod):
+            pod = self._pod(action.uid)
+            if pod is None:
+                return False
+            await self._tell(pod, "SlurmJobEnded", action.why, warning=True)
+            deleted = await self.kube.delete_pod(pod)
+            log.info("bridge: delete pod %s: %s", action.pod, action.why)
+            return deleted
+        raise AssertionError(f"unknown action {action!r}")
+
+    def _jobs(self) -> Iterable[Job]:
+        snap = self.poller.snapshot
+        return snap.jobs if snap is not None else ()
+
+    async def _tell(self, pod: Pod, reason: str, message: str, *, warning: bool = False) -> None:
+        """An Event and, for a pod not yet bound, the PodScheduled=False message."""
+        await self.kube.event(pod, reason, message, warning=warning)
+        if not pod.spec.nodeName:
+            with contextlib.suppress(KubeError):  # the pod may be gone already
+                await self.kube.unschedulable(pod, reason, message)
+
+
+def _name(action: Action) -> str:
+    return {
+        Submit: "submit",
+        Bind: "bind",
+        Cancel: "cancel",
+        DeletePod: "delete",
+        Waiting: "waiting",
+        Refuse: "refuse",
+    }[type(action)]
+
+
+def _busy_key(action: Action) -> str:
+    if isinstance(action, Cancel):
+        return f"job:{action.job_id}"
+    return f"pod:{action.uid}"

@@ -1,0 +1,138 @@
+"""The bridge end to end: a real lab's Slurm places pods that live in the fake Kubernetes API server.
+
+Demo 1 of the seed: a pod → a placeholder job → RUNNING on the node Slurm chose → the pod bound to that
+node, carrying the job-id label and the Slurm-node annotation, and ``squeue`` agreeing. Then both
+lifecycles: the pod deleted → its job cancelled; the job cancelled in Slurm (``scancel``) → the pod deleted
+with an Event saying so. On 26.05 (EXTERNAL_JOB) and 24.11 (the batch placeholder).
+
+The Slurm node is a dynamic node of the lab's ``dyn`` partition under a reservation of its own (other
+tests' jobs cannot take it); the pod names the reservation by annotation, as the policy allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client
+
+from bridge.actions import JOB_ID_LABEL, SLURM_NODE_ANNOTATION, BridgeOptions
+from bridge.controller import Bridge
+from bridge.kube import Kube, load_configuration
+from bridge.policy import parse_policy
+from bridge.requests import PREFIX
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.lab import Lab
+from exporter.poller import Poller, PollerConfig
+from tests.fake_kube import FakeKube, serve_kube
+from tests.test_bridge_lab import reserved_node
+from tests.test_fake_kube import TOKEN, write_kubeconfig
+from tests.tools import eventually
+
+pytestmark = pytest.mark.lab
+log = logging.getLogger(__name__)
+
+NODE = "bridge-e2e"
+
+
+def k8s_node(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def bridge_pod(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "team-a", "annotations": {PREFIX + "reservation": NODE}},
+        "spec": {
+            "schedulerName": "slurm-bridge",
+            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
+        },
+    }
+
+
+@contextlib.asynccontextmanager
+async def running_bridge(lab: Lab, version: str, tmp_path: Path) -> AsyncIterator[tuple[FakeKube, Bridge]]:
+    fake = FakeKube(token=TOKEN)
+    fake.put("nodes", k8s_node(NODE))
+    policy = parse_policy(
+        {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
+    )
+    options = BridgeOptions(instance=f"live-{tmp_path.name}", policy=policy)
+    async with serve_kube(fake) as url:
+        cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
+        slurm = SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
+        async with client.ApiClient(cfg) as api, slurm:
+            poller = Poller(slurm, PollerConfig(interval=1.0, api_version=version))
+            bridge = Bridge(poller, Kube(api), slurm, options)
+            tasks = [
+                asyncio.create_task(poller.run(), name="poller"),
+                asyncio.create_task(bridge.run(), name="bridge"),
+            ]
+            try:
+                yield fake, bridge
+            finally:
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def squeue(lab: Lab, job_id: str) -> str:
+    return lab.run(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%N"], check=False).strip()
+
+
+@pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
+async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
+    flavor: str, version: str, lab_2605: Lab, lab_2411: Lab, tmp_path: Path
+) -> None:
+    lab = lab_2605 if flavor == "26.05" else lab_2411
+    with reserved_node(lab, NODE):
+        async with running_bridge(lab, version, tmp_path) as (fake, bridge):
+            # 1. a pod is placed where Slurm runs its placeholder job
+            created = fake.put("pods", bridge_pod("trainer"))
+
+            def bound() -> dict[str, Any] | None:
+                p = fake.get("pods", "team-a", "trainer")
+                return p if p is not None and p["spec"].get("nodeName") else None
+
+            placed = await eventually(bound, 60.0, "the pod to be bound", 0.2)
+            job_id = placed["metadata"]["labels"][JOB_ID_LABEL]
+            assert placed["spec"]["nodeName"] == NODE
+            assert placed["metadata"]["annotations"][SLURM_NODE_ANNOTATION] == NODE
+            assert squeue(lab, job_id) == f"{job_id}|RUNNING|{NODE}"  # Slurm and the pod agree
+            reasons = [e["reason"] for e in fake.events_for("team-a", "trainer")]
+            assert reasons[:2] == ["SlurmSubmitted", "SlurmBound"]
+            latency = bridge.stats.last_bind_latency
+            assert latency is not None
+            log.info("%s: Slurm RUNNING → bound in %.2f s", flavor, latency)
+            print(f"{flavor}: Slurm RUNNING -> bound {latency:.2f} s")
+
+            # 2. the pod deleted → its job cancelled
+            fake.remove("pods", "team-a", "trainer")
+            await eventually(lambda: squeue(lab, job_id) == "", 30.0, f"job {job_id} to be cancelled", 0.5)
+            assert created["metadata"]["uid"]
+
+            # 3. the job cancelled in Slurm → the pod deleted, with an Event
+            fake.put("pods", bridge_pod("trainer-2"))
+
+            def bound2() -> dict[str, Any] | None:
+                p = fake.get("pods", "team-a", "trainer-2")
+                return p if p is not None and p["spec"].get("nodeName") else None
+
+            second = await eventually(bound2, 60.0, "the second pod to be bound", 0.2)
+            lab.run(["scancel", second["metadata"]["labels"][JOB_ID_LABEL]])
+            await eventually(
+                lambda: fake.get("pods", "team-a", "trainer-2") is None,
+                30.0,
+                "the pod of a cancelled job to go",
+                0.2,
+            )
+            ended = [e for e in fake.events_for("team-a", "trainer-2") if e["reason"] == "SlurmJobEnded"]
+            assert ended and "CANCELLED" in ended[0]["message"]
+            assert not bridge.stats.errors, bridge.stats.errors
