@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import sys
@@ -55,6 +56,9 @@ POLL_FIELDS = [
     "request_timeout",
     "stream_timeout",
     "stream_idle_timeout",
+    "min_transfer_rate",
+    "max_body_bytes",
+    "max_record_bytes",
     "retries",
     "max_concurrency",
     "tls_ca_file",
@@ -69,6 +73,9 @@ SERVE_FIELDS = [
     "up_max_age",
     "listen_address",
     "listen_port",
+    "http_max_connections",
+    "http_header_timeout",
+    "http_idle_timeout",
     "web_config_file",
     "metrics_per_node",
     "metrics_per_user",
@@ -80,6 +87,12 @@ SERVE_FIELDS = [
     "grpc_tls_client_ca_file",
     "autoscaler_targets_file",
     "demand_stale_after",
+    "bridge",
+    "bridge_policy_file",
+    "bridge_instance",
+    "bridge_scheduler_name",
+    "bridge_namespace",
+    "kubeconfig",
 ]
 
 
@@ -105,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         "(repeatable; default: the targets file, else one target per partition)",
     )
     dem.add_argument("--format", choices=["json", "table"], default="table")
+    bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
+    _add_settings_flags(bridge, [f for f in SERVE_FIELDS if f != "bridge"])
     sub.add_parser("lab", help="the local Slurm lab (slurm-keda lab --help)", add_help=False)
     sub.add_parser("version", help="print the version")
     return parser
@@ -234,13 +249,8 @@ def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
 
 
 async def run_serve(s: Settings) -> int:
-    """Poll and serve until SIGINT/SIGTERM; 2 when the configuration (web config, TLS files, targets,
-    addresses) is unusable."""
-    from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
-    from autoscaler.metrics import demand_families
-
-    from .listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
-    from .server import RENDERER, make_app, start
+    """Poll and serve until SIGINT/SIGTERM (with ``--bridge``, place pods too); 2 when the configuration
+    (web config, TLS files, targets, addresses, bridge policy, Kubernetes config) is unusable."""
     from .webconfig import WebConfig, load_web_config
 
     try:
@@ -249,6 +259,64 @@ async def run_serve(s: Settings) -> int:
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            bridge_parts = await _bridge_parts(s, stack)
+        except ConfigError as e:
+            print(f"slurm-keda: {e}", file=sys.stderr)
+            return 2
+        return await _serve(s, web_config, targets, bridge_parts)
+
+
+async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[Any, Any] | None:
+    """(Kube, BridgeOptions) when ``--bridge`` is on; ConfigError for a bad policy or Kubernetes config."""
+    if not s.bridge:
+        return None
+    from kubernetes_asyncio import client as kube_client
+
+    from bridge.actions import BridgeOptions
+    from bridge.kube import Kube, KubeError, load_configuration
+    from bridge.policy import PolicyError, load_policy
+
+    assert s.bridge_policy_file is not None
+    try:
+        policy = load_policy(s.bridge_policy_file)
+        cfg = await load_configuration(s.kubeconfig)
+    except (PolicyError, KubeError) as e:
+        raise ConfigError(str(e)) from None
+    namespace = s.bridge_namespace or _own_namespace()
+    options = BridgeOptions(
+        instance=s.bridge_instance,
+        policy=policy,
+        scheduler_name=s.bridge_scheduler_name,
+        own_namespace=namespace,
+    )
+    api = await stack.enter_async_context(kube_client.ApiClient(cfg))
+    return Kube(api, component=s.bridge_scheduler_name), options
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def _own_namespace() -> str:
+    try:
+        return (
+            Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip()
+            or "slurm-keda"
+        )
+    except OSError:
+        return "slurm-keda"
+
+
+async def _serve(
+    s: Settings, web_config: Any, targets: list[Target], bridge_parts: tuple[Any, Any] | None
+) -> int:
+    from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
+    from autoscaler.metrics import demand_families
+
+    from .listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
+    from .server import RENDERER, make_app, start
+
     asyncio.get_running_loop().set_exception_handler(LoopErrorLimiter())
     limits = fitting_limits(
         ListenLimits(s.http_max_connections, s.http_header_timeout, s.http_idle_timeout),
@@ -257,6 +325,15 @@ async def run_serve(s: Settings) -> int:
     async with SlurmClient(client_config(s)) as client:
         poller = Poller(client, poller_config(s))
         demand = DemandService(poller, targets=targets, stale_after=s.demand_stale_after)
+        tasks: dict[str, Any] = {"poller": poller.run, "demand": demand.run}  # started by supervise()
+        health: list[Any] = [demand.health_families]
+        if bridge_parts is not None:
+            from bridge.controller import Bridge
+
+            kube, options = bridge_parts
+            bridge = Bridge(poller, kube, client, options)
+            tasks["bridge"] = bridge.run
+            health.append(lambda now: bridge.stats.families())
         app = make_app(
             poller,
             per_node=s.metrics_per_node,
@@ -265,7 +342,7 @@ async def run_serve(s: Settings) -> int:
             node_reasons=s.metrics_node_reasons,
             web_config=web_config,
             extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label),
-            extra_health=demand.health_families,
+            extra_health=lambda now: [f for h in health for f in h(now)],
             status_lines=lambda now: [demand.status_line(now)],
             listen_limits=limits,
         )
@@ -290,9 +367,8 @@ async def run_serve(s: Settings) -> int:
                 except (GrpcTLSError, RuntimeError) as e:
                     print(f"slurm-keda: {e}", file=sys.stderr)
                     return 2
-            return await supervise(
-                {"poller": poller.run(), "demand": demand.run(), "metrics-warm": app[RENDERER].warm()}
-            )
+            tasks["metrics-warm"] = app[RENDERER].warm
+            return await supervise({name: run() for name, run in tasks.items()})
         finally:
             if grpc_server is not None:
                 await grpc_server.stop()
@@ -313,6 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     given: dict[str, Any] = {
         k: v for k, v in vars(args).items() if k in Settings.model_fields and v is not None
     }
+    if args.command == "bridge":
+        given["bridge"] = True
     try:
         settings = load(given, args.secrets_dir)
     except ConfigError as e:
@@ -331,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "demand":
             return run_demand(settings, args.target, args.format)
-        if args.command == "serve":
+        if args.command in ("serve", "bridge"):
             return asyncio.run(run_serve(settings))
     except SlurmError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)

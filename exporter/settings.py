@@ -112,6 +112,26 @@ class Settings(BaseSettings):
     demand_stale_after: float = Field(
         60.0, gt=0.0, description="seconds after which demand data is flagged stale (its value is held)"
     )
+    bridge: bool = Field(
+        False, description="also run the bridge: Slurm places pods that name it as scheduler"
+    )
+    bridge_policy_file: Path | None = Field(
+        None,
+        description="YAML: per namespace, the uid its jobs run as, accounts/QOS/partitions allowed",
+    )
+    bridge_instance: str = Field(
+        "default",
+        description="this bridge's id in its jobs' admin comments; one per cluster sharing a Slurm",
+    )
+    bridge_scheduler_name: str = Field("slurm-bridge", description="spec.schedulerName of the pods it places")
+    bridge_namespace: str | None = Field(
+        None,
+        description="the bridge's own namespace (never placed); default: its service account's",
+    )
+    kubeconfig: Path | None = Field(
+        None,
+        description="kubeconfig of the bridge (default: in-cluster, else $KUBECONFIG, ~/.kube/config)",
+    )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
     metrics_per_node: bool = Field(True, description="export one series per node (CPUs, memory, GPUs, state)")
     metrics_per_user: bool = Field(False, description="export job counts and resources per user")
@@ -152,12 +172,27 @@ class Settings(BaseSettings):
         "grpc_tls_key_file",
         "grpc_tls_client_ca_file",
         "autoscaler_targets_file",
+        "bridge_policy_file",
+        "kubeconfig",
     )
     @classmethod
     def _token_file(cls, v: Path | None) -> Path | None:
         if v is not None and not v.is_file():
             raise ValueError(f"{v} is not a readable file")
         return v
+
+    @field_validator("bridge_instance", "bridge_scheduler_name")
+    @classmethod
+    def _dns_label(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", v):
+            raise ValueError("lower-case letters, digits and '-', at most 63")
+        return v
+
+    @model_validator(mode="after")
+    def _bridge_policy(self) -> Settings:
+        if self.bridge and self.bridge_policy_file is None:
+            raise ValueError("--bridge needs --bridge-policy-file (who each namespace's jobs run as)")
+        return self
 
     @model_validator(mode="after")
     def _grpc_tls_pair(self) -> Settings:

@@ -8,6 +8,7 @@ reservation on it that the placeholder names (other queued jobs cannot take the 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -28,15 +29,20 @@ INSTANCE = "lab-test"
 
 @contextlib.contextmanager
 def reserved_node(lab: Lab, name: str) -> Iterator[str]:
-    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name."""
+    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name. Right after it
+    registers, slurmctld may still call the node busy ("Requested nodes are busy") for a moment: retried."""
     lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
     try:
-        lab.run(
-            [
-                *("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={name}"),
-                *("Users=root", "StartTime=now", "Duration=30"),
-            ]
-        )
+        create = [
+            *("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={name}"),
+            *("Users=root", "StartTime=now", "Duration=30"),
+        ]
+        for attempt in range(20):
+            result = lab.run_raw(create)
+            if result.returncode == 0:
+                break
+            assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
+            time.sleep(0.5)
         try:
             yield name
         finally:

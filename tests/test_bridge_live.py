@@ -136,3 +136,60 @@ async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
             ended = [e for e in fake.events_for("team-a", "trainer-2") if e["reason"] == "SlurmJobEnded"]
             assert ended and "CANCELLED" in ended[0]["message"]
             assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
+    lab_2605: Lab, tmp_path: Path
+) -> None:
+    """``slurm-keda bridge``: the real console script, configured by flags, a policy file and a kubeconfig."""
+    import sys
+
+    from tests.scale_harness import free_port
+    from tests.tools import promtool_path
+
+    fake = FakeKube(token=TOKEN)
+    fake.put("nodes", k8s_node(NODE))
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        f"namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n    reservations: [{NODE}]\n"
+    )
+    port = free_port()
+    with reserved_node(lab_2605, NODE), open(tmp_path / "bridge.log", "wb") as log_file:
+        async with serve_kube(fake) as url:
+            kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+            proc = await asyncio.create_subprocess_exec(
+                str(Path(sys.executable).parent / "slurm-keda"),
+                "bridge",
+                *("--slurmrestd-url", lab_2605.url, "--token-file", str(lab_2605.token_file)),
+                *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig)),
+                *("--bridge-instance", "console", "--poll-interval", "1"),
+                *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=log_file,
+            )
+            try:
+                fake.put("pods", bridge_pod("console"))
+
+                def bound() -> bool:
+                    p = fake.get("pods", "team-a", "console")
+                    return bool(p and p["spec"].get("nodeName") == NODE)
+
+                await eventually(bound, 60.0, f"the pod to be bound (log {tmp_path / 'bridge.log'})", 0.2)
+                import aiohttp
+
+                async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
+                    body = await r.text()
+                assert 'slurm_bridge_actions_total{action="bind"} 1.0' in body
+                assert "slurm_bridge_bind_latency_seconds " in body
+                import subprocess
+
+                out = subprocess.run(
+                    [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True
+                )
+                assert out.returncode == 0, out.stdout + out.stderr
+                job_id = fake.get("pods", "team-a", "console")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+                fake.remove("pods", "team-a", "console")
+                await eventually(lambda: squeue(lab_2605, job_id) == "", 30.0, "the job to be cancelled", 0.5)
+            finally:
+                proc.terminate()
+                await asyncio.wait_for(proc.wait(), 15)

@@ -9,7 +9,7 @@ import pytest
 from exporter import cli
 from exporter.errors import ConfigError
 from exporter.model import Snapshot
-from exporter.settings import load
+from exporter.settings import Settings, load
 from exporter.versions import adapter_for
 from tests.conftest import RECORDED
 
@@ -118,3 +118,17 @@ def test_table_lists_every_record() -> None:
     for j in pending_array:
         assert any(line.startswith(f"{j.array_job_id}_[{j.array_task_string}]") for line in lines)
     assert len(lines) == 1 + 2 + len(parts) + 2 + len(nodes) + 2 + len(jobs)
+
+
+def test_every_setting_is_a_flag_of_serve() -> None:
+    # an option added to Settings but not to a command's flags is settable only by environment
+    from exporter.cli import SERVE_FIELDS
+
+    assert set(Settings.model_fields) - set(SERVE_FIELDS) == set()
+
+
+def test_the_bridge_needs_a_policy(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--bridge needs --bridge-policy-file"):
+        load({"bridge": True}, tmp_path)
+    with pytest.raises(ConfigError, match="--bridge-instance"):
+        load({"bridge_instance": "Cluster A"}, tmp_path)
