@@ -20,7 +20,7 @@ this speaks the JSON API itself, for any resource:
 * faults: :attr:`FakeKube.down` answers 503 to everything; :meth:`FakeKube.fail_next` one status for the
   next matching request.
 
-Every request is recorded in :attr:`FakeKube.requests` as ``(method, path)``.
+Every request is recorded in :attr:`FakeKube.requests` as ``(method, path, watch)``.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ class FakeKube:
         """The last watch events kept; a watch from before the oldest answers 410 Gone."""
         self.token = token
         self.down = False
-        self.requests: list[tuple[str, str]] = []
+        self.requests: list[tuple[str, str, bool]] = []
         self._fail: list[tuple[str, re.Pattern[str], int]] = []
         self._watchers: list[_Watcher] = []
         self.dead_kubelets: set[str] = set()
@@ -300,7 +300,8 @@ class FakeKube:
         return app
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests.append((request.method, request.path))
+        watching = request.query.get("watch", "").lower() in ("true", "1")
+        self.requests.append((request.method, request.path, watching))
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is down (test fault)")
         for i, (method, pattern, code) in enumerate(self._fail):

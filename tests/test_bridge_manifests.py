@@ -1,0 +1,67 @@
+"""deploy/bridge: the ClusterRole grants exactly the calls the bridge makes (recorded by the fake API server
+while every Kube method runs), and the example policy loads."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import yaml
+from kubernetes_asyncio import client
+
+from bridge.kube import Kube, load_configuration
+from bridge.policy import parse_policy
+from tests.fake_kube import FakeKube, serve_kube
+from tests.test_bridge_kube import pod
+from tests.test_fake_kube import TOKEN, write_kubeconfig
+
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "bridge"
+
+
+def granted() -> set[tuple[str, str]]:
+    docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    out = set()
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == [""], rule  # core resources only
+        out |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def verb(method: str, path: str, query_watch: bool) -> tuple[str, str]:
+    m = re.match(r"^/api/v1(?:/namespaces/[^/]+)?/(\w+)(?:/([^/]+))?(?:/(\w+))?$", path)
+    assert m, path
+    resource, name, sub = m.groups()
+    resource = f"{resource}/{sub}" if sub else resource
+    if method == "GET":
+        return resource, ("watch" if query_watch else "list") if name is None else "get"
+    return resource, {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+
+
+async def test_the_cluster_role_is_exactly_what_the_bridge_calls(tmp_path: Path) -> None:
+    fake = FakeKube(token=TOKEN)
+    async with serve_kube(fake) as url:
+        cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
+        async with client.ApiClient(cfg) as api:
+            k = Kube(api)
+            fake.put("pods", pod("a"))
+            pods, rv = await k.list_pods("slurm-bridge")
+            async for _ in k.watch_pods("slurm-bridge", rv, timeout=1):
+                pass
+            nodes_rv = (await k.list_nodes())[1]
+            async for _ in k.watch_nodes(nodes_rv, timeout=1):
+                pass
+            p = pods[0]
+            await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
+            await k.bind(p, "c1")
+            await k.unschedulable(p, "SlurmPending", "x")
+            await k.event(p, "SlurmBound", "x")
+            await k.delete_pod(p)
+    used = {verb(m, path, w) for m, path, w in fake.requests}
+    assert used == granted(), used ^ granted()
+
+
+def test_the_example_policy_loads() -> None:
+    docs = list(yaml.safe_load_all((DEPLOY / "policy.yaml").read_text()))
+    policy = parse_policy(yaml.safe_load(docs[0]["data"]["policy.yaml"]))
+    assert policy.of("ml-team") is not None
