@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 RECHECK = 5.0
 """Seconds between passes when nothing changes (deadlines such as a pod stuck Terminating still pass)."""
+SUBMIT_BACKOFF = (10.0, 300.0)
+"""After Slurm refuses a pod's job: wait 10 s before submitting it again, doubling to at most 300 s (one
+Event per attempt, not one per pass)."""
 
 
 @dataclass
@@ -135,6 +138,8 @@ class Bridge:
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
+        self._refused_until: dict[str, tuple[float, int]] = {}
+        """Pod uid → (no submission before, refusals so far) after Slurm refused its job."""
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.passes = 0
@@ -194,6 +199,8 @@ class Bridge:
             key = _busy_key(action)
             if key in self._busy:
                 continue
+            if isinstance(action, Submit) and self._refused_until.get(action.uid, (0.0, 0))[0] > now:
+                continue
             self._busy.add(key)
             task = asyncio.create_task(
                 self._apply(action, key), name=f"bridge-{type(action).__name__.lower()}"
@@ -251,9 +258,16 @@ class Bridge:
                     excluded_nodes=action.excluded_nodes,
                 )
             except SlurmError as e:
+                refusals = self._refused_until.get(action.uid, (0.0, 0))[1] + 1
+                first, cap = SUBMIT_BACKOFF
+                self._refused_until[action.uid] = (
+                    self._clock() + min(cap, first * 2 ** (refusals - 1)),
+                    refusals,
+                )
                 if pod is not None:
                     await self._tell(pod, "SlurmSubmitFailed", f"Slurm refused the job: {e}", warning=True)
                 raise
+            self._refused_until.pop(action.uid, None)
             self.submitted[action.uid] = Submitted(job_id, self._clock())
             self.poller.poll_soon()
             log.info(

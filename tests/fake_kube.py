@@ -190,6 +190,7 @@ class FakeKube:
         self.down = False
         self.requests: list[tuple[str, str, bool]] = []
         self._fail: list[tuple[str, re.Pattern[str], int]] = []
+        self._always: list[tuple[str, re.Pattern[str], int]] = []
         self._watchers: list[_Watcher] = []
         self.dead_kubelets: set[str] = set()
 
@@ -198,6 +199,14 @@ class FakeKube:
     def fail_next(self, method: str, path_regex: str, code: int) -> None:
         """Answer the next ``method`` request whose path matches with ``code``."""
         self._fail.append((method.upper(), re.compile(path_regex), code))
+
+    def fail_always(self, method: str, path_regex: str, code: int) -> None:
+        """Answer every ``method`` request whose path matches with ``code`` until :meth:`heal`."""
+        self._always.append((method.upper(), re.compile(path_regex), code))
+
+    def heal(self) -> None:
+        self._always.clear()
+        self._fail.clear()
 
     def compact(self) -> None:
         """Forget the watch history (etcd compaction): a watch resuming from an older version gets 410."""
@@ -307,6 +316,9 @@ class FakeKube:
         for i, (method, pattern, code) in enumerate(self._fail):
             if method == request.method and pattern.search(request.path):
                 del self._fail[i]
+                return status(code, "InjectedFault", f"injected {code}")
+        for method, pattern, code in self._always:
+            if method == request.method and pattern.search(request.path):
                 return status(code, "InjectedFault", f"injected {code}")
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return status(401, "Unauthorized", "Unauthorized")

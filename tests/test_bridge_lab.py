@@ -17,7 +17,7 @@ from bridge.requests import JobRequest, parse_admin_comment
 from bridge.slurm import cancel_job, submit_job
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import SlurmError
-from exporter.lab import Lab
+from exporter.lab import Lab, LabError
 from exporter.model import Job
 from exporter.poller import Poller, PollerConfig
 from tests.tools import eventually
@@ -27,10 +27,27 @@ pytestmark = pytest.mark.lab
 INSTANCE = "lab-test"
 
 
+def clear_node(lab: Lab, name: str, *, must_exist: bool) -> None:
+    """Cancel the jobs on ``name`` (a busy node cannot be deleted), drop its reservation, remove it."""
+    lab.run(["scancel", "-w", name], check=False)
+    for _ in range(60):
+        if not lab.run(["squeue", "-h", "-w", name], check=False).strip():
+            break
+        time.sleep(0.5)
+    lab.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+    try:
+        lab.remove_node(name)
+    except LabError:
+        if must_exist:
+            raise
+
+
 @contextlib.contextmanager
 def reserved_node(lab: Lab, name: str) -> Iterator[str]:
-    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name. Right after it
-    registers, slurmctld may still call the node busy ("Requested nodes are busy") for a moment: retried."""
+    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name (leftovers of an
+    interrupted run are cleared first). Right after it registers, slurmctld may still call the node busy
+    ("Requested nodes are busy") for a moment: retried."""
+    clear_node(lab, name, must_exist=False)
     lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
     try:
         create = [
@@ -43,12 +60,9 @@ def reserved_node(lab: Lab, name: str) -> Iterator[str]:
                 break
             assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
             time.sleep(0.5)
-        try:
-            yield name
-        finally:
-            lab.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+        yield name
     finally:
-        lab.remove_node(name)
+        clear_node(lab, name, must_exist=True)
 
 
 def request(uid: str, **kw: object) -> JobRequest:

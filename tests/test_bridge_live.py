@@ -47,9 +47,10 @@ def k8s_node(name: str) -> dict[str, Any]:
     }
 
 
-def bridge_pod(name: str) -> dict[str, Any]:
+def bridge_pod(name: str, reservation: str | None = NODE) -> dict[str, Any]:
+    annotations = {PREFIX + "reservation": reservation} if reservation else {}
     return {
-        "metadata": {"name": name, "namespace": "team-a", "annotations": {PREFIX + "reservation": NODE}},
+        "metadata": {"name": name, "namespace": "team-a", "annotations": annotations},
         "spec": {
             "schedulerName": "slurm-bridge",
             "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
@@ -58,13 +59,22 @@ def bridge_pod(name: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def running_bridge(lab: Lab, version: str, tmp_path: Path) -> AsyncIterator[tuple[FakeKube, Bridge]]:
-    fake = FakeKube(token=TOKEN)
-    fake.put("nodes", k8s_node(NODE))
-    policy = parse_policy(
-        {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
-    )
-    options = BridgeOptions(instance=f"live-{tmp_path.name}", policy=policy)
+async def running_bridge(
+    lab: Lab,
+    version: str,
+    tmp_path: Path,
+    *,
+    policy: dict[str, Any] | None = None,
+    nodes: tuple[str, ...] = (NODE,),
+    fake: FakeKube | None = None,
+) -> AsyncIterator[tuple[FakeKube, Bridge]]:
+    """A bridge with its own poller on ``lab``, against ``fake`` (by default a new one holding ``nodes``)."""
+    if fake is None:
+        fake = FakeKube(token=TOKEN)
+        for name in nodes:
+            fake.put("nodes", k8s_node(name))
+    doc = policy or {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
+    options = BridgeOptions(instance=f"live-{tmp_path.name}", policy=parse_policy(doc))
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
         slurm = SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
@@ -193,3 +203,118 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
             finally:
                 proc.terminate()
                 await asyncio.wait_for(proc.wait(), 15)
+
+
+def pod_with(
+    name: str,
+    annotations: dict[str, str],
+    requests: dict[str, str] | None = None,
+    reservation: str | None = NODE,
+    **spec: Any,
+) -> dict[str, Any]:
+    p = bridge_pod(name, reservation)
+    p["metadata"]["annotations"].update(annotations)
+    if requests is not None:
+        p["spec"]["containers"][0]["resources"] = {"requests": requests}
+    p["spec"].update(spec)
+    return p
+
+
+def jobs_named(lab: Lab, name: str) -> list[str]:
+    out = lab.run(["squeue", "-h", "-n", f"k8s:team-a/{name}", "-o", "%i|%T|%r"], check=False)
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def condition(fake: FakeKube, name: str) -> str:
+    p = fake.get("pods", "team-a", name) or {}
+    conditions = {c["type"]: c for c in p.get("status", {}).get("conditions", [])}
+    return str(conditions.get("PodScheduled", {}).get("message", ""))
+
+
+def events(fake: FakeKube, name: str, reason: str) -> list[str]:
+    return [e["message"] for e in fake.events_for("team-a", name) if e["reason"] == reason]
+
+
+def bound_to(fake: FakeKube, name: str) -> str | None:
+    p = fake.get("pods", "team-a", name)
+    return p["spec"].get("nodeName") if p else None
+
+
+async def test_waiting_refusals_bad_input_restart_and_time_limit(lab_2605: Lab, tmp_path: Path) -> None:
+    """On 26.05: a pod Slurm holds back shows Slurm's reason; policy violations and absurd requests are
+    refused with an Event and never submitted; a pod naming its node is left alone; a job Slurm refuses is
+    reported once per backoff; a bridge killed between submit and bind is replaced with no second job; a
+    job hitting its time limit deletes its pod."""
+    lab = lab_2605
+    second = f"{NODE}-2"
+    doc = {
+        "namespaces": {
+            "team-a": {"user_id": 0, "partitions": ["dyn", "nosuch"], "reservations": [NODE, second]}
+        }
+    }
+    nodes = (NODE, second)
+    with reserved_node(lab, NODE), reserved_node(lab, second):
+        async with running_bridge(lab, "v0.0.45", tmp_path, policy=doc, nodes=nodes) as (fake, bridge):
+            # a 1-minute job on the second node: Slurm ends it (TIMEOUT) at about 1:22 while the rest runs
+            fake.put("pods", pod_with("short", {PREFIX + "time-limit": "1"}, reservation=second))
+            await eventually(lambda: bound_to(fake, "short") == second, 60.0, "the short pod bound", 0.2)
+            # waiting: the second node is taken (exclusively), so this one pends and says why
+            fake.put("pods", pod_with("held", {}, reservation=second))
+
+            def held() -> str | None:
+                text = condition(fake, "held")
+                return text if text.startswith("Slurm job ") and ": " in text else None
+
+            message = await eventually(held, 30.0, "Slurm's reason on the held pod", 0.2)
+            log.info("held pod: %s", message)
+            assert any(r in message for r in ("Resources", "Priority", "Reservation")), message
+
+            # refusals — an absurd request, a misspelt annotation, another user: an Event each, no job
+            fake.put("pods", pod_with("greedy", {}, {"cpu": "1e6"}))
+            fake.put("pods", pod_with("typo", {PREFIX + "acount": "x"}))
+            fake.put("pods", pod_with("root", {PREFIX + "user": "1001"}))
+            for name, why in (
+                ("greedy", "resources beyond any node"),
+                ("typo", "unknown annotation"),
+                ("root", "cannot choose another"),
+            ):
+                await eventually(
+                    lambda n=name, w=why: any(w in m for m in events(fake, n, "SlurmRefused")),  # type: ignore[misc]
+                    15.0,
+                    f"the refusal of {name}",
+                    0.2,
+                )
+                assert jobs_named(lab, name) == []
+            # a pod that already names its node is not the bridge's to place
+            fake.put("pods", pod_with("placed", {}, nodeName="c1"))
+            # a partition the policy allows but Slurm does not know: Slurm refuses, reported once per backoff
+            fake.put("pods", pod_with("lost", {PREFIX + "partition": "nosuch"}, reservation=None))
+            (text,) = await eventually(
+                lambda: events(fake, "lost", "SlurmSubmitFailed"), 15.0, "Slurm's refusal", 0.2
+            )
+            assert "Invalid partition name specified" in text
+            await asyncio.sleep(3.0)  # several passes, inside the first 10 s backoff
+            assert len(events(fake, "lost", "SlurmSubmitFailed")) == 1
+
+            # a bridge killed between submit and bind
+            fake.fail_always("POST", r"/binding$", 500)
+            fake.put("pods", pod_with("restart", {}))
+            await eventually(
+                lambda: bridge.stats.errors[("bind", "http_500")] >= 1, 30.0, "a failed binding", 0.2
+            )
+        fake.heal()
+        async with running_bridge(lab, "v0.0.45", tmp_path, policy=doc, fake=fake):  # the same instance id
+            await eventually(
+                lambda: bound_to(fake, "restart") == NODE, 30.0, "the replacement to bind it", 0.2
+            )
+            assert len(jobs_named(lab, "restart")) == 1, jobs_named(lab, "restart")  # no second job
+            assert fake.events_for("team-a", "placed") == [] and bound_to(fake, "placed") == "c1"
+
+            # the time limit: the job ends TIMEOUT and its pod is deleted, the Event naming the cause
+            await eventually(
+                lambda: fake.get("pods", "team-a", "short") is None, 150.0, "the timed-out pod to go", 1.0
+            )
+            ended = events(fake, "short", "SlurmJobEnded")
+            assert ended and "TIMEOUT" in ended[0], ended
+            # and the held pod gets the node it waited for
+            await eventually(lambda: bound_to(fake, "held") == second, 60.0, "the held pod to be bound", 0.5)
