@@ -75,14 +75,20 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def _checked(call: Any) -> bytes:
-    """Await a raw API call; its body, or :class:`KubeError` naming the Status reason and message."""
+async def _sent(call: Any) -> aiohttp.ClientResponse:
+    """Await a raw API call: its response, or :class:`KubeError` when the API server was not reached."""
     try:
-        resp = await call
+        resp: aiohttp.ClientResponse = await call
     except ApiException as e:
         raise KubeError(f"Kubernetes API: {e.status} {e.reason}", e.status or 0) from None
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         raise KubeError(f"cannot reach the Kubernetes API: {e}") from None
+    return resp
+
+
+async def _checked(call: Any) -> bytes:
+    """Await a raw API call; its body, or :class:`KubeError` naming the Status reason and message."""
+    resp = await _sent(call)
     try:
         body = await resp.read()
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
@@ -153,12 +159,7 @@ class Kube:
             yield kind, msgspec.convert(obj, Node)
 
     async def _watch(self, call: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        try:
-            resp = await call
-        except ApiException as e:
-            raise KubeError(f"Kubernetes API: {e.status} {e.reason}", e.status or 0) from None
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise KubeError(f"cannot reach the Kubernetes API: {e}") from None
+        resp = await _sent(call)
         try:
             if resp.status != 200:
                 body = await resp.read()
@@ -175,9 +176,6 @@ class Kube:
                     raise cls(
                         f"watch: {obj.get('reason')}: {obj.get('message')}", code, str(obj.get("reason", ""))
                     )
-                if kind == "BOOKMARK":
-                    yield kind, obj
-                    continue
                 yield kind, obj
         except (aiohttp.ClientError, OSError, TimeoutError) as e:
             raise KubeError(f"watch cut short: {e}") from None

@@ -31,13 +31,14 @@ import json
 import re
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from aiohttp import web
+
+from tests.tools import serve_app
 
 CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"})
 KINDS = {"pods": "Pod", "nodes": "Node", "events": "Event", "leases": "Lease", "namespaces": "Namespace"}
@@ -530,18 +531,6 @@ class _Answer(Exception):
         self.response = response
 
 
-@asynccontextmanager
-async def serve_kube(fake: FakeKube) -> AsyncIterator[str]:
-    """Run ``fake`` on 127.0.0.1 (free port); yield its base URL."""
-    runner = web.AppRunner(fake.app(), access_log=None, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        fake.close_watches()
-        await runner.cleanup()
+def serve_kube(fake: FakeKube) -> AbstractAsyncContextManager[str]:
+    """Run ``fake`` on 127.0.0.1 (free port); yield its base URL. Open watches end first on exit."""
+    return serve_app(fake.app(), before_cleanup=fake.close_watches, shutdown_timeout=1.0)

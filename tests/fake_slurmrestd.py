@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+
+from tests.tools import serve_app
 
 Fault = str
 """``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``
@@ -150,17 +151,6 @@ class FakeSlurmrestd:
         raise AssertionError(f"unknown fault {fault}")
 
 
-@asynccontextmanager
-async def serve(fake: FakeSlurmrestd) -> AsyncIterator[str]:
+def serve(fake: FakeSlurmrestd) -> AbstractAsyncContextManager[str]:
     """Run ``fake`` on 127.0.0.1 (free port); yield its base URL."""
-    runner = web.AppRunner(fake.app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server = site._server
-    assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    return serve_app(fake.app())

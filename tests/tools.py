@@ -6,11 +6,13 @@ import asyncio
 import inspect
 import os
 import shutil
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from aiohttp import web
 
 from exporter.model import Snapshot
 from exporter.versions import adapter_for
@@ -107,3 +109,23 @@ def recorded_snapshot(folder: Path, version: str, taken_at: float | None = None)
         diag=diag,
         fetched_at=dict.fromkeys(present, taken_at),
     )
+
+
+@asynccontextmanager
+async def serve_app(
+    app: web.Application, *, before_cleanup: Callable[[], None] = lambda: None, shutdown_timeout: float = 60.0
+) -> AsyncIterator[str]:
+    """Run an aiohttp ``app`` on 127.0.0.1 (a free port); yield its base URL. ``before_cleanup`` runs first
+    on exit (e.g. ending streams the server holds open)."""
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=shutdown_timeout)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server = site._server
+    assert server is not None
+    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        before_cleanup()
+        await runner.cleanup()
