@@ -99,6 +99,8 @@ class World:
     """Pod uid → this process's submission not yet in the snapshot."""
     pods_complete: bool = True
     """The pod list is a full, current list (a synced watch): only then is a job's missing pod gone."""
+    namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Namespace name → its labels (for the policy's namespace selectors; empty without selectors)."""
 
 
 @dataclass(frozen=True)
@@ -228,7 +230,8 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
         if pod.spec.nodeName:
             actions += _bound(pod, held, world, options)
         elif not (pod.terminal or pod.metadata.deletionTimestamp):
-            actions += _waiting(pod, held, uid in pending_submits, nodes, snap, options)
+            labels = world.namespaces.get(pod.metadata.namespace)
+            actions += _waiting(pod, held, uid in pending_submits, nodes, snap, options, labels)
     if world.pods_complete:
         for uid, job in current.items():
             if uid not in seen_uids and job.state not in ENDED:
@@ -237,10 +240,20 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
 
 
 def _waiting(
-    pod: Pod, job: Job | None, submitting: bool, nodes: _Nodes, snap: Snapshot, options: BridgeOptions
+    pod: Pod,
+    job: Job | None,
+    submitting: bool,
+    nodes: _Nodes,
+    snap: Snapshot,
+    options: BridgeOptions,
+    namespace_labels: Mapping[str, str] | None,
 ) -> list[Action]:
     got = admit(
-        pod, scheduler_name=options.scheduler_name, own_namespace=options.own_namespace, policy=options.policy
+        pod,
+        scheduler_name=options.scheduler_name,
+        own_namespace=options.own_namespace,
+        policy=options.policy,
+        namespace_labels=namespace_labels,
     )
     if got is None:
         return []

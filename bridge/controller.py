@@ -40,7 +40,7 @@ from .actions import (
 )
 from .informer import Informer
 from .kube import Kube, KubeError
-from .pods import Node, Pod
+from .pods import Namespace, Node, Pod
 from .slurm import cancel_job, submit_job
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -135,6 +135,15 @@ class Bridge:
         self.nodes: Informer[Node] = Informer(
             "nodes", kube.list_nodes, lambda since: kube.watch_nodes(since), lambda n: n.metadata.name
         )
+        self.namespaces: Informer[Namespace] | None = None
+        """Namespaces and their labels, watched only when the policy selects namespaces by label."""
+        if options.policy.selectors:
+            self.namespaces = Informer(
+                "namespaces",
+                kube.list_namespaces,
+                lambda since: kube.watch_namespaces(since),
+                lambda n: n.metadata.name,
+            )
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
@@ -150,6 +159,8 @@ class Bridge:
             asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
             asyncio.create_task(self.nodes.run(), name="bridge-node-informer"),
         ]
+        if self.namespaces is not None:
+            watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
         try:
             seen: Snapshot | None = None
             while True:
@@ -181,6 +192,8 @@ class Bridge:
         snap = self.poller.snapshot
         if snap is None or not self.nodes.synced or self.poller.status.api_version is None:
             return []
+        if self.namespaces is not None and not self.namespaces.synced:
+            return []  # a selected namespace would look unmanaged
         now = self._clock()
         seen_at = snap.fetched_at.get("jobs", 0.0)
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > seen_at - 60}
@@ -191,6 +204,9 @@ class Bridge:
             now,
             dict(self.submitted),
             pods_complete=self.pods.synced,
+            namespaces={n.metadata.name: n.metadata.labels for n in self.namespaces.objects.values()}
+            if self.namespaces is not None
+            else {},
         )
         actions = plan(world, self.options)
         self.passes += 1

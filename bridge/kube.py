@@ -23,7 +23,7 @@ import msgspec
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
-from .pods import Node, Pod
+from .pods import Namespace, Node, Pod
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
 
@@ -157,6 +157,21 @@ class Kube:
             )
         ):
             yield kind, msgspec.convert(obj, Node)
+
+    async def list_namespaces(self) -> tuple[list[Namespace], str]:
+        """Every namespace (names and labels): only with the policy's namespace selectors."""
+        body = await _checked(self.core.list_namespace(_preload_content=False))
+        doc = _PODS.decode(body)
+        found = [msgspec.convert(item, Namespace) for item in doc.get("items", [])]
+        return found, str(doc.get("metadata", {}).get("resourceVersion", ""))
+
+    async def watch_namespaces(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Namespace]]:
+        async for kind, obj in self._watch(
+            self.core.list_namespace(
+                watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+            )
+        ):
+            yield kind, msgspec.convert(obj, Namespace)
 
     async def _watch(self, call: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
         resp = await _sent(call)

@@ -17,6 +17,7 @@ import msgspec
 
 __all__ = [
     "Container",
+    "Namespace",
     "Node",
     "Pod",
     "QuantityError",
@@ -159,6 +160,12 @@ class Node(msgspec.Struct, frozen=True):
     @property
     def ready(self) -> bool:
         return any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+
+
+class Namespace(msgspec.Struct, frozen=True):
+    """A namespace as the bridge sees it: its name and labels (for the policy's namespace selectors)."""
+
+    metadata: ObjectMeta = ObjectMeta()
 
 
 _POD = msgspec.json.Decoder(Pod)

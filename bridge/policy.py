@@ -13,15 +13,24 @@
         reservations: [maint]    # an annotation may name one of these; none by default
         allow_shared_nodes: false  # may a pod ask to share its node with other jobs
 
-Only namespaces listed here are managed. Nothing in a pod — annotation, label, name — can change the
-uid or gid; an annotation naming a user, or an account / QOS / partition / reservation outside its
+Namespaces may also be chosen by their labels, one policy for every namespace a selector matches (a
+namespace listed by name uses its own entry; the first matching selector wins otherwise)::
+
+    namespace_selectors:
+      - selector: "slurm-keda.io/tenant=ml,env in (prod,dev)"   # a Kubernetes label selector
+        user_id: 1001
+        partitions: [gpu]
+
+Only namespaces listed or selected here are managed. Nothing in a pod — annotation, label, name — can
+change the uid or gid; an annotation naming a user, or an account / QOS / partition / reservation outside its
 namespace's lists, refuses the pod (see :mod:`bridge.requests`).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -57,12 +66,70 @@ class NamespacePolicy:
     allow_shared_nodes: bool = False
 
 
+LabelMatcher = Callable[[Mapping[str, str]], bool]
+
+
+@dataclass(frozen=True)
+class Selected:
+    """A policy for every namespace whose labels match ``selector`` (its ``namespace`` field is unused)."""
+
+    selector: str
+    matches: LabelMatcher = field(compare=False)
+    policy: NamespacePolicy
+
+
 @dataclass(frozen=True)
 class Policy:
     namespaces: dict[str, NamespacePolicy] = field(default_factory=dict)
+    selectors: tuple[Selected, ...] = ()
 
-    def of(self, namespace: str) -> NamespacePolicy | None:
-        return self.namespaces.get(namespace)
+    def of(self, namespace: str, labels: Mapping[str, str] | None = None) -> NamespacePolicy | None:
+        """The policy of ``namespace``: its own entry, else the first selector its ``labels`` match."""
+        own = self.namespaces.get(namespace)
+        if own is not None or labels is None:
+            return own
+        for chosen in self.selectors:
+            if chosen.matches(labels):
+                return replace(chosen.policy, namespace=namespace)
+        return None
+
+
+_DNS = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_NAME_PART = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+_KEY = rf"(?:{_DNS}(?:\.{_DNS})*/)?{_NAME_PART}"
+"""A label key: an optional DNS-subdomain prefix and ``/``, then a name."""
+_VALUE = rf"(?:{_NAME_PART})?"
+
+
+def _requirement(text: str) -> LabelMatcher:
+    t = text.strip()
+    values_list = rf"{_VALUE}(?:\s*,\s*{_VALUE})*"
+    if m := re.fullmatch(
+        rf"(?P<key>{_KEY})\s+(?P<op>in|notin)\s+\(\s*(?P<values>{values_list})\s*\)", t, re.ASCII
+    ):
+        key, wanted = m["key"], m["op"] == "in"
+        values = frozenset(v.strip() for v in m["values"].split(","))
+        return lambda labels: (key in labels and labels[key] in values) == wanted
+    if m := re.fullmatch(rf"(?P<key>{_KEY})\s*(?P<op>==|=|!=)\s*(?P<value>{_VALUE})", t, re.ASCII):
+        key, equal, value = m["key"], m["op"] != "!=", m["value"]
+        return lambda labels: (labels.get(key) == value) == equal
+    if m := re.fullmatch(rf"!\s*(?P<key>{_KEY})", t, re.ASCII):
+        key = m["key"]
+        return lambda labels: key not in labels
+    if re.fullmatch(_KEY, t, re.ASCII):
+        return lambda labels: t in labels
+    raise ValueError(f"{text.strip()[:80]!r} is not a label selector requirement")
+
+
+def parse_selector(text: str) -> LabelMatcher:
+    """A Kubernetes label selector (``a=b``, ``a!=b``, ``a in (x,y)``, ``a notin (x)``, ``a``, ``!a``,
+    comma-separated, all must hold) as a predicate on a labels mapping; ``ValueError`` if malformed. An
+    empty selector would select every namespace: refused."""
+    parts = [p for p in re.split(r",(?![^()]*\))", text) if p.strip()]
+    if not parts:
+        raise ValueError("an empty selector would select every namespace")
+    requirements = [_requirement(p) for p in parts]
+    return lambda labels: all(r(labels) for r in requirements)
 
 
 def _names(where: str, key: str, value: Any) -> tuple[str, ...]:
@@ -85,8 +152,8 @@ def _id(where: str, key: str, value: Any) -> int:
 
 def parse_policy(doc: Any, source: str = "policy") -> Policy:
     """A :class:`Policy` from the parsed YAML document; :class:`PolicyError` names what is wrong."""
-    if not isinstance(doc, dict) or set(doc) - {"namespaces"}:
-        raise PolicyError(f"{source}: a mapping with one key, 'namespaces'")
+    if not isinstance(doc, dict) or not doc or set(doc) - {"namespaces", "namespace_selectors"}:
+        raise PolicyError(f"{source}: a mapping of 'namespaces' and/or 'namespace_selectors'")
     raw = doc.get("namespaces") or {}
     if not isinstance(raw, dict):
         raise PolicyError(f"{source}: 'namespaces' maps namespace names to their policy")
@@ -95,30 +162,47 @@ def parse_policy(doc: Any, source: str = "policy") -> Policy:
         where = f"{source}: namespaces.{ns}"
         if not isinstance(ns, str) or not _NAMESPACE.fullmatch(ns):
             raise PolicyError(f"{where}: not a Kubernetes namespace name")
-        if not isinstance(entry, dict):
-            raise PolicyError(f"{where}: a mapping (user_id, accounts, qos, partitions, ...)")
-        unknown = set(entry) - _KEYS
-        if unknown:
-            raise PolicyError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-        if "user_id" not in entry:
-            raise PolicyError(f"{where}.user_id: required (the uid its Slurm jobs run as)")
-        partitions = _names(where, "partitions", entry.get("partitions"))
-        if not partitions:
-            raise PolicyError(f"{where}.partitions: at least one partition")
-        shared = entry.get("allow_shared_nodes", False)
-        if not isinstance(shared, bool):
-            raise PolicyError(f"{where}.allow_shared_nodes: true or false")
-        out[ns] = NamespacePolicy(
-            namespace=ns,
-            user_id=_id(where, "user_id", entry["user_id"]),
-            group_id=_id(where, "group_id", entry["group_id"]) if entry.get("group_id") is not None else None,
-            accounts=_names(where, "accounts", entry.get("accounts")),
-            qos=_names(where, "qos", entry.get("qos")),
-            partitions=partitions,
-            reservations=_names(where, "reservations", entry.get("reservations")),
-            allow_shared_nodes=shared,
-        )
-    return Policy(out)
+        out[ns] = _entry(where, ns, entry, _KEYS)
+    selected: list[Selected] = []
+    raw_selectors = doc.get("namespace_selectors") or []
+    if not isinstance(raw_selectors, list):
+        raise PolicyError(f"{source}: 'namespace_selectors' is a list of policies with a 'selector'")
+    for i, entry in enumerate(raw_selectors):
+        where = f"{source}: namespace_selectors[{i}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("selector"), str):
+            raise PolicyError(f"{where}.selector: required, a label selector such as 'tenant=ml'")
+        try:
+            matches = parse_selector(entry["selector"])
+        except ValueError as e:
+            raise PolicyError(f"{where}.selector: {e}") from None
+        selected.append(Selected(entry["selector"], matches, _entry(where, "", entry, _KEYS | {"selector"})))
+    return Policy(out, tuple(selected))
+
+
+def _entry(where: str, ns: str, entry: Any, keys: frozenset[str]) -> NamespacePolicy:
+    if not isinstance(entry, dict):
+        raise PolicyError(f"{where}: a mapping (user_id, accounts, qos, partitions, ...)")
+    unknown = set(entry) - keys
+    if unknown:
+        raise PolicyError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+    if "user_id" not in entry:
+        raise PolicyError(f"{where}.user_id: required (the uid its Slurm jobs run as)")
+    partitions = _names(where, "partitions", entry.get("partitions"))
+    if not partitions:
+        raise PolicyError(f"{where}.partitions: at least one partition")
+    shared = entry.get("allow_shared_nodes", False)
+    if not isinstance(shared, bool):
+        raise PolicyError(f"{where}.allow_shared_nodes: true or false")
+    return NamespacePolicy(
+        namespace=ns,
+        user_id=_id(where, "user_id", entry["user_id"]),
+        group_id=_id(where, "group_id", entry["group_id"]) if entry.get("group_id") is not None else None,
+        accounts=_names(where, "accounts", entry.get("accounts")),
+        qos=_names(where, "qos", entry.get("qos")),
+        partitions=partitions,
+        reservations=_names(where, "reservations", entry.get("reservations")),
+        allow_shared_nodes=shared,
+    )
 
 
 def load_policy(path: Path) -> Policy:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
@@ -135,8 +136,16 @@ class Selection:
     reason: str = ""
 
 
-def select(pod: Pod, *, scheduler_name: str, own_namespace: str, policy: Policy) -> Selection:
-    """Which pods the bridge places (see the module docstring)."""
+def select(
+    pod: Pod,
+    *,
+    scheduler_name: str,
+    own_namespace: str,
+    policy: Policy,
+    namespace_labels: Mapping[str, str] | None = None,
+) -> Selection:
+    """Which pods the bridge places (see the module docstring); ``namespace_labels`` are the labels of
+    the pod's namespace, for the policy's namespace selectors."""
     if pod.spec.schedulerName != scheduler_name:
         return Selection("ignore", "another scheduler")
     if pod.spec.nodeName or pod.terminal or pod.metadata.deletionTimestamp:
@@ -148,7 +157,7 @@ def select(pod: Pod, *, scheduler_name: str, own_namespace: str, policy: Policy)
         return Selection("refuse", "a mirror (static) pod belongs to its kubelet")
     if pod.owned_by_daemonset:
         return Selection("refuse", "a DaemonSet pod is placed by the DaemonSet controller")
-    if policy.of(ns) is None:
+    if policy.of(ns, namespace_labels) is None:
         return Selection("refuse", f"namespace {ns} is not managed by this bridge (not in its policy)")
     return Selection("take")
 
@@ -269,15 +278,26 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
 
 
 def admit(
-    pod: Pod, *, scheduler_name: str, own_namespace: str, policy: Policy
+    pod: Pod,
+    *,
+    scheduler_name: str,
+    own_namespace: str,
+    policy: Policy,
+    namespace_labels: Mapping[str, str] | None = None,
 ) -> JobRequest | Refusal | None:
     """:func:`select` then :func:`job_request` under the pod's own namespace's policy: the request, the
     refusal, or None for a pod that is not the bridge's."""
-    chosen = select(pod, scheduler_name=scheduler_name, own_namespace=own_namespace, policy=policy)
+    chosen = select(
+        pod,
+        scheduler_name=scheduler_name,
+        own_namespace=own_namespace,
+        policy=policy,
+        namespace_labels=namespace_labels,
+    )
     if chosen.verdict == "ignore":
         return None
     if chosen.verdict == "refuse":
         return Refusal(chosen.reason)
-    ns = policy.of(pod.metadata.namespace)
+    ns = policy.of(pod.metadata.namespace, namespace_labels)
     assert ns is not None  # select() refuses unmanaged namespaces
     return job_request(pod, ns)

@@ -236,6 +236,12 @@ class FakeKube:
         obj = self.objects.pop(key)
         self._event("DELETED", key, obj)
 
+    def delete(
+        self, plural: str, namespace: str, name: str, grace: int | None = None, prefix: str = "v1"
+    ) -> None:
+        """Delete as a ``kubectl delete`` would (a pod on a dead kubelet is left Terminating)."""
+        self._delete((f"{prefix}/{plural}", namespace, name), grace)
+
     def events_for(self, namespace: str, name: str) -> list[Obj]:
         return [
             o

@@ -193,3 +193,24 @@ def test_refused_pods_are_refused_not_submitted() -> None:
     )
     (action,) = plan(world(pods=[bad]), OPTIONS)
     assert isinstance(action, Refuse) and "cannot choose another" in action.reason
+
+
+def test_a_namespace_selected_by_its_labels_is_managed() -> None:
+    options = BridgeOptions(
+        instance="cluster-a",
+        policy=parse_policy(
+            {"namespace_selectors": [{"selector": "tenant=ml", "user_id": 3003, "partitions": ["cpu"]}]}
+        ),
+    )
+    p = decode_pod(
+        json.dumps(
+            {
+                "metadata": {"name": "x", "namespace": "ml-prod", "uid": "u9"},
+                "spec": {"schedulerName": "slurm-bridge", "containers": [{"name": "m"}]},
+            }
+        )
+    )
+    (taken,) = plan(world(pods=[p], namespaces={"ml-prod": {"tenant": "ml"}}), options)
+    assert isinstance(taken, Submit) and taken.request.user_id == 3003
+    (refused,) = plan(world(pods=[p], namespaces={"ml-prod": {"tenant": "web"}}), options)
+    assert isinstance(refused, Refuse) and "not managed" in refused.reason

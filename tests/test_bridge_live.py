@@ -67,6 +67,7 @@ async def running_bridge(
     policy: dict[str, Any] | None = None,
     nodes: tuple[str, ...] = (NODE,),
     fake: FakeKube | None = None,
+    terminating_grace: float = 30.0,
 ) -> AsyncIterator[tuple[FakeKube, Bridge]]:
     """A bridge with its own poller on ``lab``, against ``fake`` (by default a new one holding ``nodes``)."""
     if fake is None:
@@ -74,7 +75,9 @@ async def running_bridge(
         for name in nodes:
             fake.put("nodes", k8s_node(name))
     doc = policy or {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
-    options = BridgeOptions(instance=f"live-{tmp_path.name}", policy=parse_policy(doc))
+    options = BridgeOptions(
+        instance=f"live-{tmp_path.name}", policy=parse_policy(doc), terminating_grace=terminating_grace
+    )
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
         slurm = SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
@@ -318,3 +321,41 @@ async def test_waiting_refusals_bad_input_restart_and_time_limit(lab_2605: Lab, 
             assert ended and "TIMEOUT" in ended[0], ended
             # and the held pod gets the node it waited for
             await eventually(lambda: bound_to(fake, "held") == second, 60.0, "the held pod to be bound", 0.5)
+
+
+async def test_missing_kubernetes_data_never_cancels_and_a_dead_kubelet_frees_the_node(
+    lab_2605: Lab, tmp_path: Path
+) -> None:
+    """On 26.05: while the Kubernetes API is down the bridge cannot know a pod is gone, so it cancels nothing;
+    once it can list again it cancels the orphan. A pod stuck Terminating on a dead kubelet frees its Slurm
+    job ``terminating_grace`` after its grace period."""
+    lab = lab_2605
+    with reserved_node(lab, NODE):
+        async with running_bridge(lab, "v0.0.45", tmp_path, terminating_grace=2.0) as (fake, bridge):
+            fake.put("pods", bridge_pod("kept"))
+            await eventually(lambda: bound_to(fake, "kept") == NODE, 60.0, "the pod bound", 0.2)
+            job_id = fake.get("pods", "team-a", "kept")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+            fake.down = True  # the API server unreachable: watches break, lists fail
+            fake.close_watches()
+            await eventually(
+                lambda: not bridge.pods.synced, 10.0, "the pod cache to be marked incomplete", 0.1
+            )
+            fake.remove("pods", "team-a", "kept")  # gone, but the bridge cannot see it
+            passes = bridge.passes
+            await eventually(lambda: bridge.passes >= passes + 2, 20.0, "two passes without pod data", 0.2)
+            assert squeue(lab, job_id) == f"{job_id}|RUNNING|{NODE}"  # nothing cancelled on missing data
+            fake.down = False
+            await eventually(lambda: squeue(lab, job_id) == "", 30.0, "the orphaned job to be cancelled", 0.5)
+
+            fake.put("pods", bridge_pod("stuck"))
+            await eventually(lambda: bound_to(fake, "stuck") == NODE, 60.0, "the second pod bound", 0.2)
+            stuck_job = fake.get("pods", "team-a", "stuck")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+            fake.kill_kubelet(NODE)
+            fake.delete("pods", "team-a", "stuck", grace=1)  # Terminating, and nothing will finish it
+            assert fake.get("pods", "team-a", "stuck")["metadata"]["deletionTimestamp"]  # type: ignore[index]
+            await eventually(
+                lambda: squeue(lab, stuck_job) == "", 30.0, "the stuck pod's job to be cancelled", 0.5
+            )
+            assert (
+                fake.get("pods", "team-a", "stuck") is not None
+            )  # still Terminating: Slurm freed the node anyway

@@ -51,6 +51,9 @@ async def test_the_cluster_role_is_exactly_what_the_bridge_calls(tmp_path: Path)
             nodes_rv = (await k.list_nodes())[1]
             async for _ in k.watch_nodes(nodes_rv, timeout=1):
                 pass
+            ns_rv = (await k.list_namespaces())[1]
+            async for _ in k.watch_namespaces(ns_rv, timeout=1):
+                pass
             p = pods[0]
             await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
             await k.bind(p, "c1")

@@ -275,13 +275,62 @@ def test_no_annotation_label_or_name_makes_a_job_run_as_another_uid(
         assert ("group_id" in body) == (policy.group_id is not None)
 
 
+# -- namespaces chosen by label ------------------------------------------------------------------------
+
+SELECTED = parse_policy(
+    {
+        "namespaces": {"team-a": {"user_id": 1001, "partitions": ["cpu"]}},
+        "namespace_selectors": [
+            {"selector": "tenant=ml,env in (prod,dev)", "user_id": 3003, "partitions": ["gpu"]},
+            {"selector": "tenant", "user_id": 4004, "partitions": ["cpu"]},
+        ],
+    }
+)
+
+
+def test_namespaces_chosen_by_label_take_the_first_matching_policy() -> None:
+    def uid(ns: str, labels: dict[str, str] | None) -> int | None:
+        got = admit(
+            pod(ns),
+            scheduler_name="slurm-bridge",
+            own_namespace="x",
+            policy=SELECTED,
+            namespace_labels=labels,
+        )
+        return got.user_id if isinstance(got, JobRequest) else None
+
+    assert uid("ml-prod", {"tenant": "ml", "env": "prod"}) == 3003
+    assert uid("ml-qa", {"tenant": "ml", "env": "qa"}) == 4004  # the second selector: tenant exists
+    assert uid("other", {"team": "x"}) is None  # not selected: refused as unmanaged
+    assert uid("other", None) is None
+    assert uid("team-a", {"tenant": "ml", "env": "prod"}) == 1001  # listed by name: its own entry wins
+    got = SELECTED.of("ml-prod", {"tenant": "ml", "env": "prod"})
+    assert got is not None and got.namespace == "ml-prod"
+
+
+@pytest.mark.parametrize(
+    ("selectors", "why"),
+    [
+        ([{"user_id": 1, "partitions": ["cpu"]}], "selector: required"),
+        ([{"selector": "", "user_id": 1, "partitions": ["cpu"]}], "would select every namespace"),
+        ([{"selector": "a b", "user_id": 1, "partitions": ["cpu"]}], "not a label selector requirement"),
+        ([{"selector": "a=b", "partitions": ["cpu"]}], "user_id: required"),
+        ({"selector": "a=b"}, "is a list"),
+    ],
+)
+def test_bad_namespace_selectors_name_the_problem(selectors: Any, why: str) -> None:
+    with pytest.raises(PolicyError) as e:
+        parse_policy({"namespace_selectors": selectors})
+    assert why in str(e.value)
+
+
 # -- the policy file -----------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     ("doc", "why"),
     [
-        ([], "a mapping with one key"),
+        ([], "a mapping of 'namespaces' and/or 'namespace_selectors'"),
         ({"namespaces": {"Team_A": {"user_id": 1, "partitions": ["cpu"]}}}, "not a Kubernetes namespace"),
         ({"namespaces": {"a": {"partitions": ["cpu"]}}}, "user_id: required"),
         ({"namespaces": {"a": {"user_id": -1, "partitions": ["cpu"]}}}, "an integer id"),
