@@ -152,6 +152,7 @@ class Bridge:
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.passes = 0
+        """Reconcile passes run, including those that did nothing because data was missing."""
 
     async def run(self) -> None:
         """Watch and reconcile forever (cancel to stop)."""
@@ -189,6 +190,7 @@ class Bridge:
     async def reconcile(self) -> list[Action]:
         """One pass: plan on the current world and start each action not already in flight. Nothing is
         done before the pod and node caches are complete and a snapshot exists."""
+        self.passes += 1
         snap = self.poller.snapshot
         if snap is None or not self.nodes.synced or self.poller.status.api_version is None:
             return []
@@ -209,7 +211,6 @@ class Bridge:
             else {},
         )
         actions = plan(world, self.options)
-        self.passes += 1
         self._count_pods(world, actions)
         for action in actions:
             key = _busy_key(action)
