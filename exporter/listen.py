@@ -193,9 +193,12 @@ class LoopErrorLimiter:
             self._last.clear()
         self._last[key] = now
         left_out = self._held.pop(key, 0)
-        if left_out:
-            context = {**context, "message": f"{key} (and {left_out} more like it in {self._every:g} s)"}
-        loop.default_exception_handler(context)
+        message = f"{key} (and {left_out} more like it in {self._every:g} s)" if left_out else key
+        exc = context.get("exception")
+        if isinstance(exc, OSError):  # out of descriptors, buffers: one line, its traceback says nothing more
+            log.error("%s: %s", message, exc)
+            return
+        loop.default_exception_handler({**context, "message": message})
 
 
 def raise_open_files_limit() -> int:

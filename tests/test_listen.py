@@ -174,6 +174,25 @@ def test_loop_errors_are_logged_at_a_bounded_rate(caplog: pytest.LogCaptureFixtu
     assert limiter.suppressed == 99_999
 
 
+def test_an_os_error_from_the_loop_is_one_line(caplog: pytest.LogCaptureFixture) -> None:
+    limiter = LoopErrorLimiter(every=10.0, clock=lambda: 0.0)
+    loop = asyncio.new_event_loop()
+    try:
+        with caplog.at_level(logging.ERROR):
+            limiter(
+                loop,
+                {
+                    "message": "socket.accept() out of system resource",
+                    "exception": OSError(24, "Too many open files"),
+                },
+            )
+    finally:
+        loop.close()
+    (record,) = caplog.records
+    assert record.getMessage() == "socket.accept() out of system resource: [Errno 24] Too many open files"
+    assert record.exc_info is None
+
+
 def test_the_cap_leaves_descriptors_for_the_rest_of_the_process(caplog: pytest.LogCaptureFixture) -> None:
     assert fitting_limits(ListenLimits(max_connections=512), 20_000).max_connections == 512
     with caplog.at_level(logging.WARNING):
