@@ -211,6 +211,10 @@ class Bridge:
             else {},
         )
         actions = plan(world, self.options)
+        live = {p.metadata.uid for p in world.pods}
+        for memo in (self._said, self._refused_until):  # forget pods that are gone
+            for uid in [u for u in memo if u not in live]:
+                del memo[uid]
         self._count_pods(world, actions)
         for action in actions:
             key = _busy_key(action)
