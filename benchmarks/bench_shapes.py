@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_validate import best
 from exporter.jsonsplit import StreamingArrayDecoder
 
 CHUNK = 256 << 10
@@ -42,15 +41,6 @@ def cut(body: bytes) -> int:
     for at in range(0, len(body), CHUNK):
         n += len(dec.feed(body[at : at + CHUNK]))
     return n + len(dec.finish()[1])
-
-
-def best(fn: Callable[[], object], repeat: int = 3) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
 
 
 def main() -> None:

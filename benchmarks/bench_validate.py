@@ -31,7 +31,7 @@ from exporter.validate import check_jobs, job_problem, keep_valid  # noqa: E402
 from exporter.versions import adapter_for  # noqa: E402
 
 
-def best(fn: Callable[[], object], repeat: int) -> float:
+def best(fn: Callable[[], object], repeat: int = 3) -> float:
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
