@@ -99,9 +99,6 @@ class Informer(Generic[T]):
 
     @staticmethod
     def _version(obj: object) -> str:
+        """The resourceVersion of a decoded object (pods, nodes and namespaces all carry ``metadata``)."""
         meta = getattr(obj, "metadata", None)
-        if meta is not None:
-            return str(getattr(meta, "resourceVersion", "") or "")
-        if isinstance(obj, dict):
-            return str(obj.get("metadata", {}).get("resourceVersion", ""))
-        return ""
+        return str(getattr(meta, "resourceVersion", "") or "")

@@ -16,7 +16,7 @@ import os
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import msgspec
@@ -27,7 +27,8 @@ from .pods import Namespace, Node, Pod
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
 
-_PODS = msgspec.json.Decoder(dict[str, Any])
+_JSON = msgspec.json.Decoder(dict[str, Any])
+T = TypeVar("T")
 
 
 class KubeError(Exception):
@@ -107,6 +108,39 @@ async def _checked(call: Any) -> bytes:
     raise cls(f"Kubernetes API {resp.status} {reason}: {message}", resp.status, reason)
 
 
+async def _listed(call: Any, cls: type[T]) -> tuple[list[T], str]:
+    """A raw list call's items decoded as ``cls``, and the list's resourceVersion."""
+    doc = _JSON.decode(await _checked(call))
+    items = [msgspec.convert(item, cls) for item in doc.get("items", [])]
+    return items, str(doc.get("metadata", {}).get("resourceVersion", ""))
+
+
+async def _watched(call: Any, cls: type[T]) -> AsyncIterator[tuple[str, T]]:
+    """A raw watch call's events as ``(type, object decoded as cls)``; an ERROR event raises (410: Gone)."""
+    resp = await _sent(call)
+    try:
+        if resp.status != 200:
+            body = await resp.read()
+            error = Gone if resp.status == 410 else KubeError
+            raise error(f"Kubernetes API {resp.status}: {body[:200]!r}", resp.status)
+        async for line in resp.content:
+            if not line.strip():
+                continue
+            event = _JSON.decode(line)
+            kind, obj = str(event.get("type", "")), event.get("object") or {}
+            if kind == "ERROR":
+                code = int(obj.get("code", 0))
+                error = Gone if code == 410 else KubeError
+                raise error(
+                    f"watch: {obj.get('reason')}: {obj.get('message')}", code, str(obj.get("reason", ""))
+                )
+            yield kind, msgspec.convert(obj, cls)
+    except (aiohttp.ClientError, OSError, TimeoutError) as e:
+        raise KubeError(f"watch cut short: {e}") from None
+    finally:
+        resp.release()
+
+
 class Kube:
     """The calls the bridge makes; ``api`` is an open ``kubernetes_asyncio.client.ApiClient``."""
 
@@ -118,84 +152,44 @@ class Kube:
 
     async def list_pods(self, scheduler_name: str) -> tuple[list[Pod], str]:
         """Every pod naming ``scheduler_name``, in every namespace, and the list's resourceVersion."""
-        body = await _checked(
-            self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.schedulerName={scheduler_name}", _preload_content=False
-            )
+        selector = f"spec.schedulerName={scheduler_name}"
+        return await _listed(
+            self.core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False), Pod
         )
-        doc = _PODS.decode(body)
-        pods = [msgspec.convert(item, Pod) for item in doc.get("items", [])]
-        return pods, str(doc.get("metadata", {}).get("resourceVersion", ""))
 
-    async def watch_pods(
+    def watch_pods(
         self, scheduler_name: str, since: str, timeout: int = 300
     ) -> AsyncIterator[tuple[str, Pod]]:
-        """Changes after resourceVersion ``since`` as ``(ADDED|MODIFIED|DELETED, pod)``; ends when the server
-        ends the stream; :class:`Gone` when ``since`` is too old."""
-        async for kind, obj in self._watch(
-            self.core.list_pod_for_all_namespaces(
-                field_selector=f"spec.schedulerName={scheduler_name}",
-                watch=True,
-                resource_version=since,
-                timeout_seconds=timeout,
-                allow_watch_bookmarks=True,
-                _preload_content=False,
-            )
-        ):
-            yield kind, msgspec.convert(obj, Pod)
+        """Changes after resourceVersion ``since`` as ``(ADDED|MODIFIED|DELETED|BOOKMARK, pod)``; ends when
+        the server ends the stream; :class:`Gone` when ``since`` is too old."""
+        call = self.core.list_pod_for_all_namespaces(
+            field_selector=f"spec.schedulerName={scheduler_name}",
+            watch=True,
+            resource_version=since,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        return _watched(call, Pod)
 
     async def list_nodes(self) -> tuple[list[Node], str]:
-        body = await _checked(self.core.list_node(_preload_content=False))
-        doc = _PODS.decode(body)
-        nodes = [msgspec.convert(item, Node) for item in doc.get("items", [])]
-        return nodes, str(doc.get("metadata", {}).get("resourceVersion", ""))
+        return await _listed(self.core.list_node(_preload_content=False), Node)
 
-    async def watch_nodes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Node]]:
-        async for kind, obj in self._watch(
-            self.core.list_node(
-                watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-            )
-        ):
-            yield kind, msgspec.convert(obj, Node)
+    def watch_nodes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Node]]:
+        call = self.core.list_node(
+            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+        )
+        return _watched(call, Node)
 
     async def list_namespaces(self) -> tuple[list[Namespace], str]:
         """Every namespace (names and labels): only with the policy's namespace selectors."""
-        body = await _checked(self.core.list_namespace(_preload_content=False))
-        doc = _PODS.decode(body)
-        found = [msgspec.convert(item, Namespace) for item in doc.get("items", [])]
-        return found, str(doc.get("metadata", {}).get("resourceVersion", ""))
+        return await _listed(self.core.list_namespace(_preload_content=False), Namespace)
 
-    async def watch_namespaces(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Namespace]]:
-        async for kind, obj in self._watch(
-            self.core.list_namespace(
-                watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-            )
-        ):
-            yield kind, msgspec.convert(obj, Namespace)
-
-    async def _watch(self, call: Any) -> AsyncIterator[tuple[str, dict[str, Any]]]:
-        resp = await _sent(call)
-        try:
-            if resp.status != 200:
-                body = await resp.read()
-                cls = Gone if resp.status == 410 else KubeError
-                raise cls(f"Kubernetes API {resp.status}: {body[:200]!r}", resp.status)
-            async for line in resp.content:
-                if not line.strip():
-                    continue
-                event = _PODS.decode(line)
-                kind, obj = str(event.get("type", "")), event.get("object") or {}
-                if kind == "ERROR":
-                    code = int(obj.get("code", 0))
-                    cls = Gone if code == 410 else KubeError
-                    raise cls(
-                        f"watch: {obj.get('reason')}: {obj.get('message')}", code, str(obj.get("reason", ""))
-                    )
-                yield kind, obj
-        except (aiohttp.ClientError, OSError, TimeoutError) as e:
-            raise KubeError(f"watch cut short: {e}") from None
-        finally:
-            resp.release()
+    def watch_namespaces(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Namespace]]:
+        call = self.core.list_namespace(
+            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+        )
+        return _watched(call, Namespace)
 
     # -- writes ----------------------------------------------------------------------------------
 

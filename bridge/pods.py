@@ -8,7 +8,6 @@ the bridge never builds the client library's model objects. Quantities are exact
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Mapping
 from fractions import Fraction
@@ -212,7 +211,3 @@ def effective_request(
     app = sum((_container_value(c, resource) for c in containers), Fraction(0))
     extra = parse_quantity(overhead[resource]) if resource in overhead else Fraction(0)
     return max(app + sidecars, init_peak) + extra
-
-
-def ceil_int(value: Fraction) -> int:
-    return math.ceil(value)
