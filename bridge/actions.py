@@ -13,6 +13,13 @@ after a restart. One pass of :func:`plan`:
   deleted: cancel the job once the pod is gone, or once it is still Terminating ``terminating_grace``
   seconds after its ``deletionTimestamp`` (the end of its grace period): a dead kubelet never finishes
   it, and Slurm would keep the node forever.
+* **a gang** (:mod:`bridge.groups`) — once ``size`` members exist, one job of ``size`` nodes for the
+  lowest-ranked (their requests merged, :func:`bridge.requests.gang_request`); while it pends every
+  member shows its reason; once it runs, member of rank *r* is bound to the *r*-th node of the job's host
+  list (the admin comment lists the members in rank order, so the mapping survives a restart). A member
+  that fails or is deleted before the gang runs cancels the job, and the rest are submitted again, once,
+  when the group is whole; after it runs, as for one pod: any member ending cancels the job, the job
+  ending deletes every member. PodGroup members beyond ``minMember`` are placed alone once the gang runs.
 * **a job without its pod** (the pod list being complete) — cancel it. Duplicate jobs for one pod: all but
   the newest are cancelled.
 
@@ -31,12 +38,15 @@ from datetime import UTC, datetime
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
+from .groups import GroupError, GroupKey, Membership, group_size, membership
 from .pods import Node, Pod
 from .policy import Policy
-from .requests import JobRequest, Refusal, admit, parse_admin_comment
+from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
 
 __all__ = [
     "JOB_ID_LABEL",
+    "NODES_ANNOTATION",
+    "RANK_ANNOTATION",
     "SLURM_NODE_ANNOTATION",
     "Bind",
     "BridgeOptions",
@@ -54,6 +64,10 @@ JOB_ID_LABEL = "slurm-keda.io/job-id"
 """Label the bridge puts on a pod it bound: its Slurm job id."""
 SLURM_NODE_ANNOTATION = "slurm-keda.io/slurm-node"
 """Annotation the bridge puts on a pod it bound: the Slurm node it runs on."""
+RANK_ANNOTATION = "slurm-keda.io/rank"
+"""Annotation on a bound gang member: its rank (0 = leader / index 0, on the first node of the job)."""
+NODES_ANNOTATION = "slurm-keda.io/nodes"
+"""Annotation on a bound gang member: the gang job's whole Slurm host list."""
 SLINKY_NODE_LABEL = "slinky.slurm.net/slurm-nodename"
 """The Kubernetes node label naming its Slurm node (Slinky's); without it the names must match."""
 ENDED = frozenset(
@@ -75,6 +89,8 @@ class BridgeOptions:
     """Only Kubernetes nodes carrying this label (any value but ``"false"``) take bridge pods."""
     max_data_age: float = 30.0
     terminating_grace: float = 30.0
+    pod_groups: bool = True
+    """Watch coscheduling PodGroups (their CRD installed) for the ``minMember`` of pod-group gangs."""
 
 
 @dataclass(frozen=True)
@@ -101,14 +117,24 @@ class World:
     """The pod list is a full, current list (a synced watch): only then is a job's missing pod gone."""
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Namespace name → its labels (for the policy's namespace selectors; empty without selectors)."""
+    pod_groups: Mapping[tuple[str, str], int] | None = None
+    """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
 
 
 @dataclass(frozen=True)
 class Submit:
+    """Submit ``request`` — one pod's job, or a gang's (``pod``/``uid`` its leader, ``group`` its name)."""
+
     pod: str
     uid: str
     request: JobRequest
     excluded_nodes: tuple[str, ...]
+    group: str | None = None
+
+    @property
+    def uids(self) -> tuple[str, ...]:
+        """Every pod the job is for."""
+        return tuple(uid for _, _, uid in self.request.members) or (self.uid,)
 
 
 @dataclass(frozen=True)
@@ -119,6 +145,10 @@ class Bind:
     node: str
     """The Kubernetes node."""
     slurm_node: str
+    rank: int = 0
+    """The pod's rank in its gang: it runs on the rank-th node of ``job_nodes``."""
+    job_nodes: str = ""
+    """A gang's whole Slurm host list (empty for a pod placed alone)."""
 
 
 @dataclass(frozen=True)
@@ -205,12 +235,13 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
     if not _fresh(world, options):
         return []
     snap = world.snapshot
-    jobs_seen_at = snap.fetched_at["jobs"]
     ours: dict[str, list[Job]] = {}
+    comments: dict[int, AdminComment] = {}
     for job in snap.jobs:
         parsed = parse_admin_comment(job.admin_comment) if job.admin_comment else None
-        if parsed is not None and parsed[0] == options.instance:
-            for _, _, uid in parsed[1]:
+        if parsed is not None and parsed.instance == options.instance:
+            comments[job.job_id] = parsed
+            for _, _, uid in parsed.pods:
                 ours.setdefault(uid, []).append(job)
     actions: list[Action] = []
     current: dict[str, Job] = {}
@@ -220,63 +251,174 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
             actions.append(Cancel(extra.job_id, "a newer job holds the same pod"))
         current[uid] = live[-1] if live else max(jobs, key=lambda j: j.job_id)
     # a submission newer than the snapshot's jobs: not visible yet; an older one the snapshot lacks is gone
-    pending_submits = {uid for uid, s in world.submitted.items() if s.at > jobs_seen_at}
-    nodes = _Nodes(world.nodes, options)
+    jobs_seen_at = snap.fetched_at["jobs"]
+    ctx = _Context(
+        world,
+        _Nodes(world.nodes, options),
+        current,
+        comments,
+        {uid for uid, s in world.submitted.items() if s.at > jobs_seen_at},
+    )
+    groups: dict[GroupKey, list[_Member]] = {}
     seen_uids = set()
     for pod in world.pods:
-        uid = pod.metadata.uid
+        uid, key = pod.metadata.uid, pod.key
         seen_uids.add(uid)
         held = current.get(uid)
         if pod.spec.nodeName:
             actions += _bound(pod, held, world, options)
-        elif not (pod.terminal or pod.metadata.deletionTimestamp):
-            labels = world.namespaces.get(pod.metadata.namespace)
-            actions += _waiting(pod, held, uid in pending_submits, nodes, snap, options, labels)
+            continue
+        if pod.terminal or pod.metadata.deletionTimestamp:
+            if held is not None and held.state not in ENDED:  # e.g. a gang member that failed while pending
+                why = f"pod {key} {pod.status.phase.lower() if pod.terminal else 'is being deleted'}"
+                actions.append(Cancel(held.job_id, why + " before it was placed", key))
+            continue
+        got = admit(
+            pod,
+            scheduler_name=options.scheduler_name,
+            own_namespace=options.own_namespace,
+            policy=options.policy,
+            namespace_labels=world.namespaces.get(pod.metadata.namespace),
+        )
+        if got is None:
+            continue
+        if isinstance(got, Refusal):
+            actions.append(Refuse(key, uid, got.reason))
+            continue
+        try:
+            member = membership(pod)
+        except GroupError as e:
+            actions.append(Refuse(key, uid, str(e)))
+            continue
+        if member is None:
+            actions += _single(pod, got, held, ctx)
+        else:
+            groups.setdefault(member.group, []).append(_Member(member, pod, got))
+    for group, members in sorted(groups.items()):
+        actions += _gang(group, sorted(members, key=lambda m: m.membership.order()), ctx)
     if world.pods_complete:
         for uid, job in current.items():
             if uid not in seen_uids and job.state not in ENDED:
                 actions.append(Cancel(job.job_id, "its pod is gone"))
-    return actions
+    cancelled: set[int] = set()
+    unique = []
+    for action in actions:  # one cancel per job (a gang's members may each ask for it)
+        if isinstance(action, Cancel):
+            if action.job_id in cancelled:
+                continue
+            cancelled.add(action.job_id)
+        unique.append(action)
+    return unique
 
 
-def _waiting(
-    pod: Pod,
-    job: Job | None,
-    submitting: bool,
-    nodes: _Nodes,
-    snap: Snapshot,
-    options: BridgeOptions,
-    namespace_labels: Mapping[str, str] | None,
-) -> list[Action]:
-    got = admit(
-        pod,
-        scheduler_name=options.scheduler_name,
-        own_namespace=options.own_namespace,
-        policy=options.policy,
-        namespace_labels=namespace_labels,
-    )
-    if got is None:
-        return []
+@dataclass(frozen=True)
+class _Member:
+    membership: Membership
+    pod: Pod
+    request: JobRequest
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What one pass knows, shared by the per-pod and per-gang rules."""
+
+    world: World
+    nodes: _Nodes
+    current: Mapping[str, Job]
+    """Pod uid → its newest live job (else its newest ended one)."""
+    comments: Mapping[int, AdminComment]
+    submitting: set[str]
+    """Pod uids with a submission not yet visible in the snapshot."""
+
+    def excluded(self, partition: str) -> tuple[str, ...]:
+        names = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
+        return tuple(sorted(n for n in names if self.nodes.usable(n) is None))
+
+
+def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> list[Action]:
     key, uid = pod.key, pod.metadata.uid
-    if isinstance(got, Refusal):
-        return [Refuse(key, uid, got.reason)]
     if job is None:
-        if submitting:
+        if uid in ctx.submitting:
             return []
-        partition_nodes = [n.name for n in snap.nodes if got.partition in n.partitions]
-        excluded = tuple(sorted(n for n in partition_nodes if nodes.usable(n) is None))
-        return [Submit(key, uid, got, excluded)]
+        return [Submit(key, uid, request, ctx.excluded(request.partition))]
     if job.state in ENDED:
         why = f"Slurm job {job.job_id} ended {job.state} ({job.reason}) before the pod was placed"
         return [DeletePod(key, uid, why)]
     if job.state == "RUNNING" and job.nodes:
         slurm_node = hostlist_expand(job.nodes, limit=2)[0]
-        k8s = nodes.usable(slurm_node)
+        k8s = ctx.nodes.usable(slurm_node)
         if k8s is None:
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
             return [Cancel(job.job_id, why, key)]
         return [Bind(key, uid, job.job_id, k8s.metadata.name, slurm_node)]
     return [Waiting(key, uid, waiting_message(job))]
+
+
+def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action]:
+    """The unplaced members of one gang (in rank order): submit them as one job once enough exist, mirror
+    its pending reason, bind each member to its rank's node once it runs."""
+    name = str(group)
+    size = group_size(members[0].membership, ctx.world.pod_groups)
+    if isinstance(size, str):
+        return [Waiting(m.pod.key, m.pod.metadata.uid, f"{name}: {size}") for m in members]
+    uids = [m.pod.metadata.uid for m in members]
+    gang_jobs = [ctx.current[u] for u in uids if u in ctx.current]
+    gang_jobs = [j for j in gang_jobs if ctx.comments[j.job_id].group == name]
+    live = max((j for j in gang_jobs if j.state not in ENDED), key=lambda j: j.job_id, default=None)
+    if live is not None:
+        return _gang_job(group, live, members, ctx)
+    actions: list[Action] = []
+    waiting = set(uids)
+    for ended in {j.job_id: j for j in gang_jobs}.values():
+        in_job = {uid for _, _, uid in ctx.comments[ended.job_id].pods}
+        if in_job <= waiting:  # the whole gang is still here: Slurm's verdict on it (scancel, a failure)
+            why = f"Slurm job {ended.job_id} of {name} ended {ended.state} ({ended.reason}) before placing"
+            actions += [
+                DeletePod(m.pod.key, m.pod.metadata.uid, why) for m in members if m.pod.metadata.uid in in_job
+            ]
+            waiting -= in_job
+        # else a member left (the job was cancelled for it): the rest are submitted again, once
+    if actions or waiting & ctx.submitting:
+        return actions
+    ready = [m for m in members if m.pod.metadata.uid in waiting]
+    if len(ready) < size:
+        text = f"{name}: {len(ready)} of {size} pods exist; the group is submitted once all do"
+        return [Waiting(m.pod.key, m.pod.metadata.uid, text) for m in ready]
+    request = gang_request([m.request for m in ready[:size]], name)
+    if isinstance(request, Refusal):
+        return [Refuse(m.pod.key, m.pod.metadata.uid, request.reason) for m in ready]
+    leader = ready[0].pod
+    return [Submit(leader.key, leader.metadata.uid, request, ctx.excluded(request.partition), group=name)]
+
+
+def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) -> list[Action]:
+    """A gang whose job is live: wait with Slurm's reason, or bind member of rank r to the r-th node."""
+    in_job = [uid for _, _, uid in ctx.comments[job.job_id].pods]
+    actions: list[Action] = []
+    hosts = hostlist_expand(job.nodes, limit=len(in_job) + 1) if job.state == "RUNNING" and job.nodes else []
+    for m in members:
+        key, uid = m.pod.key, m.pod.metadata.uid
+        if uid not in in_job:  # beyond minMember: placed alone once the gang runs
+            if hosts:
+                actions += _single(m.pod, m.request, ctx.current.get(uid), ctx)
+            else:
+                actions.append(Waiting(key, uid, f"{group}: waiting for the group's Slurm job {job.job_id}"))
+            continue
+        rank = in_job.index(uid)
+        if not hosts:
+            actions.append(Waiting(key, uid, waiting_message(job) + f" ({group}, {len(in_job)} nodes)"))
+            continue
+        if rank >= len(hosts):
+            actions.append(Waiting(key, uid, f"Slurm job {job.job_id} runs on fewer nodes than members"))
+            continue
+        k8s = ctx.nodes.usable(hosts[rank])
+        if k8s is None:
+            why = (
+                f"Slurm placed {group} on {hosts[rank]}, whose Kubernetes node is gone, cordoned or not ready"
+            )
+            return [Cancel(job.job_id, why, key)]
+        actions.append(Bind(key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes))
+    return actions
 
 
 def _bound(pod: Pod, job: Job | None, world: World, options: BridgeOptions) -> list[Action]:

@@ -25,6 +25,8 @@ from exporter.poller import Poller
 
 from .actions import (
     JOB_ID_LABEL,
+    NODES_ANNOTATION,
+    RANK_ANNOTATION,
     SLURM_NODE_ANNOTATION,
     Action,
     Bind,
@@ -40,7 +42,7 @@ from .actions import (
 )
 from .informer import Informer
 from .kube import Kube, KubeError
-from .pods import Namespace, Node, Pod
+from .pods import Namespace, Node, Pod, PodGroup
 from .slurm import cancel_job, submit_job
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -144,6 +146,15 @@ class Bridge:
                 lambda since: kube.watch_namespaces(since),
                 lambda n: n.metadata.name,
             )
+        self.pod_groups: Informer[PodGroup] | None = None
+        """Coscheduling PodGroups (their ``minMember``), watched unless ``options.pod_groups`` is off."""
+        if options.pod_groups:
+            self.pod_groups = Informer(
+                "pod groups",
+                kube.list_pod_groups,
+                lambda since: kube.watch_pod_groups(since),
+                lambda g: g.metadata.uid or f"{g.metadata.namespace}/{g.metadata.name}",
+            )
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
@@ -162,6 +173,8 @@ class Bridge:
         ]
         if self.namespaces is not None:
             watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
+        if self.pod_groups is not None:
+            watchers.append(asyncio.create_task(self.pod_groups.run(), name="bridge-podgroup-informer"))
         try:
             seen: Snapshot | None = None
             while True:
@@ -209,6 +222,7 @@ class Bridge:
             namespaces={n.metadata.name: n.metadata.labels for n in self.namespaces.objects.values()}
             if self.namespaces is not None
             else {},
+            pod_groups=self._pod_group_sizes(),
         )
         actions = plan(world, self.options)
         live = {p.metadata.uid for p in world.pods}
@@ -229,6 +243,12 @@ class Bridge:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return actions
+
+    def _pod_group_sizes(self) -> dict[tuple[str, str], int] | None:
+        informer = self.pod_groups
+        if informer is None or not informer.synced:
+            return None
+        return {(g.metadata.namespace, g.metadata.name): g.spec.minMember for g in informer.objects.values()}
 
     async def settle(self) -> None:
         """Wait for every action started so far (tests)."""
@@ -289,17 +309,23 @@ class Bridge:
                     await self._tell(pod, "SlurmSubmitFailed", f"Slurm refused the job: {e}", warning=True)
                 raise
             self._refused_until.pop(action.uid, None)
-            self.submitted[action.uid] = Submitted(job_id, self._clock())
+            for uid in action.uids:
+                self.submitted[uid] = Submitted(job_id, self._clock())
             self.poller.poll_soon()
-            log.info(
-                "bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, action.request.partition
-            )
-            if pod is not None:
-                await self.kube.event(
-                    pod,
-                    "SlurmSubmitted",
-                    f"Slurm job {job_id} submitted to partition {action.request.partition}",
+            partition = action.request.partition
+            if action.group is None:
+                log.info("bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, partition)
+                text = f"Slurm job {job_id} submitted to partition {partition}"
+            else:
+                n = action.request.nodes
+                log.info(
+                    "bridge: %s → Slurm job %d (%d nodes, partition %s)", action.group, job_id, n, partition
                 )
+                text = f"Slurm job {job_id} submitted to partition {partition} for {action.group} ({n} nodes)"
+            for uid in action.uids:
+                member = self._pod(uid)
+                if member is not None:
+                    await self.kube.event(member, "SlurmSubmitted", text)
             return True
         if isinstance(action, Waiting | Refuse):
             pod = self._pod(action.uid)
@@ -317,9 +343,10 @@ class Bridge:
             if pod is None:
                 return False
             # the job id first: a pod bound without it would look like someone else's
-            await self.kube.mark(
-                pod, {JOB_ID_LABEL: str(action.job_id)}, {SLURM_NODE_ANNOTATION: action.slurm_node}
-            )
+            notes = {SLURM_NODE_ANNOTATION: action.slurm_node}
+            if action.job_nodes:  # a gang member: its rank and the whole allocation
+                notes |= {RANK_ANNOTATION: str(action.rank), NODES_ANNOTATION: action.job_nodes}
+            await self.kube.mark(pod, {JOB_ID_LABEL: str(action.job_id)}, notes)
             await self.kube.bind(pod, action.node)
             started = next((j.start_time for j in self._jobs() if j.job_id == action.job_id), None)
             if started:
@@ -387,4 +414,6 @@ def _name(action: Action) -> str:
 def _busy_key(action: Action) -> str:
     if isinstance(action, Cancel):
         return f"job:{action.job_id}"
+    if isinstance(action, Submit) and action.group is not None:
+        return f"group:{action.group}"  # its leader may change between passes
     return f"pod:{action.uid}"

@@ -52,9 +52,9 @@ def submit_body(
     job: dict[str, Any] = {
         "name": request.name,
         "partition": request.partition,
-        "minimum_nodes": 1,
-        "maximum_nodes": 1,
-        "tasks": 1,
+        "minimum_nodes": request.nodes,
+        "maximum_nodes": request.nodes,
+        "tasks": request.nodes,
         "tasks_per_node": 1,
         "cpus_per_task": request.cpus,
         "user_id": str(request.user_id),

@@ -23,12 +23,15 @@ import msgspec
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
-from .pods import Namespace, Node, Pod
+from .pods import Namespace, Node, Pod, PodGroup
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
 
 _JSON = msgspec.json.Decoder(dict[str, Any])
 T = TypeVar("T")
+
+
+POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 
 
 class KubeError(Exception):
@@ -146,6 +149,7 @@ class Kube:
 
     def __init__(self, api: client.ApiClient, *, component: str = "slurm-bridge") -> None:
         self.core = client.CoreV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
         self.component = component
 
     # -- reads ----------------------------------------------------------------------------------
@@ -190,6 +194,22 @@ class Kube:
             watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
         )
         return _watched(call, Namespace)
+
+    async def list_pod_groups(self) -> tuple[list[PodGroup], str]:
+        """Every coscheduling PodGroup (``scheduling.x-k8s.io/v1alpha1``), for their ``minMember``."""
+        return await _listed(
+            self.custom.list_cluster_custom_object(*POD_GROUPS, _preload_content=False), PodGroup
+        )
+
+    def watch_pod_groups(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PodGroup]]:
+        call = self.custom.list_cluster_custom_object(
+            *POD_GROUPS,
+            watch=True,
+            resource_version=since,
+            timeout_seconds=timeout,
+            _preload_content=False,
+        )
+        return _watched(call, PodGroup)
 
     # -- writes ----------------------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ __all__ = [
     "Namespace",
     "Node",
     "Pod",
+    "PodGroup",
     "QuantityError",
     "decode_node",
     "decode_pod",
@@ -165,6 +166,17 @@ class Namespace(msgspec.Struct, frozen=True):
     """A namespace as the bridge sees it: its name and labels (for the policy's namespace selectors)."""
 
     metadata: ObjectMeta = ObjectMeta()
+
+
+class PodGroupSpec(msgspec.Struct, frozen=True):
+    minMember: int = 0
+
+
+class PodGroup(msgspec.Struct, frozen=True):
+    """A scheduler-plugins coscheduling PodGroup (``scheduling.x-k8s.io/v1alpha1``): its ``minMember``."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: PodGroupSpec = PodGroupSpec()
 
 
 _POD = msgspec.json.Decoder(Pod)

@@ -21,6 +21,7 @@ annotation                  meaning (anything outside the policy refuses the pod
 ``share-node``              ``"true"``: other jobs may use the node's free CPUs (only when the
                             policy has ``allow_shared_nodes``); default: the node is exclusive
 ``user``                    refused unless it names nothing else than the policy's uid
+``group`` / ``group-size``  this pod is one of a gang placed together (:mod:`bridge.groups`)
 =========================== ==================================================================
 
 Resources as Kubernetes counts them (:func:`bridge.pods.effective_request`): CPUs rounded up (at least
@@ -33,9 +34,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Literal, NamedTuple
 
 from .pods import Pod, QuantityError, effective_request
 from .policy import NamespacePolicy, Policy
@@ -43,10 +44,12 @@ from .policy import NamespacePolicy, Policy
 __all__ = [
     "ANNOTATIONS",
     "PREFIX",
+    "AdminComment",
     "JobRequest",
     "Refusal",
     "Selection",
     "admit",
+    "gang_request",
     "job_request",
     "parse_time_limit",
     "select",
@@ -56,9 +59,9 @@ PREFIX = "slurm-keda.io/"
 """The prefix of every annotation the bridge reads."""
 ANNOTATIONS = frozenset(
     {"partition", "account", "qos", "reservation", "constraint", "licenses", "wckey", "time-limit"}
-    | {"share-node", "user"}
+    | {"share-node", "user", "group", "group-size"}
 )
-BRIDGE_WRITES = frozenset({"slurm-node", "job-id", "nodes"})
+BRIDGE_WRITES = frozenset({"slurm-node", "job-id", "nodes", "rank"})
 """Annotations the bridge itself writes on pods it placed (never read as a request)."""
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 NEVER_NAMESPACES = frozenset({"kube-system"})
@@ -85,7 +88,8 @@ class Refusal:
 
 @dataclass(frozen=True)
 class JobRequest:
-    """What one pod asks Slurm for: one node, one task of ``cpus`` CPUs."""
+    """What one pod — or a gang, one member per node — asks Slurm for: ``nodes`` nodes, one task of
+    ``cpus`` CPUs on each."""
 
     namespace: str
     pod: str
@@ -105,25 +109,45 @@ class JobRequest:
     licenses: str | None = None
     wckey: str | None = None
     exclusive: bool = True
+    nodes: int = 1
+    members: tuple[tuple[str, str, str], ...] = ()
+    """A gang's pods as ``(namespace, name, uid)`` in rank order (empty: the one pod above)."""
+    group: str | None = None
+    """A gang's name (:class:`bridge.groups.GroupKey`), for the admin comment and messages."""
 
     def admin_comment(self, instance: str) -> str:
-        """The job's ``admin_comment``: this bridge instance and the pod (namespace, name, uid), so that
-        state is rebuilt from Slurm after a restart and two bridges on one Slurm never touch each
-        other's jobs (see :func:`bridge.requests.parse_admin_comment`)."""
-        pods = [{"namespace": self.namespace, "name": self.pod, "uid": self.uid}]
-        return json.dumps({"slurm-keda": {"instance": instance, "pods": pods}}, separators=(",", ":"))
+        """The job's ``admin_comment``: this bridge instance and the pods (namespace, name, uid) in rank
+        order, so that state — and which member runs on which node — is rebuilt from Slurm after a
+        restart, and two bridges on one Slurm never touch each other's jobs
+        (:func:`bridge.requests.parse_admin_comment`)."""
+        members = self.members or ((self.namespace, self.pod, self.uid),)
+        pods = [{"namespace": ns, "name": name, "uid": uid} for ns, name, uid in members]
+        doc: dict[str, object] = {"instance": instance, "pods": pods}
+        if self.group is not None:
+            doc["group"] = self.group
+        return json.dumps({"slurm-keda": doc}, separators=(",", ":"))
 
 
-def parse_admin_comment(text: str) -> tuple[str, list[tuple[str, str, str]]] | None:
-    """``(instance, [(namespace, name, uid), ...])`` of an admin comment the bridge wrote; None for any
-    other comment (a job someone else submitted)."""
+class AdminComment(NamedTuple):
+    """What the bridge wrote into a job's ``admin_comment``."""
+
+    instance: str
+    pods: list[tuple[str, str, str]]
+    """``(namespace, name, uid)`` of each pod, in rank order."""
+    group: str | None = None
+
+
+def parse_admin_comment(text: str) -> AdminComment | None:
+    """The :class:`AdminComment` the bridge wrote; None for any other comment (a job someone else
+    submitted)."""
     if not text.startswith('{"slurm-keda"'):
         return None
     try:
         doc = json.loads(text)["slurm-keda"]
         pods = [(str(p["namespace"]), str(p["name"]), str(p["uid"])) for p in doc["pods"]]
-        return str(doc["instance"]), pods
-    except (ValueError, KeyError, TypeError):
+        group = doc.get("group")
+        return AdminComment(str(doc["instance"]), pods, None if group is None else str(group))
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -301,3 +325,33 @@ def admit(
     ns = policy.of(pod.metadata.namespace, namespace_labels)
     assert ns is not None  # select() refuses unmanaged namespaces
     return job_request(pod, ns)
+
+
+_MUST_AGREE = ("partition", "account", "qos", "reservation", "constraints", "licenses", "wckey", "user_id")
+
+
+def gang_request(requests: Sequence[JobRequest], group: str) -> JobRequest | Refusal:
+    """One job for a gang: ``requests`` are its members' in rank order. Each node gets the largest member's
+    CPUs, memory and GPUs (one job holds the same on every node); the longest time limit; the nodes are
+    exclusive unless every member may share. Members must agree on partition, account, QOS, reservation,
+    constraint, licenses and wckey — else the gang is refused, naming the first difference."""
+    first = requests[0]
+    for field in _MUST_AGREE:
+        values = {getattr(r, field) for r in requests}
+        if len(values) > 1:
+            shown = ", ".join(sorted(repr(v) for v in values)[:3])
+            return Refusal(f"the members of {group} ask for different {field.replace('_', ' ')}s ({shown})")
+    memories = [r.memory_mib for r in requests if r.memory_mib is not None]
+    limits = [r.time_limit_minutes for r in requests if r.time_limit_minutes is not None]
+    return replace(
+        first,
+        name=f"k8s:{first.namespace}/{group.rsplit('/', 1)[-1]}"[:200],
+        cpus=max(r.cpus for r in requests),
+        memory_mib=max(memories) if memories else None,
+        gpus=max(r.gpus for r in requests),
+        time_limit_minutes=max(limits) if limits else None,
+        exclusive=any(r.exclusive for r in requests),
+        nodes=len(requests),
+        members=tuple((r.namespace, r.pod, r.uid) for r in requests),
+        group=group,
+    )

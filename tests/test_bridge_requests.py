@@ -382,7 +382,11 @@ def test_external_placeholder_where_the_api_has_it_batch_before() -> None:
     assert new["excluded_nodes"] == ["c3"] and "required_nodes" not in new
     assert new["time_limit"] == {"set": True, "infinite": False, "number": 30}
     assert new["memory_per_node"]["number"] == 1024 and new["cpus_per_task"] == 2
-    assert parse_admin_comment(new["admin_comment"]) == ("cluster-a", [("team-a", "trainer-0", "5c1e-uid")])
+    assert parse_admin_comment(new["admin_comment"]) == (
+        "cluster-a",
+        [("team-a", "trainer-0", "5c1e-uid")],
+        None,
+    )
     old = submit_body(r, "v0.0.42", instance="cluster-a")["job"]
     assert old["script"] == PLACEHOLDER_SCRIPT and "flags" not in old and old["shared"] == ["none"]
     oldest = submit_body(r, "v0.0.40", instance="cluster-a")["job"]
