@@ -9,7 +9,8 @@ after a restart. One pass of :func:`plan`:
   job: bind the pod to the Kubernetes node of the job's Slurm node (or cancel the job, and so resubmit,
   if that node is gone, cordoned or not ready); job ended before binding: delete the pod, saying why.
 * **a bound pod** — job ended (completed, cancelled, timed out, node failure, preempted...): delete the
-  pod, naming the cause; job vanished from Slurm: delete the pod; pod finished: cancel the job; pod being
+  pod, naming the cause (unless the pod finished: it stays, as a Job's record); job vanished from Slurm:
+  delete the pod; pod finished: cancel the job; pod being
   deleted: cancel the job once the pod is gone, or once it is still Terminating ``terminating_grace``
   seconds after its ``deletionTimestamp`` (the end of its grace period): a dead kubelet never finishes
   it, and Slurm would keep the node forever.
@@ -237,10 +238,13 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
     snap = world.snapshot
     ours: dict[str, list[Job]] = {}
     comments: dict[int, AdminComment] = {}
+    group_jobs: dict[str, list[Job]] = {}
     for job in snap.jobs:
         parsed = parse_admin_comment(job.admin_comment) if job.admin_comment else None
         if parsed is not None and parsed.instance == options.instance:
             comments[job.job_id] = parsed
+            if parsed.group is not None:
+                group_jobs.setdefault(parsed.group, []).append(job)
             for _, _, uid in parsed.pods:
                 ours.setdefault(uid, []).append(job)
     actions: list[Action] = []
@@ -258,6 +262,7 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
         current,
         comments,
         {uid for uid, s in world.submitted.items() if s.at > jobs_seen_at},
+        group_jobs,
     )
     groups: dict[GroupKey, list[_Member]] = {}
     seen_uids = set()
@@ -329,6 +334,8 @@ class _Context:
     comments: Mapping[int, AdminComment]
     submitting: set[str]
     """Pod uids with a submission not yet visible in the snapshot."""
+    group_jobs: Mapping[str, list[Job]]
+    """A gang's name → its jobs."""
 
     def excluded(self, partition: str) -> tuple[str, ...]:
         names = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
@@ -362,8 +369,7 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     if isinstance(size, str):
         return [Waiting(m.pod.key, m.pod.metadata.uid, f"{name}: {size}") for m in members]
     uids = [m.pod.metadata.uid for m in members]
-    gang_jobs = [ctx.current[u] for u in uids if u in ctx.current]
-    gang_jobs = [j for j in gang_jobs if ctx.comments[j.job_id].group == name]
+    gang_jobs = ctx.group_jobs.get(name, [])  # also those whose members are all bound already
     live = max((j for j in gang_jobs if j.state not in ENDED), key=lambda j: j.job_id, default=None)
     if live is not None:
         return _gang_job(group, live, members, ctx)
@@ -398,11 +404,12 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
     hosts = hostlist_expand(job.nodes, limit=len(in_job) + 1) if job.state == "RUNNING" and job.nodes else []
     for m in members:
         key, uid = m.pod.key, m.pod.metadata.uid
-        if uid not in in_job:  # beyond minMember: placed alone once the gang runs
-            if hosts:
+        if uid not in in_job:  # a PodGroup's pods beyond minMember: placed alone once the gang runs
+            if hosts and group.kind == "PodGroup":
                 actions += _single(m.pod, m.request, ctx.current.get(uid), ctx)
             else:
-                actions.append(Waiting(key, uid, f"{group}: waiting for the group's Slurm job {job.job_id}"))
+                text = f"{group}: waiting for the group's Slurm job {job.job_id}"
+                actions.append(Waiting(key, uid, text + (" to end" if hosts else "")))
             continue
         rank = in_job.index(uid)
         if not hosts:
@@ -432,8 +439,8 @@ def _bound(pod: Pod, job: Job | None, world: World, options: BridgeOptions) -> l
             return []
         return [DeletePod(key, uid, f"Slurm job {label} is gone from Slurm")]
     if job.state in ENDED:
-        if pod.metadata.deletionTimestamp:
-            return []
+        if pod.metadata.deletionTimestamp or pod.terminal:
+            return []  # going, or finished: its record stays (a Job counts its succeeded pods)
         why = f"Slurm job {job.job_id} ended: {job.state}" + (
             f" ({job.reason})" if job.reason != "None" else ""
         )

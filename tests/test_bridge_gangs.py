@@ -270,7 +270,7 @@ def test_a_running_gang_follows_each_member() -> None:
     assert plan(world(j, pods=[w0, failed]), OPTIONS) == [Cancel(7, "pod team-a/w-1 failed", "team-a/w-1")]
     ended = gang_job(7, ["uid-w-0", "uid-w-1"], "CANCELLED", nodes="c[1-2]")
     deleted = plan(world(ended, pods=[w0, failed]), OPTIONS)
-    assert [a.pod for a in deleted if isinstance(a, DeletePod)] == ["team-a/w-0", "team-a/w-1"]
+    assert [a.pod for a in deleted if isinstance(a, DeletePod)] == ["team-a/w-0"]  # the failed one stays
 
 
 def test_pod_group_members_beyond_min_member_are_placed_alone_once_the_gang_runs() -> None:
@@ -317,3 +317,26 @@ def test_a_lws_group_of_three_submits_with_the_leader_first() -> None:
     assert [a.pod for a in actions if isinstance(a, Waiting)] == [
         "team-a/llm-1"
     ]  # the second replica: 1 of 3
+
+
+def test_the_third_pod_of_a_pod_group_is_placed_once_the_gang_is_bound() -> None:
+    label = {"scheduling.x-k8s.io/pod-group": "train"}
+    bound = {**label, "slurm-keda.io/job-id": "7"}
+    pods = [member("t-0", labels=bound, node="c1"), member("t-1", labels=bound, node="c2")]
+    pods.append(member("t-2", labels=label))
+    running = gang_job(7, ["uid-t-0", "uid-t-1"], "RUNNING", nodes="c[1-2]", group="PodGroup team-a/train")
+    (action,) = plan(world(running, pods=pods, pod_groups={("team-a", "train"): 2}), OPTIONS)
+    assert isinstance(action, Submit) and action.uids == ("uid-t-2",) and action.group is None
+
+
+def test_a_newcomer_to_a_running_gang_waits_for_its_job_to_end() -> None:
+    labels = {"slurm-keda.io/job-id": "7"}
+    w0 = grouped("w-0", node="c1", labels=labels)
+    newcomer = grouped("w-1", uid="uid-w-1b")  # a replacement while the old job still runs
+    j = gang_job(7, ["uid-w-0", "uid-w-1"], "RUNNING", nodes="c[1-2]")
+    actions = plan(world(j, pods=[w0, newcomer]), OPTIONS)
+    assert (
+        Waiting("team-a/w-1", "uid-w-1b", "group team-a/g: waiting for the group's Slurm job 7 to end")
+        in actions
+    )
+    assert Cancel(7, "its pod is gone") in actions  # the old member is gone

@@ -27,14 +27,15 @@ pytestmark = pytest.mark.lab
 INSTANCE = "lab-test"
 
 
-def clear_node(lab: Lab, name: str, *, must_exist: bool) -> None:
-    """Cancel the jobs on ``name`` (a busy node cannot be deleted), drop its reservation, remove it."""
+def clear_node(lab: Lab, name: str, *, must_exist: bool, reservation: str | None = None) -> None:
+    """Cancel the jobs on ``name`` (a busy node cannot be deleted), drop its reservation (by default named
+    as the node), remove it."""
     lab.run(["scancel", "-w", name], check=False)
     for _ in range(60):
         if not lab.run(["squeue", "-h", "-w", name], check=False).strip():
             break
         time.sleep(0.5)
-    lab.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+    lab.run(["scontrol", "delete", f"ReservationName={reservation or name}"], check=False)
     try:
         lab.remove_node(name)
     except LabError:
@@ -44,15 +45,27 @@ def clear_node(lab: Lab, name: str, *, must_exist: bool) -> None:
 
 @contextlib.contextmanager
 def reserved_node(lab: Lab, name: str) -> Iterator[str]:
-    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name (leftovers of an
-    interrupted run are cleared first). Right after it registers, slurmctld may still call the node busy
+    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name."""
+    with reserved_nodes(lab, [name], name):
+        yield name
+
+
+@contextlib.contextmanager
+def reserved_nodes(lab: Lab, names: list[str], reservation: str) -> Iterator[list[str]]:
+    """New dynamic nodes (partition ``dyn``, 2 CPUs each) under one reservation (leftovers of an
+    interrupted run are cleared first). Right after they register, slurmctld may still call a node busy
     ("Requested nodes are busy") for a moment: retried."""
-    clear_node(lab, name, must_exist=False)
-    lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
+    lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
+    for name in names:
+        clear_node(lab, name, must_exist=False)
+    added = []
     try:
+        for name in names:
+            lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
+            added.append(name)
         create = [
-            *("scontrol", "create", "reservation", f"ReservationName={name}", f"Nodes={name}"),
-            *("Users=root", "StartTime=now", "Duration=30"),
+            *("scontrol", "create", "reservation", f"ReservationName={reservation}"),
+            *(f"Nodes={','.join(names)}", "Users=root", "StartTime=now", "Duration=30"),
         ]
         for attempt in range(20):
             result = lab.run_raw(create)
@@ -60,9 +73,12 @@ def reserved_node(lab: Lab, name: str) -> Iterator[str]:
                 break
             assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
             time.sleep(0.5)
-        yield name
+        yield names
     finally:
-        clear_node(lab, name, must_exist=True)
+        # the jobs first: slurmctld refuses to delete a reservation with jobs, and a node in a reservation
+        lab.run(["scancel", f"--reservation={reservation}"], check=False)
+        for name in added:
+            clear_node(lab, name, must_exist=True, reservation=reservation)
 
 
 def request(uid: str, **kw: object) -> JobRequest:
