@@ -150,6 +150,7 @@ class Kube:
     def __init__(self, api: client.ApiClient, *, component: str = "slurm-bridge") -> None:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self.coordination = client.CoordinationV1Api(api)
         self.component = component
 
     # -- reads ----------------------------------------------------------------------------------
@@ -210,6 +211,18 @@ class Kube:
             _preload_content=False,
         )
         return _watched(call, PodGroup)
+
+    async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ``coordination.k8s.io/v1`` Lease as JSON, or None if there is none."""
+        try:
+            body = await _checked(
+                self.coordination.read_namespaced_lease(name, namespace, _preload_content=False)
+            )
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+        return _JSON.decode(body)
 
     # -- writes ----------------------------------------------------------------------------------
 
@@ -279,6 +292,16 @@ class Kube:
         await _checked(
             self.core.create_namespaced_event(pod.metadata.namespace, body, _preload_content=False)
         )
+
+    async def create_lease(self, namespace: str, body: dict[str, Any]) -> None:
+        """Create a Lease (409 AlreadyExists when another candidate was first)."""
+        call = self.coordination.create_namespaced_lease(namespace, body, _preload_content=False)  # type: ignore[arg-type]  # a dict is sent as it is
+        await _checked(call)
+
+    async def replace_lease(self, namespace: str, name: str, body: dict[str, Any]) -> None:
+        """Replace a Lease; ``body`` carries the resourceVersion read (409 Conflict if it changed since)."""
+        call = self.coordination.replace_namespaced_lease(name, namespace, body, _preload_content=False)  # type: ignore[arg-type]  # a dict is sent as it is
+        await _checked(call)
 
     async def delete_pod(self, pod: Pod) -> bool:
         """Delete ``pod`` (only that uid); False if it is already gone."""

@@ -92,6 +92,12 @@ SERVE_FIELDS = [
     "bridge_instance",
     "bridge_scheduler_name",
     "bridge_namespace",
+    "bridge_leader_election",
+    "bridge_lease_name",
+    "bridge_identity",
+    "bridge_lease_duration",
+    "bridge_lease_renew_deadline",
+    "bridge_lease_retry_period",
     "kubeconfig",
 ]
 
@@ -268,14 +274,16 @@ async def run_serve(s: Settings) -> int:
         return await _serve(s, web_config, targets, bridge_parts)
 
 
-async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[Any, Any] | None:
-    """(Kube, BridgeOptions) when ``--bridge`` is on; ConfigError for a bad policy or Kubernetes config."""
+async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[Any, Any, Any] | None:
+    """(Kube, BridgeOptions, LeaseOptions or None) when ``--bridge`` is on; ConfigError for a bad policy
+    or Kubernetes config."""
     if not s.bridge:
         return None
     from kubernetes_asyncio import client as kube_client
 
     from bridge.actions import BridgeOptions
     from bridge.kube import Kube, KubeError, load_configuration
+    from bridge.lease import LeaseOptions, default_identity
     from bridge.policy import PolicyError, load_policy
 
     assert s.bridge_policy_file is not None
@@ -291,8 +299,18 @@ async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[
         scheduler_name=s.bridge_scheduler_name,
         own_namespace=namespace,
     )
+    lease = None
+    if s.bridge_leader_election:
+        lease = LeaseOptions(
+            name=s.bridge_lease_name or f"slurm-keda-bridge-{s.bridge_instance}",
+            namespace=namespace,
+            identity=s.bridge_identity or default_identity(),
+            duration=s.bridge_lease_duration,
+            renew_deadline=s.bridge_lease_renew_deadline,
+            retry_period=s.bridge_lease_retry_period,
+        )
     api = await stack.enter_async_context(kube_client.ApiClient(cfg))
-    return Kube(api, component=s.bridge_scheduler_name), options
+    return Kube(api, component=s.bridge_scheduler_name), options, lease
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -309,7 +327,7 @@ def _own_namespace() -> str:
 
 
 async def _serve(
-    s: Settings, web_config: Any, targets: list[Target], bridge_parts: tuple[Any, Any] | None
+    s: Settings, web_config: Any, targets: list[Target], bridge_parts: tuple[Any, Any, Any] | None
 ) -> int:
     from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
     from autoscaler.metrics import demand_families
@@ -330,10 +348,16 @@ async def _serve(
         if bridge_parts is not None:
             from bridge.controller import Bridge
 
-            kube, options = bridge_parts
+            kube, options, lease = bridge_parts
             bridge = Bridge(poller, kube, client, options)
             tasks["bridge"] = bridge.run
             health.append(lambda now: bridge.stats.families())
+            if lease is not None:  # only the Lease's holder runs the bridge; every replica serves
+                from bridge.lease import LeaderElector
+
+                elector = LeaderElector(kube, lease)
+                tasks["bridge"] = lambda: elector.run(bridge.run)
+                health.append(lambda now: elector.families())
         app = make_app(
             poller,
             per_node=s.metrics_per_node,

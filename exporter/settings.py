@@ -128,6 +128,24 @@ class Settings(BaseSettings):
         None,
         description="the bridge's own namespace (never placed); default: its service account's",
     )
+    bridge_leader_election: bool = Field(
+        True, description="only the holder of a coordination.k8s.io Lease writes (run several replicas)"
+    )
+    bridge_lease_name: str | None = Field(
+        None, description="the Lease's name, in the bridge's namespace; default: slurm-keda-bridge-<instance>"
+    )
+    bridge_identity: str | None = Field(
+        None, description="this replica's name in the Lease; default: $POD_NAME (or the host name) and pid"
+    )
+    bridge_lease_duration: float = Field(
+        15.0, gt=0.0, description="seconds a follower waits on an unrenewed Lease before taking it"
+    )
+    bridge_lease_renew_deadline: float = Field(
+        10.0, gt=0.0, description="seconds the leader may fail to renew before it stops writing"
+    )
+    bridge_lease_retry_period: float = Field(
+        2.0, gt=0.0, description="seconds between tries to take or renew the Lease"
+    )
     kubeconfig: Path | None = Field(
         None,
         description="kubeconfig of the bridge (default: in-cluster, else $KUBECONFIG, ~/.kube/config)",
@@ -192,6 +210,14 @@ class Settings(BaseSettings):
     def _bridge_policy(self) -> Settings:
         if self.bridge and self.bridge_policy_file is None:
             raise ValueError("--bridge needs --bridge-policy-file (who each namespace's jobs run as)")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_durations(self) -> Settings:
+        if not self.bridge_lease_retry_period < self.bridge_lease_renew_deadline < self.bridge_lease_duration:
+            raise ValueError(
+                "--bridge-lease-retry-period < --bridge-lease-renew-deadline < --bridge-lease-duration"
+            )
         return self
 
     @model_validator(mode="after")

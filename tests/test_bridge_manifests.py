@@ -10,6 +10,7 @@ import yaml
 from kubernetes_asyncio import client
 
 from bridge.kube import Kube, load_configuration
+from bridge.lease import LeaderElector, LeaseOptions
 from bridge.policy import parse_policy
 from tests.fake_kube import FakeKube, serve_kube
 from tests.test_bridge_kube import pod
@@ -18,27 +19,36 @@ from tests.test_fake_kube import TOKEN, write_kubeconfig
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "bridge"
 
 
-def granted() -> set[tuple[str, str]]:
+def granted() -> set[tuple[str, str, str, str]]:
+    """(namespace or "*", API group, resource, verb) of every rule in the ClusterRole and the Role."""
     docs = list(yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text()))
-    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
     out = set()
-    for rule in role["rules"]:
-        assert rule["apiGroups"] == [""], rule  # core resources only
-        out |= {(r, v) for r in rule["resources"] for v in rule["verbs"]}
+    for role in (d for d in docs if d["kind"] in ("ClusterRole", "Role")):
+        where = role["metadata"].get("namespace", "*") if role["kind"] == "Role" else "*"
+        for rule in role["rules"]:
+            (group,) = rule["apiGroups"]
+            out |= {(where, group, r, v) for r in rule["resources"] for v in rule["verbs"]}
     return out
 
 
-def verb(method: str, path: str, query_watch: bool) -> tuple[str, str]:
-    m = re.match(r"^/api/v1(?:/namespaces/[^/]+)?/(\w+)(?:/([^/]+))?(?:/(\w+))?$", path)
+def verb(method: str, path: str, query_watch: bool) -> tuple[str, str, str, str]:
+    m = re.match(
+        r"^/(?:api/v1|apis/(?P<group>[^/]+)/[^/]+)(?:/namespaces/(?P<ns>[^/]+))?/(?P<resource>\w+)"
+        r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>\w+))?$",
+        path,
+    )
     assert m, path
-    resource, name, sub = m.groups()
-    resource = f"{resource}/{sub}" if sub else resource
+    resource = f"{m['resource']}/{m['sub']}" if m["sub"] else m["resource"]
+    # pod writes name the pod's namespace: the ClusterRole covers them; the Lease is in the bridge's own
+    where = m["ns"] if m["resource"] == "leases" else "*"
     if method == "GET":
-        return resource, ("watch" if query_watch else "list") if name is None else "get"
-    return resource, {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+        action = ("watch" if query_watch else "list") if m["name"] is None else "get"
+    else:
+        action = {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[method]
+    return where, m["group"] or "", resource, action
 
 
-async def test_the_cluster_role_is_exactly_what_the_bridge_calls(tmp_path: Path) -> None:
+async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> None:
     fake = FakeKube(token=TOKEN)
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
@@ -54,12 +64,20 @@ async def test_the_cluster_role_is_exactly_what_the_bridge_calls(tmp_path: Path)
             ns_rv = (await k.list_namespaces())[1]
             async for _ in k.watch_namespaces(ns_rv, timeout=1):
                 pass
+            groups_rv = (await k.list_pod_groups())[1]
+            async for _ in k.watch_pod_groups(groups_rv, timeout=1):
+                pass
             p = pods[0]
             await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
             await k.bind(p, "c1")
             await k.unschedulable(p, "SlurmPending", "x")
             await k.event(p, "SlurmBound", "x")
             await k.delete_pod(p)
+            elector = LeaderElector(
+                k, LeaseOptions("slurm-keda-bridge-default", "slurm-keda", "me", 3.0, 2.0, 1.0)
+            )
+            assert await elector._try() == "ours"  # create
+            assert await elector._try() == "ours"  # get, update
     used = {verb(m, path, w) for m, path, w in fake.requests}
     assert used == granted(), used ^ granted()
 
