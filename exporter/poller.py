@@ -49,6 +49,9 @@ Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestam
 @dataclass(frozen=True)
 class PollerConfig:
     interval: float = 5.0
+    early_gap: float = 0.5
+    """Seconds from one poll's start to the next one's at least, when :meth:`Poller.poll_soon` asks
+    early (a burst of submissions costs two polls a second, not one per submission)."""
     """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
     api_version: str | None = None
     """Force this API version instead of negotiating the highest common one."""
@@ -180,6 +183,7 @@ class Poller:
     async def run(self) -> None:
         """Poll forever; cancel the task to stop. Never returns, never raises on poll errors."""
         while True:
+            began = time.monotonic()
             try:
                 await self.poll_once()
             except asyncio.CancelledError:
@@ -189,6 +193,10 @@ class Poller:
                 self.status.last_error = f"internal: {e!r}"
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._early.wait(), self.config.interval)
+            if self._early.is_set():  # a burst of early requests: at most one poll per early_gap
+                await asyncio.sleep(
+                    began + min(self.config.early_gap, self.config.interval) - time.monotonic()
+                )
             self._early.clear()
 
     def poll_soon(self) -> None:

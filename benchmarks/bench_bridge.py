@@ -1,0 +1,409 @@
+"""The bridge placing 1,000 pods (single pods and gangs) while 10,000 other jobs wait in Slurm's queue: ours,
+which reads the poller's snapshot, against the Go bridge's approach — list every Slurm job for every pending
+pod on every scheduling attempt — played by the same harness, in one run, on the 26.05 lab and the fake
+Kubernetes API (``tests/fake_kube.py``).
+
+Setup (kept between runs unless ``--clean``): ``--queue`` held jobs (``sbatch -H`` in a loop inside the lab,
+partition ``cpu``, named ``bench-bridge-held``); ``--nodes`` dynamic nodes ``bb-<i>`` of ``--cpus`` CPUs
+under the reservation ``bench-bridge``. Pods: ``--gangs`` groups of ``--gang-size`` (``slurm-keda.io/group``)
+and single pods up to ``--pods``, each 1 CPU and 10 MiB, sharing nodes (``share-node``), all created at once.
+
+* **ours**: :class:`bridge.controller.Bridge` with its own poller (1 s interval) — every Slurm read is the
+  poller's; a submission asks for an early poll.
+* **go-approach**: kube-scheduler's loop as the Go bridge's plugin uses it: one pod at a time from the
+  scheduling queue; an attempt submits the pod's placeholder job if its group has none yet (the same job
+  body as ours), then lists every job (``GET /jobs``, decoded whole) to find it; RUNNING → bind (rank r of a
+  gang on the r-th node), else back in the queue with kube-scheduler's backoff (1 s, doubling, at most 10 s).
+
+Figures per approach: pods bound in ``--timeout`` s; Slurm RUNNING → bound p50 / p99 (the job's start time
+from Slurm, 1 s resolution; bound when the harness saw ``spec.nodeName``, polled every 50 ms; pods not bound
+count as the timeout); slurmrestd requests per minute (the clients' ``requests_sent``; ours includes every
+poll of every endpoint).
+
+Run (root): ``.venv/bin/python benchmarks/bench_bridge.py [--pods 1000 --queue 10000]``
+Smoke: ``.venv/bin/python benchmarks/bench_bridge.py --pods 40 --gangs 4 --queue 200 --timeout 60``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import heapq
+import itertools
+import json
+import math
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from kubernetes_asyncio import client
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_kube, tests.test_fake_kube
+
+from bridge.actions import JOB_ID_LABEL, BridgeOptions
+from bridge.controller import Bridge
+from bridge.groups import membership
+from bridge.kube import Kube, load_configuration
+from bridge.pods import Pod, decode_pod
+from bridge.policy import Policy, parse_policy
+from bridge.requests import PREFIX, JobRequest, admit, gang_request
+from bridge.slurm import submit_job
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.lab import Lab
+from exporter.poller import Poller, PollerConfig
+from exporter.slurmtext import hostlist_expand
+from tests.fake_kube import FakeKube, serve_kube
+from tests.test_fake_kube import TOKEN, write_kubeconfig
+
+RESERVATION = "bench-bridge"
+HELD = "bench-bridge-held"
+NAMESPACE = "bench"
+VERSION = "v0.0.45"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else math.nan
+
+
+# -- the lab --------------------------------------------------------------------------------------------
+
+
+def count(lab: Lab, *args: str) -> int:
+    return len(lab.run(["squeue", "-h", "-o", "%i", *args], check=False).split())
+
+
+def fill_queue(lab: Lab, n: int) -> None:
+    have = count(lab, "-n", HELD)
+    if have >= n:
+        print(f"queue: {have} held {HELD} jobs already there")
+        return
+    t = time.perf_counter()
+    missing = n - have
+    loops = 4
+    script = " & ".join(
+        f"(i=0; while [ $i -lt {missing // loops + (1 if k < missing % loops else 0)} ]; do"
+        f" sbatch -H -p cpu -J {HELD} -o /dev/null --wrap true >/dev/null || exit 1; i=$((i+1)); done)"
+        for k in range(loops)
+    )
+    lab.run(["sh", "-c", script + " ; wait"], timeout=1800)
+    print(
+        f"queue: {count(lab, '-n', HELD)} held jobs ({missing} submitted in {time.perf_counter() - t:.0f} s)"
+    )
+
+
+def add_nodes(lab: Lab, names: list[str], cpus: int) -> None:
+    lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
+    lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
+    for name in names:
+        with contextlib.suppress(Exception):
+            lab.remove_node(name)
+        lab.add_node(name, dynamic=True, cpus=cpus, memory_mb=cpus * 20)
+    create = [
+        *("scontrol", "create", "reservation", f"ReservationName={RESERVATION}", f"Nodes={','.join(names)}"),
+        *("Users=root", "StartTime=now", "Duration=600"),
+    ]
+    for attempt in range(40):
+        result = lab.run_raw(create)
+        if result.returncode == 0:
+            return
+        if attempt == 39:
+            raise RuntimeError(result.stdout + result.stderr)
+        time.sleep(0.5)
+
+
+def clear_placeholders(lab: Lab) -> None:
+    lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
+    for _ in range(120):
+        if not count(lab, "-R", RESERVATION, "-t", "PD,R,CG"):
+            return
+        time.sleep(0.5)
+
+
+# -- the workload ---------------------------------------------------------------------------------------
+
+
+def pod_docs(pods: int, gangs: int, gang_size: int, tag: str) -> list[dict[str, Any]]:
+    docs = []
+    for i in range(pods):
+        g, k = divmod(i, gang_size)
+        notes = {PREFIX + "reservation": RESERVATION, PREFIX + "share-node": "true"}
+        name = f"{tag}-s-{i}"
+        if g < gangs:
+            name = f"{tag}-g{g}-{k}"
+            notes |= {PREFIX + "group": f"{tag}-g{g}", PREFIX + "group-size": str(gang_size)}
+        container = {"name": "m", "image": "x", "resources": {"requests": {"cpu": "1", "memory": "10Mi"}}}
+        docs.append(
+            {
+                "metadata": {"name": name, "namespace": NAMESPACE, "annotations": notes},
+                "spec": {"schedulerName": "slurm-bridge", "containers": [container]},
+            }
+        )
+    return docs
+
+
+def k8s_nodes(fake: FakeKube, names: list[str]) -> None:
+    for name in names:
+        fake.put(
+            "nodes",
+            {
+                "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            },
+        )
+
+
+# -- measuring ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    name: str
+    pods: int
+    bound_at: dict[str, float] = field(default_factory=dict)
+    job_of: dict[str, int] = field(default_factory=dict)
+    started: float = 0.0
+    ended: float = 0.0
+    requests: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def row(self, timeout: float) -> str:
+        minutes = max(1e-9, self.ended - self.started) / 60
+        missing = [timeout] * (self.pods - len(self.latencies))
+        every = self.latencies + missing
+        return (
+            f"{self.name:<12} {len(self.bound_at):>5}/{self.pods:<5} {pct(every, 50):>8.2f}"
+            f" {pct(every, 99):>8.2f} {self.ended - self.started:>8.1f} {self.requests:>9}"
+            f" {self.requests / minutes:>10.0f}"
+        )
+
+
+async def watch_bindings(fake: FakeKube, result: Result, total: int) -> None:
+    while len(result.bound_at) < total:
+        now = time.time()
+        for (prefix, ns, name), obj in list(fake.objects.items()):
+            ours = prefix == "v1/pods" and ns == NAMESPACE and name not in result.bound_at
+            if ours and obj.get("spec", {}).get("nodeName"):
+                result.bound_at[name] = now
+        await asyncio.sleep(0.05)
+
+
+def job_ids(fake: FakeKube) -> dict[str, int]:
+    """Each bound pod's Slurm job (its job-id label, written before the binding)."""
+    out = {}
+    for (prefix, ns, name), obj in fake.objects.items():
+        label = obj.get("metadata", {}).get("labels", {}).get(JOB_ID_LABEL)
+        if prefix == "v1/pods" and ns == NAMESPACE and label:
+            out[name] = int(label)
+    return out
+
+
+async def start_times(slurm: SlurmClient) -> dict[int, float]:
+    doc = json.loads(await slurm.get(f"/slurm/{VERSION}/jobs", endpoint="bench-jobs"))
+    out = {}
+    for job in doc["jobs"]:
+        start = job.get("start_time", {})
+        if "RUNNING" in job.get("job_state", []) and start.get("set"):
+            out[int(job["job_id"])] = float(start["number"])
+    return out
+
+
+@contextlib.asynccontextmanager
+async def kube_for(fake: FakeKube, tmp: Path) -> AsyncIterator[Kube]:
+    async with serve_kube(fake) as url:
+        cfg = await load_configuration(write_kubeconfig(tmp / "kubeconfig", url))
+        async with client.ApiClient(cfg) as api:
+            yield Kube(api)
+
+
+def slurm_client(lab: Lab) -> SlurmClient:
+    return SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
+
+
+# -- ours -----------------------------------------------------------------------------------------------
+
+
+async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy: Policy, tmp: Path) -> Result:
+    fake = FakeKube(token=TOKEN)
+    k8s_nodes(fake, nodes)
+    result = Result("ours", args.pods)
+    async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
+        poller = Poller(slurm, PollerConfig(interval=1.0, api_version=VERSION))
+        bridge = Bridge(
+            poller, kube, slurm, BridgeOptions(instance="bench-ours", policy=policy, pod_groups=False)
+        )
+        tasks = [
+            asyncio.create_task(poller.run(), name="poller"),
+            asyncio.create_task(bridge.run(), name="bridge"),
+        ]
+        await poller.wait_next(None)
+        before = slurm.requests_sent
+        result.started = time.time()
+        for doc in pod_docs(args.pods, args.gangs, args.gang_size, "o"):
+            fake.put("pods", doc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watch_bindings(fake, result, args.pods), args.timeout)
+        result.ended = time.time()
+        result.requests = slurm.requests_sent - before
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        starts = await start_times(slurm)
+    result.job_of = job_ids(fake)
+    result.latencies = [
+        max(0.0, at - starts[result.job_of[p]])
+        for p, at in result.bound_at.items()
+        if result.job_of.get(p) in starts
+    ]
+    return result
+
+
+# -- the Go bridge's approach ---------------------------------------------------------------------------
+
+
+class _JobState(msgspec.Struct):
+    job_id: int
+    job_state: list[str] = []
+    nodes: str = ""
+
+
+class _Jobs(msgspec.Struct):
+    jobs: list[_JobState] = []
+
+
+_JOBS = msgspec.json.Decoder(_Jobs)
+
+
+async def run_go_approach(
+    lab: Lab, args: argparse.Namespace, nodes: list[str], policy: Policy, tmp: Path
+) -> Result:
+    fake = FakeKube(token=TOKEN)
+    k8s_nodes(fake, nodes)
+    result = Result("go-approach", args.pods)
+    docs = pod_docs(args.pods, args.gangs, args.gang_size, "g")
+    async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
+        pods = [decode_pod(json.dumps(fake.put("pods", doc))) for doc in docs]
+        # what each pod's job is: one per single pod, one per gang (members in rank order)
+        groups: dict[str, list[Pod]] = {}
+        for p in pods:
+            m = membership(p)
+            groups.setdefault(m.group.name if m else p.metadata.uid, []).append(p)
+        requests: dict[str, tuple[str, JobRequest, int]] = {}
+        for key, members in groups.items():
+            reqs = [
+                admit(p, scheduler_name="slurm-bridge", own_namespace="x", policy=policy) for p in members
+            ]
+            assert all(isinstance(r, JobRequest) for r in reqs), reqs
+            request = reqs[0] if len(reqs) == 1 else gang_request(reqs, f"group {NAMESPACE}/{key}")  # type: ignore[arg-type]
+            assert isinstance(request, JobRequest)
+            for rank, p in enumerate(members):
+                requests[p.metadata.uid] = (key, request, rank)
+        submitted: dict[str, int] = {}
+        queue: list[tuple[float, int, Pod, float]] = []
+        seq = itertools.count()
+        result.started = time.time()
+        for p in pods:
+            heapq.heappush(queue, (time.monotonic(), next(seq), p, 1.0))
+        watcher = asyncio.create_task(watch_bindings(fake, result, args.pods), name="watch")
+        deadline = time.monotonic() + args.timeout
+        while queue and time.monotonic() < deadline:
+            ready, _, p, backoff = heapq.heappop(queue)
+            if ready > time.monotonic():
+                await asyncio.sleep(ready - time.monotonic())
+            key, request, rank = requests[p.metadata.uid]
+            if key not in submitted:
+                submitted[key] = await submit_job(slurm, VERSION, request, instance="bench-go")
+            listing = _JOBS.decode(await slurm.get(f"/slurm/{VERSION}/jobs", endpoint="jobs"))
+            job = next((j for j in listing.jobs if j.job_id == submitted[key]), None)
+            if job is not None and "RUNNING" in job.job_state and job.nodes:
+                host = hostlist_expand(job.nodes, limit=4096)[rank]
+                await kube.mark(p, {JOB_ID_LABEL: str(job.job_id)}, {})
+                await kube.bind(p, host)
+            else:
+                heapq.heappush(queue, (time.monotonic() + backoff, next(seq), p, min(10.0, backoff * 2)))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(watcher, 1.0)
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        result.ended = time.time()
+        result.requests = slurm.requests_sent
+        starts = await start_times(slurm)
+    result.job_of = job_ids(fake)
+    result.latencies = [
+        max(0.0, at - starts[result.job_of[p]])
+        for p, at in result.bound_at.items()
+        if result.job_of.get(p) in starts
+    ]
+    return result
+
+
+async def run(args: argparse.Namespace) -> int:
+    lab = Lab("26.05")
+    lab.up()
+    nodes = [f"bb-{i}" for i in range(1, args.nodes + 1)]
+    print(f"lab 26.05: Slurm {lab.release()}; {args.nodes} nodes of {args.cpus} CPUs; {args.pods} pods")
+    fill_queue(lab, args.queue)
+    add_nodes(lab, nodes, args.cpus)
+    print(f"queue: {count(lab)} jobs in squeue during the runs")
+    policy = parse_policy(
+        {
+            "namespaces": {
+                NAMESPACE: {
+                    "user_id": 0,
+                    "partitions": ["dyn"],
+                    "reservations": [RESERVATION],
+                    "allow_shared_nodes": True,
+                }
+            }
+        }
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="bench-bridge-"))
+    results = []
+    try:
+        for runner in (run_ours, run_go_approach):
+            clear_placeholders(lab)
+            results.append(await runner(lab, args, nodes, policy, tmp))
+            print(f"  {results[-1].name}: {len(results[-1].bound_at)} bound")
+    finally:
+        clear_placeholders(lab)
+        lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
+        for name in nodes:
+            with contextlib.suppress(Exception):
+                lab.remove_node(name)
+        if args.clean:
+            lab.run(["scancel", "-n", HELD], check=False)
+    gangs = f"{args.gangs} gangs of {args.gang_size} + {args.pods - args.gangs * args.gang_size} single pods"
+    print(f"\n{args.pods} pods ({gangs}), {args.queue} other jobs queued; timeout {args.timeout:.0f} s")
+    head = f"{'approach':<12} {'bound':>11} {'p50 s':>8} {'p99 s':>8} {'total s':>8} {'requests':>9}"
+    print(head + f" {'per min':>10}")
+    for r in results:
+        print(r.row(args.timeout))
+    ours, go = results
+    if ours.latencies and go.latencies:
+        p50 = pct(go.latencies, 50) / max(0.01, pct(ours.latencies, 50))
+        calls = go.requests / max(1, ours.requests)
+        print(f"ratio go-approach / ours: p50 {p50:.1f}x, slurmrestd requests {calls:.1f}x")
+    return 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--pods", type=int, default=1000)
+    p.add_argument("--gangs", type=int, default=50)
+    p.add_argument("--gang-size", type=int, default=4)
+    p.add_argument("--queue", type=int, default=10000)
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--cpus", type=int, default=128)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    raise SystemExit(asyncio.run(run(p.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
