@@ -244,6 +244,28 @@ async def test_poll_soon_cuts_the_interval_short(fake_url: tuple[FakeSlurmrestd,
                 await task
 
 
+async def test_a_burst_of_poll_soon_polls_at_most_once_per_early_gap(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    # 1,000 submissions in a few seconds must not become back-to-back polls of every endpoint
+    _, url = fake_url
+    p = _poller(url, Clock(), interval=3600.0, early_gap=0.3)
+    async with p.client:
+        task = asyncio.create_task(p.run(), name="poller")
+        try:
+            await asyncio.wait_for(p.wait_next(None), 5)
+            polls, start = p.status.polls, asyncio.get_running_loop().time()
+            while asyncio.get_running_loop().time() - start < 1.5:
+                p.poll_soon()
+                await asyncio.sleep(0.01)
+            early = p.status.polls - polls
+            assert 3 <= early <= 6, early  # ~1.5 s / 0.3 s, not one per call (150)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+
 @pytest.mark.parametrize(
     ("content", "why"),
     [
