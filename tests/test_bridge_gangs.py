@@ -340,3 +340,15 @@ def test_a_newcomer_to_a_running_gang_waits_for_its_job_to_end() -> None:
         in actions
     )
     assert Cancel(7, "its pod is gone") in actions  # the old member is gone
+
+
+def test_a_jobsets_pods_rank_by_job_index_then_completion_index() -> None:
+    def js(job: int, completion: int) -> Any:
+        labels = {"jobset.sigs.k8s.io/jobset-name": "train", "jobset.sigs.k8s.io/job-global-index": str(job)}
+        notes = {"batch.kubernetes.io/job-completion-index": str(completion), PREFIX + "group-size": "4"}
+        return member(f"train-w-{job}-{completion}", labels=labels, annotations=notes)
+
+    pods = [js(1, 0), js(0, 1), js(1, 1), js(0, 0)]
+    (action,) = plan(world(pods=pods), OPTIONS)
+    assert isinstance(action, Submit) and action.group == "JobSet team-a/train"
+    assert [uid.removeprefix("uid-train-w-") for uid in action.uids] == ["0-0", "0-1", "1-0", "1-1"]
