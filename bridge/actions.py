@@ -121,6 +121,13 @@ class World:
     pod_groups: Mapping[tuple[str, str], int] | None = None
     """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
 
+    @property
+    def jobs_as_of(self) -> float:
+        """The snapshot holds every job submitted before this (its /jobs request's start): a submission
+        made later may be missing from it."""
+        snap = self.snapshot
+        return snap.requested_at.get("jobs", snap.fetched_at.get("jobs", 0.0))
+
 
 @dataclass(frozen=True)
 class Submit:
@@ -255,7 +262,7 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
             actions.append(Cancel(extra.job_id, "a newer job holds the same pod"))
         current[uid] = live[-1] if live else max(jobs, key=lambda j: j.job_id)
     # a submission newer than the snapshot's jobs: not visible yet; an older one the snapshot lacks is gone
-    jobs_seen_at = snap.fetched_at["jobs"]
+    jobs_seen_at = world.jobs_as_of
     ctx = _Context(
         world,
         _Nodes(world.nodes, options),
@@ -435,7 +442,7 @@ def _bound(pod: Pod, job: Job | None, world: World, options: BridgeOptions) -> l
         return []  # bound by someone else
     if job is None:
         submitted = world.submitted.get(uid)
-        if submitted is not None and submitted.at > world.snapshot.fetched_at["jobs"]:
+        if submitted is not None and submitted.at > world.jobs_as_of:
             return []
         return [DeletePod(key, uid, f"Slurm job {label} is gone from Slurm")]
     if job.state in ENDED:

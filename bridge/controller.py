@@ -210,8 +210,6 @@ class Bridge:
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
         now = self._clock()
-        seen_at = snap.fetched_at.get("jobs", 0.0)
-        self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > seen_at - 60}
         world = World(
             snap,
             list(self.pods.objects.values()),
@@ -224,6 +222,7 @@ class Bridge:
             else {},
             pod_groups=self._pod_group_sizes(),
         )
+        self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
         live = {p.metadata.uid for p in world.pods}
         for memo in (self._said, self._refused_until):  # forget pods that are gone

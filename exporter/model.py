@@ -273,6 +273,9 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     reservations: tuple[Reservation, ...] = ()
     fetched_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
+    requested_at: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Per endpoint: when the request that fetched (or confirmed) its data was sent, epoch seconds — the
+    data holds everything Slurm accepted before then (a 10,000-job /jobs takes seconds to answer)."""
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
 

@@ -79,6 +79,8 @@ class EndpointState:
     envelope: Envelope | None = None
     fetched_at: float | None = None
     """When data was last fetched or confirmed unchanged, epoch seconds."""
+    requested_at: float | None = None
+    """When the request behind ``fetched_at`` was sent, epoch seconds."""
     full_fetch_at: float | None = None
     """When data was last fetched in full."""
     last_duration: float = 0.0
@@ -288,6 +290,7 @@ class Poller:
             licenses=items("licenses"),
             reservations=items("reservations"),
             fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
+            requested_at={e: st.requested_at for e, st in eps.items() if st.requested_at is not None},
             last_update={
                 e: st.envelope.last_update
                 for e, st in eps.items()
@@ -332,6 +335,7 @@ class Poller:
             st.last_duration = time.perf_counter() - t0
             st.last_bytes = 0
             st.fetched_at = self._clock()
+            st.requested_at = now
             st.last_ok = True
             return True
         except SlurmError as e:
@@ -351,6 +355,7 @@ class Poller:
             st.envelope = env
         st.successes += 1
         st.fetched_at = finished
+        st.requested_at = now
         st.last_ok = True
         return True
 

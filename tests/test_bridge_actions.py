@@ -214,3 +214,18 @@ def test_a_namespace_selected_by_its_labels_is_managed() -> None:
     assert isinstance(taken, Submit) and taken.request.user_id == 3003
     (refused,) = plan(world(pods=[p], namespaces={"ml-prod": {"tenant": "web"}}), options)
     assert isinstance(refused, Refuse) and "not managed" in refused.reason
+
+
+def test_a_listing_requested_before_a_submission_does_not_hide_it() -> None:
+    # a 10,000-job /jobs takes seconds: a listing answered after the submission may still predate it
+    slow = Snapshot(
+        taken_at=NOW,
+        api_version="v0.0.45",
+        nodes=snapshot().nodes,
+        fetched_at={"jobs": NOW - 1, "nodes": NOW - 1},
+        requested_at={"jobs": NOW - 9, "nodes": NOW - 1.2},
+    )
+    w = world(pods=[pod()], snapshot=slow, submitted={"u1": Submitted(7, NOW - 5)})
+    assert plan(w, OPTIONS) == []  # not submitted again: the listing was requested before job 7 existed
+    later = world(pods=[pod()], snapshot=slow, submitted={"u1": Submitted(7, NOW - 10)})
+    assert [type(a) for a in plan(later, OPTIONS)] == [Submit]
