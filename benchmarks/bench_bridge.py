@@ -246,7 +246,7 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
     k8s_nodes(fake, nodes)
     result = Result("ours", args.pods)
     async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
-        poller = Poller(slurm, PollerConfig(interval=1.0, api_version=VERSION))
+        poller = Poller(slurm, PollerConfig(interval=args.poll_interval, api_version=VERSION))
         bridge = Bridge(
             poller, kube, slurm, BridgeOptions(instance="bench-ours", policy=policy, pod_groups=False)
         )
@@ -263,6 +263,12 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
             await asyncio.wait_for(watch_bindings(fake, result, args.pods), args.timeout)
         result.ended = time.time()
         result.requests = slurm.requests_sent - before
+        watch = bridge.jobwatch
+        jobs_poll = poller.status.endpoints["jobs"]
+        print(
+            f"  ours: /jobs polled {jobs_poll.successes}x (last {jobs_poll.last_duration:.1f} s);"
+            f" job watch {watch.reads if watch else 0} reads, {watch.errors if watch else 0} errors"
+        )
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -416,6 +422,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
     p.add_argument("--approaches", default="ours,go-approach")
+    p.add_argument("--poll-interval", type=float, default=10.0, help="ours: the poller's interval (s)")
     raise SystemExit(asyncio.run(run(p.parse_args())))
 
 

@@ -24,11 +24,13 @@ from exporter.model import Job, Snapshot, wall_time
 from exporter.poller import Poller
 
 from .actions import (
+    ENDED,
     JOB_ID_LABEL,
     NODES_ANNOTATION,
     RANK_ANNOTATION,
     SLURM_NODE_ANNOTATION,
     Action,
+    AdmissionKey,
     Bind,
     BridgeOptions,
     Cancel,
@@ -41,8 +43,10 @@ from .actions import (
     plan,
 )
 from .informer import Informer
+from .jobwatch import JobWatch
 from .kube import Kube, KubeError
 from .pods import Namespace, Node, Pod, PodGroup
+from .requests import JobRequest, Refusal, parse_admin_comment
 from .slurm import cancel_job, submit_job
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -155,11 +159,16 @@ class Bridge:
                 lambda since: kube.watch_pod_groups(since),
                 lambda g: g.metadata.uid or f"{g.metadata.namespace}/{g.metadata.name}",
             )
+        self.jobwatch: JobWatch | None = None
+        """The fast path for the bridge's own jobs between snapshots (:mod:`bridge.jobwatch`)."""
+        if options.job_watch_interval > 0:
+            self.jobwatch = JobWatch(poller, interval=options.job_watch_interval, clock=clock)
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
         self._refused_until: dict[str, tuple[float, int]] = {}
         """Pod uid → (no submission before, refusals so far) after Slurm refused its job."""
+        self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.passes = 0
@@ -175,6 +184,8 @@ class Bridge:
             watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
         if self.pod_groups is not None:
             watchers.append(asyncio.create_task(self.pod_groups.run(), name="bridge-podgroup-informer"))
+        if self.jobwatch is not None:
+            watchers.append(asyncio.create_task(self.jobwatch.run(), name="bridge-job-watch"))
         try:
             seen: Snapshot | None = None
             while True:
@@ -192,6 +203,8 @@ class Bridge:
             asyncio.ensure_future(self.pods.wait_change()),
             asyncio.ensure_future(self.nodes.wait_change()),
         ]
+        if self.jobwatch is not None:
+            waits.append(asyncio.ensure_future(self.jobwatch.wait_change()))
         try:
             await asyncio.wait(waits, timeout=RECHECK, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -210,6 +223,8 @@ class Bridge:
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
         now = self._clock()
+        if self.jobwatch is not None:
+            snap = self.jobwatch.apply(snap)
         world = World(
             snap,
             list(self.pods.objects.values()),
@@ -221,6 +236,7 @@ class Bridge:
             if self.namespaces is not None
             else {},
             pod_groups=self._pod_group_sizes(),
+            admissions=self._admissions,
         )
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
@@ -228,7 +244,12 @@ class Bridge:
         for memo in (self._said, self._refused_until):  # forget pods that are gone
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
+        current = {(p.metadata.uid, p.metadata.resourceVersion) for p in world.pods}
+        for stale in [k for k in self._admissions if k[:2] not in current]:  # older versions, gone pods
+            del self._admissions[stale]
         self._count_pods(world, actions)
+        if self.jobwatch is not None:
+            self.jobwatch.awaited = self._awaited(world)
         for action in actions:
             key = _busy_key(action)
             if key in self._busy:
@@ -242,6 +263,22 @@ class Bridge:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return actions
+
+    def _awaited(self, world: World) -> dict[int, str]:
+        """This bridge's jobs that have not started (by their state as seen), and submissions not listed."""
+        listed = set()
+        awaited: dict[int, str] = {}
+        for job in world.snapshot.jobs:
+            listed.add(job.job_id)
+            if job.state == "RUNNING" or job.state in ENDED or not job.admin_comment:
+                continue
+            comment = parse_admin_comment(job.admin_comment)
+            if comment is not None and comment.instance == self.options.instance:
+                awaited[job.job_id] = job.state
+        for submitted in self.submitted.values():
+            if submitted.job_id not in listed:
+                awaited[submitted.job_id] = ""
+        return awaited
 
     def _pod_group_sizes(self) -> dict[tuple[str, str], int] | None:
         informer = self.pod_groups
@@ -310,7 +347,8 @@ class Bridge:
             self._refused_until.pop(action.uid, None)
             for uid in action.uids:
                 self.submitted[uid] = Submitted(job_id, self._clock())
-            self.poller.poll_soon()
+            if self.jobwatch is None:  # else the job watch follows it: no full /jobs listing per submission
+                self.poller.poll_soon()
             partition = action.request.partition
             if action.group is None:
                 log.info("bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, partition)

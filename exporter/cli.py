@@ -92,6 +92,7 @@ SERVE_FIELDS = [
     "bridge_instance",
     "bridge_scheduler_name",
     "bridge_namespace",
+    "bridge_job_watch_interval",
     "bridge_leader_election",
     "bridge_lease_name",
     "bridge_identity",
@@ -298,6 +299,7 @@ async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[
         policy=policy,
         scheduler_name=s.bridge_scheduler_name,
         own_namespace=namespace,
+        job_watch_interval=s.bridge_job_watch_interval,
     )
     lease = None
     if s.bridge_leader_election:

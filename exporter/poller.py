@@ -27,12 +27,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from . import versions
 from .client import ApiPaths, NotModified, SlurmClient, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot, wall_time
 from .validate import check_jobs, check_nodes
+from .versions._common import decode
 
 log = logging.getLogger(__name__)
 
@@ -359,6 +362,38 @@ class Poller:
         st.last_ok = True
         return True
 
+    # -- single jobs (the bridge's fast path) ----------------------------------------------------
+
+    async def job_states(self) -> dict[int, str]:
+        """``GET /jobs/state/``: every job's id and base state (no other field: 0.25 s for 10,000 jobs where
+        ``/jobs`` takes 8 s). Raises SlurmError (also before the first negotiation)."""
+        if self._adapter is None:
+            raise SlurmError("no API version negotiated yet", endpoint="jobs/state")
+        path = f"/slurm/{self._adapter.version}/jobs/state/"
+        body = await self.client.get(path, endpoint="jobs/state", retries=0)
+        answer = decode(_JOB_STATES, body, "jobs/state")
+        if answer.errors:
+            raise SlurmReportedError("; ".join(str(e) for e in answer.errors), endpoint="jobs/state")
+        return {int(j.job_id): j.state[0] if j.state else "" for j in answer.jobs if str(j.job_id).isdigit()}
+
+    async def job(self, job_id: int, *, lane: int = 0) -> Job | None:
+        """``GET /job/{job_id}``: one job's full record (None when Slurm no longer knows it). ``lane``
+        picks one of several request lanes, so a few single-job reads can run side by side."""
+        if self._adapter is None:
+            raise SlurmError("no API version negotiated yet", endpoint="job")
+        path = f"/slurm/{self._adapter.version}/job/{job_id}"
+        try:
+            body = await self.client.get(path, endpoint=f"job:{lane}", retries=0)
+        except HTTPStatusError as e:
+            if e.status == 404 or any("Invalid job id" in t for t in e.errors):
+                return None
+            raise
+        jobs, env = self._adapter.jobs(body)
+        if env.errors and not jobs:
+            return None
+        good, _ = check_jobs(jobs)
+        return next((j for j in good if j.job_id == job_id), None)
+
     async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:
         """GET and translate one endpoint; a request with ``update_time`` is not retried (a
         failure falls back to a full fetch, which is)."""
@@ -419,6 +454,19 @@ class Poller:
                 len(problems),
                 problems[0],
             )
+
+
+class _JobState(msgspec.Struct):
+    job_id: int | str = ""
+    state: list[str] = []
+
+
+class _JobStates(msgspec.Struct):
+    jobs: list[_JobState] = []
+    errors: list[Any] = []
+
+
+_JOB_STATES = msgspec.json.Decoder(_JobStates)
 
 
 def _vkey(v: str) -> tuple[int, ...]:

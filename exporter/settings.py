@@ -128,6 +128,11 @@ class Settings(BaseSettings):
         None,
         description="the bridge's own namespace (never placed); default: its service account's",
     )
+    bridge_job_watch_interval: float = Field(
+        1.0,
+        ge=0.0,
+        description="seconds between /jobs/state looks at the bridge's awaited jobs between polls (0: off)",
+    )
     bridge_leader_election: bool = Field(
         True, description="only the holder of a coordination.k8s.io Lease writes (run several replicas)"
     )

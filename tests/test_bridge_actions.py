@@ -229,3 +229,14 @@ def test_a_listing_requested_before_a_submission_does_not_hide_it() -> None:
     assert plan(w, OPTIONS) == []  # not submitted again: the listing was requested before job 7 existed
     later = world(pods=[pod()], snapshot=slow, submitted={"u1": Submitted(7, NOW - 10)})
     assert [type(a) for a in plan(later, OPTIONS)] == [Submit]
+
+
+def test_admissions_are_remembered_per_pod_version() -> None:
+    cache: dict[Any, Any] = {}
+    first = pod(resourceVersion="5")
+    (action,) = plan(world(pods=[first], admissions=cache), OPTIONS)
+    assert isinstance(action, Submit) and len(cache) == 1
+    # the same version again comes from the memo; a changed pod (new version) is admitted afresh
+    changed = pod(resourceVersion="6", annotations={PREFIX + "user": "0"})
+    (refused,) = plan(world(pods=[changed], admissions=cache), OPTIONS)
+    assert isinstance(refused, Refuse) and len(cache) == 2

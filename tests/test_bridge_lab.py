@@ -159,3 +159,46 @@ async def test_a_submission_slurm_refuses_is_a_typed_error_with_slurms_text(lab_
             await submit_job(client, "v0.0.45", request("u-bad", partition="nosuch"), instance=INSTANCE)
         assert "Invalid partition name specified" in str(e.value)  # slurmctld's reason, not only "failed"
         assert await cancel_job(client, "v0.0.45", 999_999) is False  # no such job: nothing to cancel
+
+
+@pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
+async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
+    flavor: str, version: str, lab_2605: Lab, lab_2411: Lab
+) -> None:
+    """/jobs/state and /job/{id} on the real slurmrestd: a job submitted after the last poll is found
+    RUNNING with its node by the job watch, overlaid on the snapshot, and dropped once a poll requested
+    after the watch's read holds it."""
+    from bridge.jobwatch import JobWatch
+
+    lab = lab_2605 if flavor == "26.05" else lab_2411
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
+    async with SlurmClient(cfg) as client:
+        poller = Poller(client, PollerConfig(api_version=version))
+        watch = JobWatch(poller)
+        with reserved_node(lab, "bridge-watch") as node_name:
+            before = await poller.poll_once()
+            assert before is not None
+            job_id = await submit_job(
+                client,
+                version,
+                request("uid-watch", partition="dyn", reservation=node_name),
+                instance=INSTANCE,
+            )
+            try:
+                assert all(j.job_id != job_id for j in before.jobs)
+                states = await poller.job_states()
+                assert states[job_id] in ("PENDING", "RUNNING") and len(states) >= len(before.jobs)
+                watch.awaited = {job_id: ""}
+
+                async def seen() -> bool:
+                    return await watch.check() == 1
+
+                await eventually(seen, 30.0, f"the watch to read job {job_id} RUNNING", 0.2)
+                (job,) = [j for j in watch.apply(before).jobs if j.job_id == job_id]
+                assert job.state == "RUNNING" and job.nodes == node_name
+                assert parse_admin_comment(job.admin_comment) is not None
+                assert await poller.job(999_999) is None  # a job Slurm does not know
+                after = await poller.poll_once()  # requested after the watch's read: the overlay goes
+                assert after is not None and watch.apply(after) is after and not watch.overlay
+            finally:
+                await cancel_job(client, version, job_id)
