@@ -171,6 +171,8 @@ class Result:
     started: float = 0.0
     ended: float = 0.0
     requests: int = 0
+    megabytes: float = 0.0
+    """Body bytes received from slurmrestd, MB."""
     latencies: list[float] = field(default_factory=list)
     starts_rel: list[float] = field(default_factory=list)
     """When Slurm started each bound pod's job, from the pods' creation."""
@@ -185,7 +187,7 @@ class Result:
         return (
             f"{self.name:<12} {len(self.bound_at):>5}/{self.pods:<5} {pct(every, 50):>8.2f}"
             f" {pct(every, 99):>8.2f} {self.ended - self.started:>8.1f} {self.requests:>9}"
-            f" {self.requests / minutes:>10.0f}"
+            f" {self.requests / minutes:>10.0f} {self.megabytes / minutes:>9.0f}"
         )
 
 
@@ -255,7 +257,7 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
             asyncio.create_task(bridge.run(), name="bridge"),
         ]
         await poller.wait_next(None)
-        before = slurm.requests_sent
+        before, bytes_before = slurm.requests_sent, slurm.bytes_received
         result.started = time.time()
         for doc in pod_docs(args.pods, args.gangs, args.gang_size, "o"):
             fake.put("pods", doc)
@@ -263,6 +265,7 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
             await asyncio.wait_for(watch_bindings(fake, result, args.pods), args.timeout)
         result.ended = time.time()
         result.requests = slurm.requests_sent - before
+        result.megabytes = (slurm.bytes_received - bytes_before) / 1e6
         watch = bridge.jobwatch
         jobs_poll = poller.status.endpoints["jobs"]
         print(
@@ -346,6 +349,7 @@ async def run_go_approach(
         await asyncio.gather(watcher, return_exceptions=True)
         result.ended = time.time()
         result.requests = slurm.requests_sent
+        result.megabytes = slurm.bytes_received / 1e6
         starts = await start_times(slurm)
     measure(result, fake, starts)
     return result
@@ -390,7 +394,7 @@ async def run(args: argparse.Namespace) -> int:
     gangs = f"{args.gangs} gangs of {args.gang_size} + {args.pods - args.gangs * args.gang_size} single pods"
     print(f"\n{args.pods} pods ({gangs}), {args.queue} other jobs queued; timeout {args.timeout:.0f} s")
     head = f"{'approach':<12} {'bound':>11} {'p50 s':>8} {'p99 s':>8} {'total s':>8} {'requests':>9}"
-    print(head + f" {'per min':>10}")
+    print(head + f" {'req/min':>10} {'MB/min':>9}")
     for r in results:
         print(r.row(args.timeout))
     for r in results:

@@ -341,6 +341,8 @@ class SlurmClient:
             raise ValueError(f"slurmrestd URL must start with http://, https:// or unix: ({url!r})")
         self.requests_sent = 0
         """Requests put on the wire, retries included."""
+        self.bytes_received = 0
+        """Body bytes received from slurmrestd."""
 
     async def __aenter__(self) -> SlurmClient:
         await self.open()
@@ -509,6 +511,7 @@ class SlurmClient:
                 rate = _RateFloor(self.config.min_rate, idle)
                 async for chunk in resp.content.iter_chunked(self.config.chunk_bytes):
                     received += len(chunk)
+                    self.bytes_received += len(chunk)
                     if received > cap:
                         raise TooLargeError(f"answer is over the {cap >> 20} MiB cap{option}")
                     rate.check(len(chunk))
