@@ -408,10 +408,9 @@ async def run(args: argparse.Namespace) -> int:
     if len(results) == 2 and results[0].latencies and results[1].latencies:
         ours, go = results
         p50 = pct(go.every(args.timeout), 50) / max(0.01, pct(ours.every(args.timeout), 50))
-        rate = (go.requests / (go.ended - go.started)) / max(
-            1e-9, ours.requests / (ours.ended - ours.started)
-        )
-        print(f"ratio go-approach / ours: p50 ≥ {p50:.1f}x, slurmrestd requests per minute {rate:.2f}x")
+        per_minute = [r.megabytes / max(1e-9, r.ended - r.started) for r in (go, ours)]
+        mb = per_minute[0] / max(1e-9, per_minute[1])
+        print(f"ratio go-approach / ours: p50 ≥ {p50:.1f}x, MB read from slurmrestd per minute {mb:.1f}x")
     return 0
 
 
