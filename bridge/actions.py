@@ -166,6 +166,8 @@ class Bind:
     """The pod's rank in its gang: it runs on the rank-th node of ``job_nodes``."""
     job_nodes: str = ""
     """A gang's whole Slurm host list (empty for a pod placed alone)."""
+    job_start: float | None = None
+    """When Slurm started the job (epoch seconds), for the bind latency."""
 
 
 @dataclass(frozen=True)
@@ -391,7 +393,7 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
         if k8s is None:
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
             return [Cancel(job.job_id, why, key)]
-        return [Bind(key, uid, job.job_id, k8s.metadata.name, slurm_node)]
+        return [Bind(key, uid, job.job_id, k8s.metadata.name, slurm_node, job_start=job.start_time)]
     return [Waiting(key, uid, waiting_message(job))]
 
 
@@ -458,7 +460,9 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
                 f"Slurm placed {group} on {hosts[rank]}, whose Kubernetes node is gone, cordoned or not ready"
             )
             return [Cancel(job.job_id, why, key)]
-        actions.append(Bind(key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes))
+        actions.append(
+            Bind(key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes, job.start_time)
+        )
     return actions
 
 

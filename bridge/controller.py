@@ -20,7 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from exporter.client import SlurmClient
 from exporter.errors import SlurmError
-from exporter.model import Job, Snapshot, wall_time
+from exporter.model import Snapshot, wall_time
 from exporter.poller import Poller
 
 from .actions import (
@@ -385,7 +385,7 @@ class Bridge:
                 notes |= {RANK_ANNOTATION: str(action.rank), NODES_ANNOTATION: action.job_nodes}
             await self.kube.mark(pod, {JOB_ID_LABEL: str(action.job_id)}, notes)
             await self.kube.bind(pod, action.node)
-            started = next((j.start_time for j in self._jobs() if j.job_id == action.job_id), None)
+            started = action.job_start
             if started:
                 latency = max(0.0, self._clock() - started)
                 self.stats.last_bind_latency = latency
@@ -424,10 +424,6 @@ class Bridge:
             log.info("bridge: delete pod %s: %s", action.pod, action.why)
             return deleted
         raise AssertionError(f"unknown action {action!r}")
-
-    def _jobs(self) -> Iterable[Job]:
-        snap = self.poller.snapshot
-        return snap.jobs if snap is not None else ()
 
     async def _tell(self, pod: Pod, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event and, for a pod not yet bound, the PodScheduled=False message."""

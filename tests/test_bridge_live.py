@@ -119,8 +119,12 @@ async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
             assert placed["spec"]["nodeName"] == NODE
             assert placed["metadata"]["annotations"][SLURM_NODE_ANNOTATION] == NODE
             assert squeue(lab, job_id) == f"{job_id}|RUNNING|{NODE}"  # Slurm and the pod agree
-            reasons = [e["reason"] for e in fake.events_for("team-a", "trainer")]
-            assert reasons[:2] == ["SlurmSubmitted", "SlurmBound"]
+
+            def told() -> bool:  # the Event follows the binding
+                reasons = [e["reason"] for e in fake.events_for("team-a", "trainer")]
+                return reasons[:2] == ["SlurmSubmitted", "SlurmBound"]
+
+            await eventually(told, 10.0, "the SlurmSubmitted and SlurmBound Events", 0.1)
             latency = bridge.stats.last_bind_latency
             assert latency is not None
             log.info("%s: Slurm RUNNING → bound in %.2f s", flavor, latency)
