@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import aiohttp
@@ -18,10 +16,10 @@ import pytest
 
 from exporter.lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
-from tests.scale_harness import free_port, metric_sample
-from tests.test_bridge_gangs_live import POLICY, all_bound, finish, gang_pod, job_of
+from tests.scale_harness import metric_sample
+from tests.test_bridge_gangs_live import all_bound, finish, gang_pod, job_of
 from tests.test_bridge_lab import reserved_nodes
-from tests.test_bridge_live import k8s_node, squeue
+from tests.test_bridge_live import bridge_process, k8s_node, squeue
 from tests.test_fake_kube import TOKEN, write_kubeconfig
 from tests.tools import eventually
 
@@ -37,35 +35,20 @@ def holder(fake: FakeKube) -> str | None:
     return None if lease is None else str(lease["spec"]["holderIdentity"])
 
 
-@contextlib.asynccontextmanager
-async def replica(
+def replica(
     lab: Lab, tmp_path: Path, kubeconfig: Path, identity: str
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        f"namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n    reservations: [{RESERVATION}]\n"
+) -> contextlib.AbstractAsyncContextManager[tuple[asyncio.subprocess.Process, int]]:
+    lease = ("--bridge-lease-duration", LEASE[0], "--bridge-lease-renew-deadline", LEASE[1])
+    return bridge_process(
+        lab,
+        tmp_path,
+        kubeconfig,
+        RESERVATION,
+        *("--bridge-instance", "ha", "--bridge-namespace", "slurm-keda", "--bridge-identity", identity),
+        *lease,
+        *("--bridge-lease-retry-period", LEASE[2]),
+        name=identity,
     )
-    assert POLICY["namespaces"]["team-a"]["reservations"] == [RESERVATION]
-    port = free_port()
-    with open(tmp_path / f"{identity}.log", "wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "slurm-keda"),
-            "bridge",
-            *("--slurmrestd-url", lab.url, "--token-file", str(lab.token_file)),
-            *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig)),
-            *("--bridge-instance", "ha", "--bridge-namespace", "slurm-keda", "--bridge-identity", identity),
-            *("--bridge-lease-duration", LEASE[0], "--bridge-lease-renew-deadline", LEASE[1]),
-            *("--bridge-lease-retry-period", LEASE[2], "--poll-interval", "1"),
-            *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=log_file,
-        )
-        try:
-            yield proc, port
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-                await asyncio.wait_for(proc.wait(), 15)
 
 
 async def scrape(port: int) -> str:

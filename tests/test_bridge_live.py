@@ -159,47 +159,34 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
     lab_2605: Lab, tmp_path: Path
 ) -> None:
     """``slurm-keda bridge``: the real console script, configured by flags, a policy file and a kubeconfig."""
-    import sys
+    import subprocess
 
-    from tests.scale_harness import free_port
+    import aiohttp
+
     from tests.tools import promtool_path
 
     fake = FakeKube(token=TOKEN)
     fake.put("nodes", k8s_node(NODE))
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        f"namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n    reservations: [{NODE}]\n"
-    )
-    port = free_port()
-    with reserved_node(lab_2605, NODE), open(tmp_path / "bridge.log", "wb") as log_file:
+    with reserved_node(lab_2605, NODE):
         async with serve_kube(fake) as url:
             kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
-            proc = await asyncio.create_subprocess_exec(
-                str(Path(sys.executable).parent / "slurm-keda"),
-                "bridge",
-                *("--slurmrestd-url", lab_2605.url, "--token-file", str(lab_2605.token_file)),
-                *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig)),
-                *("--bridge-instance", "console", "--poll-interval", "1"),
-                *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log_file,
-            )
-            try:
+            async with bridge_process(
+                lab_2605, tmp_path, kubeconfig, NODE, "--bridge-instance", "console"
+            ) as (
+                _,
+                port,
+            ):
                 fake.put("pods", bridge_pod("console"))
 
                 def bound() -> bool:
                     p = fake.get("pods", "team-a", "console")
                     return bool(p and p["spec"].get("nodeName") == NODE)
 
-                await eventually(bound, 60.0, f"the pod to be bound (log {tmp_path / 'bridge.log'})", 0.2)
-                import aiohttp
-
+                await eventually(bound, 60.0, f"the pod to be bound (log in {tmp_path})", 0.2)
                 async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
                     body = await r.text()
                 assert 'slurm_bridge_actions_total{action="bind"} 1.0' in body
                 assert "slurm_bridge_bind_latency_seconds " in body
-                import subprocess
-
                 out = subprocess.run(
                     [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True
                 )
@@ -207,7 +194,38 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
                 job_id = fake.get("pods", "team-a", "console")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
                 fake.remove("pods", "team-a", "console")
                 await eventually(lambda: squeue(lab_2605, job_id) == "", 30.0, "the job to be cancelled", 0.5)
-            finally:
+
+
+@contextlib.asynccontextmanager
+async def bridge_process(
+    lab: Lab, tmp_path: Path, kubeconfig: Path, reservation: str, *flags: str, name: str = "bridge"
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
+    """``slurm-keda bridge`` (the console script) on ``lab`` with a policy letting team-a's pods into
+    partition dyn and ``reservation``; its log in ``tmp_path/<name>.log``; yields it and its HTTP port."""
+    import sys
+
+    from tests.scale_harness import free_port
+
+    policy = tmp_path / f"{name}-policy.yaml"
+    policy.write_text(
+        f"namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n    reservations: [{reservation}]\n"
+    )
+    port = free_port()
+    with open(tmp_path / f"{name}.log", "wb") as log_file:
+        proc = await asyncio.create_subprocess_exec(
+            str(Path(sys.executable).parent / "slurm-keda"),
+            "bridge",
+            *("--slurmrestd-url", lab.url, "--token-file", str(lab.token_file)),
+            *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig), "--poll-interval", "1"),
+            *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
+            *flags,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log_file,
+        )
+        try:
+            yield proc, port
+        finally:
+            if proc.returncode is None:
                 proc.terminate()
                 await asyncio.wait_for(proc.wait(), 15)
 
