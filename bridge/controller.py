@@ -171,11 +171,16 @@ class Bridge:
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self.since = 0.0
+        """When :meth:`run` last started (epoch seconds)."""
         self.passes = 0
         """Reconcile passes run, including those that did nothing because data was missing."""
 
     async def run(self) -> None:
-        """Watch and reconcile forever (cancel to stop)."""
+        """Watch and reconcile forever (cancel to stop). Nothing is done until a /jobs listing requested
+        after this start: a new leader's last snapshot may predate its predecessor's last submissions."""
+        self.since = self._clock()
+        self.poller.poll_soon()
         watchers = [
             asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
             asyncio.create_task(self.nodes.run(), name="bridge-node-informer"),
@@ -222,6 +227,8 @@ class Bridge:
             return []
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
+        if snap.requested_at.get("jobs", snap.fetched_at.get("jobs", 0.0)) < self.since:
+            return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
         if self.jobwatch is not None:
             snap = self.jobwatch.apply(snap)

@@ -36,7 +36,7 @@ def holder(fake: FakeKube) -> str | None:
 
 
 def replica(
-    lab: Lab, tmp_path: Path, kubeconfig: Path, identity: str
+    lab: Lab, tmp_path: Path, kubeconfig: Path, identity: str, *flags: str
 ) -> contextlib.AbstractAsyncContextManager[tuple[asyncio.subprocess.Process, int]]:
     lease = ("--bridge-lease-duration", LEASE[0], "--bridge-lease-renew-deadline", LEASE[1])
     return bridge_process(
@@ -47,6 +47,7 @@ def replica(
         *("--bridge-instance", "ha", "--bridge-namespace", "slurm-keda", "--bridge-identity", identity),
         *lease,
         *("--bridge-lease-retry-period", LEASE[2]),
+        *flags,
         name=identity,
     )
 
@@ -68,19 +69,27 @@ async def test_the_follower_takes_over_a_killed_leader_without_a_second_job(
             kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
             async with replica(lab, tmp_path, kubeconfig, "replica-a") as (a, _):
                 await eventually(lambda: holder(fake) == "replica-a", 30.0, "replica-a to lead", 0.1)
-                async with replica(lab, tmp_path, kubeconfig, "replica-b") as (_, b_port):
+                # the follower polls every 30 s: when it takes over, its last listing predates gang B's
+                # submission, and it must not take the missing job for a pod without one
+                async with replica(lab, tmp_path, kubeconfig, "replica-b", "--poll-interval", "30") as (
+                    _,
+                    b_port,
+                ):
 
                     async def follower_serves() -> bool:
                         try:
                             body = await scrape(b_port)
                         except aiohttp.ClientError:
                             return False
-                        return metric_sample(body, "slurm_up") == 1.0
+                        # the demand follows the first poll by a moment: wait for both
+                        return (
+                            metric_sample(body, "slurm_up") == 1.0
+                            and "slurm_autoscaler_desired_nodes" in body
+                        )
 
-                    await eventually(follower_serves, 30.0, "the follower to serve metrics", 0.2)
+                    await eventually(follower_serves, 30.0, "the follower to serve metrics and demand", 0.2)
                     body = await scrape(b_port)
                     assert metric_sample(body, "slurm_bridge_leader") == 0.0
-                    assert "slurm_autoscaler_desired_nodes" in body  # the scaler's answer too
 
                     # the leader places one gang and submits a second, which must wait for nodes
                     for name in ("a-0", "a-1"):
