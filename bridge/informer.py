@@ -18,11 +18,27 @@ from typing import Generic, TypeVar
 
 from .kube import Gone, KubeError
 
-__all__ = ["Informer"]
+__all__ = ["Changes", "Informer"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class Changes:
+    """A level-free "something changed" signal: :meth:`wait` returns at the next :meth:`notify` after it
+    was called (never for an earlier one), however many tasks wait."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    async def wait(self) -> None:
+        event = self._event
+        await event.wait()
+
+    def notify(self) -> None:
+        event, self._event = self._event, asyncio.Event()
+        event.set()
 
 
 class Informer(Generic[T]):
@@ -52,16 +68,14 @@ class Informer(Generic[T]):
         self.lists = 0
         """Full lists made (the first, and one after each broken watch)."""
         self.errors = 0
-        self._changed = asyncio.Event()
+        self._changes = Changes()
 
     async def wait_change(self) -> None:
         """Until the next change (or the next loss or gain of sync)."""
-        changed = self._changed
-        await changed.wait()
+        await self._changes.wait()
 
     def _notify(self) -> None:
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._changes.notify()
 
     async def run(self) -> None:
         """List and watch forever (cancel to stop); never raises on API failures."""

@@ -24,6 +24,8 @@ from exporter.errors import SlurmError
 from exporter.model import Job, Snapshot, wall_time
 from exporter.poller import Poller
 
+from .informer import Changes
+
 __all__ = ["JobWatch"]
 
 log = logging.getLogger(__name__)
@@ -51,12 +53,11 @@ class JobWatch:
         self.reads = 0
         """Requests made (``/jobs/state`` and ``/job/{id}``)."""
         self.errors = 0
-        self._changed = asyncio.Event()
+        self._changes = Changes()
 
     async def wait_change(self) -> None:
         """Until the overlay gets a new record."""
-        changed = self._changed
-        await changed.wait()
+        await self._changes.wait()
 
     async def run(self) -> None:
         """Follow the awaited jobs forever (cancel to stop); never raises on Slurm errors."""
@@ -98,8 +99,7 @@ class JobWatch:
                 self.overlay[job.job_id] = (job, began)
             if records:
                 added += len(records)
-                changed, self._changed = self._changed, asyncio.Event()
-                changed.set()
+                self._changes.notify()
         return added
 
     def apply(self, snapshot: Snapshot) -> Snapshot:
