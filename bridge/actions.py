@@ -132,10 +132,8 @@ class World:
 
     @property
     def jobs_as_of(self) -> float:
-        """The snapshot holds every job submitted before this (its /jobs request's start): a submission
-        made later may be missing from it."""
-        snap = self.snapshot
-        return snap.requested_at.get("jobs", snap.fetched_at.get("jobs", 0.0))
+        """The snapshot holds every job submitted before this: a submission made later may be missing."""
+        return self.snapshot.jobs_as_of
 
 
 @dataclass(frozen=True)

@@ -227,7 +227,7 @@ class Bridge:
             return []
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
-        if snap.requested_at.get("jobs", snap.fetched_at.get("jobs", 0.0)) < self.since:
+        if snap.jobs_as_of < self.since:
             return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
         if self.jobwatch is not None:

@@ -105,7 +105,7 @@ class JobWatch:
     def apply(self, snapshot: Snapshot) -> Snapshot:
         """``snapshot`` with the overlay's records in place of (or beside) its own; records older than the
         snapshot's ``/jobs`` request are dropped for good."""
-        as_of = snapshot.requested_at.get("jobs", snapshot.fetched_at.get("jobs", 0.0))
+        as_of = snapshot.jobs_as_of
         for job_id in [j for j, (_, at) in self.overlay.items() if at <= as_of]:
             del self.overlay[job_id]
         if not self.overlay:

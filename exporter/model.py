@@ -279,6 +279,12 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
 
+    @property
+    def jobs_as_of(self) -> float:
+        """The jobs hold everything Slurm accepted before this: their request's start (else their answer's
+        time, else 0 without jobs data)."""
+        return self.requested_at.get("jobs", self.fetched_at.get("jobs", 0.0))
+
 
 def wall_time() -> float:
     """Epoch seconds now: the default clock of the poller, the server and the demand service. Looks
