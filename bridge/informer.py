@@ -79,13 +79,13 @@ class Informer(Generic[T]):
 
     async def run(self) -> None:
         """List and watch forever (cancel to stop); never raises on API failures."""
-        failures = 0
         try:
-            await self._run(failures)
+            await self._run()
         finally:
             self.synced = False  # stopped: the cache no longer follows the API server
 
-    async def _run(self, failures: int) -> None:
+    async def _run(self) -> None:
+        failures = 0
         while True:
             try:
                 objects, version = await self._list()

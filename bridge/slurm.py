@@ -100,7 +100,7 @@ async def cancel_job(client: SlurmClient, version: str, job_id: int) -> bool:
     try:
         body = await client.send("DELETE", f"/slurm/{version}/job/{job_id}", endpoint="job/cancel")
     except HTTPStatusError as e:
-        if e.status == 404 or any("Invalid job id" in t for t in e.errors):
+        if e.unknown_job:
             return False
         raise
     answer = decode(_CANCEL, body, "job/cancel")

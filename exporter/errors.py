@@ -68,6 +68,11 @@ class HTTPStatusError(SlurmError):
     def kind(self) -> str:  # type: ignore[override]
         return f"http_{self.status}"
 
+    @property
+    def unknown_job(self) -> bool:
+        """slurmrestd's answer about a job id slurmctld does not know (404, or ``Invalid job id``)."""
+        return self.status == 404 or any("Invalid job id" in t for t in self.errors)
+
 
 class AuthError(HTTPStatusError):
     """401/403/511: the token (or user name) was refused, also after re-reading the token once."""

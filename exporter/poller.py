@@ -385,7 +385,7 @@ class Poller:
         try:
             body = await self.client.get(path, endpoint=f"job:{lane}", retries=0)
         except HTTPStatusError as e:
-            if e.status == 404 or any("Invalid job id" in t for t in e.errors):
+            if e.unknown_job:
                 return None
             raise
         jobs, env = self._adapter.jobs(body)
