@@ -196,8 +196,11 @@ class Poller:
             except Exception as e:  # a bug, not bad input: keep serving the last snapshot
                 log.exception("poll failed unexpectedly")
                 self.status.last_error = f"internal: {e!r}"
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives as the
+            # event is set (a burst of poll_soon), and the stopped poller then slept a whole interval
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._early.wait(), self.config.interval)
+                async with asyncio.timeout(self.config.interval):
+                    await self._early.wait()
             if self._early.is_set():  # a burst of early requests: at most one poll per early_gap
                 await asyncio.sleep(
                     began + min(self.config.early_gap, self.config.interval) - time.monotonic()
