@@ -18,7 +18,9 @@ _LABELS = ("target", "partition")
 
 
 def demand_families(
-    demands: Mapping[Target, Demand], label: Callable[[Target], str] = attrgetter("name")
+    demands: Mapping[Target, Demand],
+    label: Callable[[Target], str] = attrgetter("name"),
+    source: Callable[[Target], str] = lambda _: "configured",
 ) -> Iterable[Metric]:
     """``slurm_autoscaler_*`` families, one series per target (and reason); ``label`` gives each target's
     ``target`` label (:meth:`autoscaler.service.DemandService.label`: unique per target)."""
@@ -54,8 +56,15 @@ def demand_families(
         "Pending jobs that can never run on the target (larger than its node shape or max)",
         labels=_LABELS,
     )
+    info = GaugeMetricFamily(
+        "slurm_autoscaler_target_info",
+        "1 per exported target; source is configured (targets file), scaler (a KEDA trigger asked for it) "
+        "or default (one per partition while nothing is configured: informational, alerts skip it)",
+        labels=(*_LABELS, "source"),
+    )
     for target, d in demands.items():
         key = [label(target), target.partition]
+        info.add_metric([*key, source(target)], 1)
         desired.add_metric(key, d.desired)
         busy.add_metric(key, d.busy)
         needed.add_metric(key, d.needed)
@@ -64,4 +73,4 @@ def demand_families(
         too_large.add_metric(key, sum(t.tasks for t in d.too_large))
         for reason, count in sorted(d.ignored.items()):
             ignored.add_metric([*key, reason], count)
-    return [desired, busy, needed, nodes, eligible, ignored, too_large]
+    return [desired, busy, needed, nodes, eligible, ignored, too_large, info]

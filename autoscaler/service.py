@@ -242,6 +242,14 @@ class DemandService:
         digest = hashlib.sha256(repr(target).encode()).hexdigest()[:8]
         return f"{target.name}-{digest}"
 
+    def source(self, target: Target) -> str:
+        """Where ``target`` comes from: ``configured`` (the targets file), ``scaler`` (a KEDA trigger asked
+        for it) or ``default`` (one per partition, exported only while nothing is configured — such a
+        target is informational: no ScaledObject need scale it)."""
+        if target in self._fixed:
+            return "configured"
+        return "scaler" if target in self._targets else "default"
+
     def metric_targets(self, snap: Snapshot) -> tuple[Target, ...]:
         """Targets exported as metrics: configured and asked-for ones; without a configuration,
         also one target per partition of ``snap`` (named after it)."""

@@ -45,7 +45,7 @@ from .actions import (
 from .informer import Informer
 from .jobwatch import JobWatch
 from .kube import Kube, KubeError
-from .pods import Namespace, Node, Pod, PodGroup
+from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import JobRequest, Refusal, parse_admin_comment
 from .slurm import cancel_job, submit_job
 
@@ -73,6 +73,8 @@ class BridgeStats:
     bind_latency_sum: float = 0.0
     bind_latency_count: int = 0
     last_bind_latency: float | None = None
+    oldest_waiting_created: float | None = None
+    """Creation time (epoch seconds) of the oldest pod still waiting at the last pass; None when none."""
 
     def families(self) -> Iterable[Metric]:
         pods = GaugeMetricFamily(
@@ -83,6 +85,13 @@ class BridgeStats:
         for phase in ("waiting", "bound", "refused"):
             pods.add_metric([phase], self.pods[phase])
         yield pods
+        oldest = GaugeMetricFamily(
+            "slurm_bridge_oldest_waiting_pod_created_timestamp_seconds",
+            "Creation time of the oldest pod waiting for Slurm at the last pass (absent when none waits)",
+        )
+        if self.oldest_waiting_created is not None:
+            oldest.add_metric([], self.oldest_waiting_created)
+        yield oldest
         done = CounterMetricFamily(
             "slurm_bridge_actions", "Actions the bridge applied, by action", labels=["action"]
         )
@@ -301,6 +310,7 @@ class Bridge:
     def _count_pods(self, world: World, actions: list[Action]) -> None:
         refused = {a.uid for a in actions if isinstance(a, Refuse)}
         pods: Counter[str] = Counter()
+        oldest: float | None = None
         for p in world.pods:
             if p.spec.nodeName:
                 pods["bound"] += p.metadata.labels.get(JOB_ID_LABEL) is not None
@@ -308,7 +318,11 @@ class Bridge:
                 pods["refused"] += 1
             elif not p.terminal:
                 pods["waiting"] += 1
+                created = created_at(p)
+                if created is not None and (oldest is None or created < oldest):
+                    oldest = created
         self.stats.pods = pods
+        self.stats.oldest_waiting_created = oldest
 
     def _pod(self, uid: str) -> Pod | None:
         return self.pods.objects.get(uid)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from fractions import Fraction
 
 import msgspec
@@ -21,6 +22,7 @@ __all__ = [
     "Pod",
     "PodGroup",
     "QuantityError",
+    "created_at",
     "decode_node",
     "decode_pod",
     "effective_request",
@@ -89,6 +91,8 @@ class ObjectMeta(msgspec.Struct, frozen=True):
     namespace: str = ""
     uid: str = ""
     resourceVersion: str = ""
+    creationTimestamp: str | None = None
+    """RFC 3339, UTC (``2026-12-01T17:00:00Z``)."""
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}
     ownerReferences: list[OwnerReference] = []
@@ -181,6 +185,18 @@ class PodGroup(msgspec.Struct, frozen=True):
 
 _POD = msgspec.json.Decoder(Pod)
 _NODE = msgspec.json.Decoder(Node)
+
+
+def created_at(pod: Pod) -> float | None:
+    """``pod``'s creation time in epoch seconds, or None when absent or not RFC 3339."""
+    stamp = pod.metadata.creationTimestamp
+    if not stamp:
+        return None
+    try:
+        when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when.timestamp() if when.tzinfo is not None else None
 
 
 def decode_pod(body: bytes | str) -> Pod:

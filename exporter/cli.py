@@ -367,7 +367,7 @@ async def _serve(
             per_account=s.metrics_per_account,
             node_reasons=s.metrics_node_reasons,
             web_config=web_config,
-            extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label),
+            extra_families=lambda snap: demand_families(demand.demands_on(snap), demand.label, demand.source),
             extra_health=lambda now: [f for h in health for f in h(now)],
             status_lines=lambda now: [demand.status_line(now)],
             listen_limits=limits,

@@ -4,6 +4,7 @@ configured from a kubeconfig file."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from bridge.kube import Gone, Kube, KubeError, load_configuration
+from bridge.pods import Pod, created_at, decode_pod
 from tests.fake_kube import FakeKube, serve_kube
 from tests.test_fake_kube import TOKEN, write_kubeconfig
 
@@ -42,6 +44,18 @@ async def test_list_and_watch_only_the_bridges_pods(kube: tuple[FakeKube, Kube])
     fake.update("pods", "team-a", "a", {"metadata": {"labels": {"x": "1"}}})
     events = [(kind, p.key) async for kind, p in k.watch_pods("slurm-bridge", rv, timeout=1)]
     assert events == [("ADDED", "team-b/b"), ("MODIFIED", "team-a/a")]
+    # the API server's creation time comes through: the "waiting since" metric is read from it
+    created = created_at(pods[0])
+    assert created is not None and abs(created - time.time()) < 60
+
+
+def test_created_at_reads_rfc3339_and_refuses_anything_else() -> None:
+    def with_stamp(stamp: str | None) -> Pod:
+        return decode_pod(json.dumps({"metadata": {"name": "p", "creationTimestamp": stamp}}))
+
+    assert created_at(with_stamp("2026-12-01T17:00:00Z")) == 1796144400.0
+    for bad in (None, "", "yesterday", "2026-12-01T17:00:00"):  # no zone: not what the API server sends
+        assert created_at(with_stamp(bad)) is None
 
 
 async def test_a_compacted_watch_is_gone(kube: tuple[FakeKube, Kube]) -> None:

@@ -242,3 +242,24 @@ async def test_staleness_is_visible_in_a_metric_a_status_line_and_one_log_line_e
     held = [r for r in caplog.records if "held on data" in r.getMessage()]
     fresh = [r for r in caplog.records if "fresh again" in r.getMessage()]
     assert (len(held), held[0].levelname, len(fresh)) == (1, "WARNING", 1)
+
+
+@pytest.mark.skipif(not RECORDED_2605.is_dir(), reason="no 26.05 recording")
+def test_target_info_says_where_each_target_comes_from() -> None:
+    # alerts on unmet demand and stuck scale-down skip the informational per-partition defaults
+    s = recorded_snapshot(RECORDED_2605, "v0.0.45")
+    unconfigured = DemandService(StaticSource(s))
+    asked = target_from_metadata({"partition": "cpu", "max": "4"})
+    unconfigured.answer(asked)
+    fixed = target_from_metadata({"partition": "gpu", "nodeset": "ns-gpu"})
+    configured = DemandService(StaticSource(s), targets=[fixed])
+
+    def info(service: DemandService) -> dict[str, str]:
+        fams = demand_families(service.demands_on(s), service.label, service.source)
+        (fam,) = [f for f in fams if f.name == "slurm_autoscaler_target_info"]
+        return {x.labels["target"]: x.labels["source"] for x in fam.samples}
+
+    sources = info(unconfigured)
+    assert sources[unconfigured.label(asked)] == "scaler"
+    assert {sources[p.name] for p in s.partitions if p.name != "cpu"} == {"default"}  # cpu: asked
+    assert info(configured) == {"ns-gpu": "configured"}
