@@ -89,11 +89,19 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
         age.add_metric([], max(0.0, now - snap.taken_at))
     yield last
     yield age
-    info = InfoMetricFamily("slurm_exporter", "Cluster, Slurm release and slurmrestd API version in use")
+    info = InfoMetricFamily(
+        "slurm_exporter",
+        "Slurm cluster name (slurm_cluster: the label cluster is left to Prometheus target labels), Slurm "
+        "release and slurmrestd API version in use",
+    )
     if snap is not None:
         info.add_metric(
             [],
-            {"cluster": snap.cluster, "slurm_version": snap.slurm_version, "api_version": snap.api_version},
+            {
+                "slurm_cluster": snap.cluster,
+                "slurm_version": snap.slurm_version,
+                "api_version": snap.api_version,
+            },
         )
     yield info
 

@@ -403,7 +403,7 @@ def test_health_families() -> None:
     assert reg.get_sample_value("slurm_exporter_poll_duration_seconds", {"endpoint": "jobs"}) == 0.25
     assert reg.get_sample_value("slurm_exporter_snapshot_age_seconds") == 3.0
     assert reg.get_sample_value("slurm_exporter_last_success_timestamp_seconds") == NOW - 3.0
-    info = {"cluster": snap.cluster, "slurm_version": snap.slurm_version, "api_version": vdir.name}
+    info = {"slurm_cluster": snap.cluster, "slurm_version": snap.slurm_version, "api_version": vdir.name}
     assert reg.get_sample_value("slurm_exporter_info", info) == 1
     # the age of the oldest of jobs, nodes, partitions (licenses are not what the product needs)
     assert reg.get_sample_value("slurm_exporter_data_age_seconds") == 3.0

@@ -641,14 +641,14 @@ async def test_previous_snapshot_is_served_while_a_new_one_renders() -> None:
     renderer._render = slow_for_second  # type: ignore[method-assign]
     src.snapshot = Snapshot(taken_at=990.0, api_version="v0.0.45", cluster="first")
     body, _ = await renderer.body("", False)
-    assert 'cluster="first"' in body.decode()
+    assert 'slurm_cluster="first"' in body.decode()
     src.snapshot = Snapshot(taken_at=995.0, api_version="v0.0.45", cluster="second")
     body, _ = await asyncio.wait_for(renderer.body("", False), 2)  # does not wait for the render
     text = body.decode()
-    assert 'cluster="first"' in text and 'cluster="second"' not in text
+    assert 'slurm_cluster="first"' in text and 'slurm_cluster="second"' not in text
     assert value(body, "slurm_exporter_snapshot_age_seconds") == 10.0  # the age of what is served
     release.set()
     await renderer.part(src.snapshot, negotiate(""), False)  # the render finishes in its thread
     body, _ = await renderer.body("", False)
-    assert 'cluster="second"' in body.decode()
+    assert 'slurm_cluster="second"' in body.decode()
     assert value(body, "slurm_exporter_snapshot_age_seconds") == 5.0
