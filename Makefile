@@ -11,7 +11,7 @@ DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 DEMO_GRPC_PORT ?= 9342
 
-.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto
+.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto dashboards
 
 deps: apt venv
 
@@ -67,6 +67,11 @@ proto:
 	mkdir -p $(PROTO_OUT)
 	$(BIN)/python -m grpc_tools.protoc -Iautoscaler --plugin=protoc-gen-mypy=$(BIN)/protoc-gen-mypy \
 	  --python_out=$(PROTO_OUT) --mypy_out=$(PROTO_OUT) autoscaler/externalscaler.proto
+
+# dashboards/*.json, dashboards/rules/slurm-keda.rules.yaml and deploy/components/monitoring/prometheusrule.yaml
+# from dashboards/definitions.py and dashboards/rules.py (tests check the committed files are what this writes)
+dashboards: venv
+	$(BIN)/slurm-keda dashboards build
 
 bench: venv
 	$(BIN)/python benchmarks/bench_decode.py

@@ -128,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
     _add_settings_flags(bridge, [f for f in SERVE_FIELDS if f != "bridge"])
     sub.add_parser("lab", help="the local Slurm lab (slurm-keda lab --help)", add_help=False)
+    sub.add_parser(
+        "dashboards", help="Grafana dashboards and rules: build, check, render (--help)", add_help=False
+    )
     sub.add_parser("version", help="print the version")
     return parser
 
@@ -407,6 +410,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .lab.cli import main as lab_main
 
         return lab_main(args_list[1:])
+    if args_list[:1] == ["dashboards"]:
+        from dashboards.cli import main as dashboards_main
+
+        return dashboards_main(args_list[1:])
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command == "version":
