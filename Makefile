@@ -11,7 +11,7 @@ DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 DEMO_GRPC_PORT ?= 9342
 
-.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto dashboards
+.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
 
 deps: apt venv
 
@@ -50,6 +50,23 @@ demo: deps
 	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
 	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT)
 
+# kustomize for tests/test_deploy.py: Debian trixie's package (bookworm has none), fetched with apt into a
+# private list/cache directory (the machine's sources stay as they are), binary only.
+KUSTOMIZE := $(BIN)/kustomize
+KUSTOMIZE_SUITE ?= trixie
+kustomize: $(KUSTOMIZE)
+
+$(KUSTOMIZE): | $(BIN)/slurm-keda
+	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	mirror=$$($(BIN)/python -c 'from exporter.lab.chroot import find_mirror; print(find_mirror())'); \
+	mkdir -p $$tmp/lists/partial $$tmp/archives/partial; \
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$mirror $(KUSTOMIZE_SUITE) main" > $$tmp/sources.list; \
+	opts="-o Dir::Etc::SourceList=$$tmp/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$tmp/lists \
+	  -o Dir::Cache=$$tmp -o Dir::Cache::Archives=$$tmp/archives -o APT::Sandbox::User=root"; \
+	echo "kustomize: from Debian $(KUSTOMIZE_SUITE) ($$mirror)"; \
+	apt-get $$opts update -qq; (cd $$tmp && apt-get $$opts download -qq kustomize); \
+	dpkg-deb -x $$tmp/kustomize_*.deb $$tmp/x; install -m 755 $$tmp/x/usr/bin/kustomize $@
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -57,7 +74,7 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-test: deps lint typecheck
+test: deps lint typecheck kustomize
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 # KEDA's external scaler messages: autoscaler/_proto/externalscaler_pb2.py + .pyi (mypy-protobuf), committed;

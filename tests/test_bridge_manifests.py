@@ -1,4 +1,4 @@
-"""deploy/bridge: the ClusterRole grants exactly the calls the bridge makes (recorded by the fake API server
+"""deploy/components/bridge: the ClusterRole grants exactly the calls the bridge makes (recorded by the fake API server
 while every Kube method runs), and the example policy loads."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from tests.fake_kube import FakeKube, serve_kube
 from tests.test_bridge_kube import pod
 from tests.test_fake_kube import TOKEN, write_kubeconfig
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "bridge"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "components" / "bridge"
 
 
 def granted() -> set[tuple[str, str, str, str]]:
@@ -74,7 +74,7 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
             await k.event(p, "SlurmBound", "x")
             await k.delete_pod(p)
             elector = LeaderElector(
-                k, LeaseOptions("slurm-keda-bridge-default", "slurm-keda", "me", 3.0, 2.0, 1.0)
+                k, LeaseOptions("slurm-keda-bridge-default", "slurm", "me", 3.0, 2.0, 1.0)
             )
             assert await elector._try() == "ours"  # create
             assert await elector._try() == "ours"  # get, update
