@@ -1,5 +1,5 @@
-"""deploy/components/bridge: the ClusterRole grants exactly the calls the bridge makes (recorded by the fake API server
-while every Kube method runs), and the example policy loads."""
+"""deploy/components/bridge: the ClusterRole grants exactly the calls the bridge makes (recorded by the fake
+API server while every Kube method runs), and the example policy loads."""
 
 from __future__ import annotations
 
