@@ -407,8 +407,13 @@ async def _serve(
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["lab"]:
-        from .lab.cli import main as lab_main
-
+        try:
+            from .lab.cli import main as lab_main
+        except ImportError:  # the image leaves the development lab out
+            print(
+                "slurm-keda: the lab is not part of this installation (install from source)", file=sys.stderr
+            )
+            return 2
         return lab_main(args_list[1:])
     if args_list[:1] == ["dashboards"]:
         from dashboards.cli import main as dashboards_main
