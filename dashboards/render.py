@@ -203,14 +203,26 @@ def render(
     return len(panels)
 
 
+UNITS: dict[str, tuple[str, float]] = {
+    "percentunit": ("%", 100.0),
+    "bytes": ("GiB", 1 / 2**30),
+    "s": ("s", 1.0),
+    "h": ("h", 1.0),
+    "ops": ("per s", 1.0),
+    "opm": ("per min", 1.0),
+    "bool_yes_no": ("1 = yes", 1.0),
+}
+"""Grafana unit → (the label drawn, the factor values are multiplied by)."""
+
+
 def _draw(
     ax: Any, title: str, panel_queries: list[PanelQuery], prometheus: Prometheus, window: Window
 ) -> None:
-    unit = panel_queries[0].unit
-    ax.set_title(f"{title} ({unit})" if unit not in ("", "short") else title, fontsize=10)
+    label, factor = UNITS.get(panel_queries[0].unit, ("", 1.0))
+    ax.set_title(f"{title} ({label})" if label else title, fontsize=10)
     if panel_queries[0].kind == "stat":
         result = prometheus.instant(panel_queries[0].expr, window.end)
-        text = "no data" if not result else f"{float(result[0]['value'][1]):.4g}"
+        text = "no data" if not result else f"{float(result[0]['value'][1]) * factor:.4g}"
         ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=28, transform=ax.transAxes)
         ax.axis("off")
         return
@@ -218,7 +230,7 @@ def _draw(
     for q in panel_queries:
         for series in prometheus.range(q.expr, window):
             times = [float(t) - window.end for t, _ in series["values"]]
-            values = [float(v) for _, v in series["values"]]
+            values = [float(v) * factor for _, v in series["values"]]
             ax.plot([t / 60 for t in times], values, label=legend(q.legend, series["metric"]), linewidth=1.2)
             drawn += 1
     if not drawn:
