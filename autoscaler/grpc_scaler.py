@@ -369,8 +369,9 @@ class ScalerServer:
     async def stop(self, grace: float = 5.0) -> None:
         """End the streams cleanly, let unary calls finish for up to ``grace`` s, then abort the rest."""
         self.scaler.close_streams()
-        try:
-            await asyncio.wait_for(self.server.stop(grace), timeout=grace + 5.0)
+        try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (poller.py)
+            async with asyncio.timeout(grace + 5.0):
+                await self.server.stop(grace)
         except TimeoutError:
             log.warning("gRPC scaler: server did not stop within %.0f s", grace + 5.0)
 

@@ -129,8 +129,9 @@ class LeaderElector:
             if work.done():
                 return
             left = o.renew_deadline - (self._clock() - renewed)
-            try:
-                outcome = await asyncio.wait_for(self._try(), timeout=max(0.1, left))
+            try:  # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancellation (poller.py)
+                async with asyncio.timeout(max(0.1, left)):
+                    outcome = await self._try()
             except TimeoutError:
                 outcome = "failed"
             if outcome == "ours":
