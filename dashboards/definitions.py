@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from grafana_foundation_sdk.builders import dashboard as db
 
-from .panels import CLUSTER, Query, common_variables, graph, query_variable, series, single
+from .panels import CLUSTER, Query, common_variables, data, graph, query_variable, series, single
 
 PARTITION = 'partition=~"$partition"'
 TARGET = 'target=~"$target"'
@@ -42,7 +42,7 @@ def _partition_variable() -> db.QueryVariable:
 
 def _sum(metric: str, by: str = "", matchers: str = PARTITION) -> str:
     grouping = f" by ({by})" if by else ""
-    return f"sum{grouping} ({series(metric, matchers)})"
+    return f"sum{grouping} ({data(metric, matchers)})"
 
 
 def overview() -> db.Dashboard:
@@ -178,8 +178,8 @@ def overview() -> db.Dashboard:
                 "Licenses in use",
                 "Slurm licenses used and total, by license.",
                 "short",
-                Query(f"sum by (license) ({series('slurm_licenses_used')})", "{{license}} used"),
-                Query(f"sum by (license) ({series('slurm_licenses')})", "{{license}} total"),
+                Query(f"sum by (license) ({data('slurm_licenses_used')})", "{{license}} used"),
+                Query(f"sum by (license) ({data('slurm_licenses')})", "{{license}} total"),
             )
         )
         .with_row(db.Row("Users and accounts"))
@@ -190,9 +190,7 @@ def overview() -> db.Dashboard:
                 f"Top {who}s by allocated CPUs",
                 f"The ten {who}s with the most allocated CPUs (needs slurm-keda --metrics-per-{who}).",
                 "short",
-                Query(
-                    f"topk(10, sum by ({who}) ({series(f'slurm_{who}_allocated_cpus')}))", f"{{{{{who}}}}}"
-                ),
+                Query(f"topk(10, sum by ({who}) ({data(f'slurm_{who}_allocated_cpus')}))", f"{{{{{who}}}}}"),
                 width=8,
             )
         )
@@ -201,17 +199,17 @@ def overview() -> db.Dashboard:
             "Top users by pending jobs",
             "The ten users with the most pending jobs (needs slurm-keda --metrics-per-user).",
             "short",
-            Query(f"topk(10, sum by (user) ({series('slurm_user_jobs', PENDING)}))", "{{user}}"),
+            Query(f"topk(10, sum by (user) ({data('slurm_user_jobs', PENDING)}))", "{{user}}"),
             width=8,
         )
     )
 
 
 IDLE_UNNEEDED = (
-    f"(sum by (cluster, job, instance, target) ({series('slurm_autoscaler_target_nodes', TARGET)})"
-    f" - sum by (cluster, job, instance, target) ({series('slurm_autoscaler_busy_nodes', TARGET)}))"
-    " and on (cluster, job, instance, target)"
-    f" (sum by (cluster, job, instance, target) ({series('slurm_autoscaler_pending_eligible_jobs', TARGET)})"
+    f"(sum by (cluster, job, target) ({data('slurm_autoscaler_target_nodes', TARGET)})"
+    f" - sum by (cluster, job, target) ({data('slurm_autoscaler_busy_nodes', TARGET)}))"
+    " and on (cluster, job, target)"
+    f" (sum by (cluster, job, target) ({data('slurm_autoscaler_pending_eligible_jobs', TARGET)})"
     " == 0)"
 )
 """Nodes of a target with nothing to run while no pending job could use them: what a slow scale-down costs."""
@@ -246,10 +244,10 @@ def autoscaling() -> db.Dashboard:
                 "max), the value the KEDA scaler serves. desired above target means a scale-up is due, below "
                 "means a scale-down is.",
                 "short",
-                Query(f"sum ({series('slurm_autoscaler_target_nodes', TARGET)})", "target"),
-                Query(f"sum ({series('slurm_autoscaler_busy_nodes', TARGET)})", "busy"),
-                Query(f"sum ({series('slurm_autoscaler_needed_nodes', TARGET)})", "needed"),
-                Query(f"sum ({series('slurm_autoscaler_desired_nodes', TARGET)})", "desired"),
+                Query(f"sum ({data('slurm_autoscaler_target_nodes', TARGET)})", "target"),
+                Query(f"sum ({data('slurm_autoscaler_busy_nodes', TARGET)})", "busy"),
+                Query(f"sum ({data('slurm_autoscaler_needed_nodes', TARGET)})", "needed"),
+                Query(f"sum ({data('slurm_autoscaler_desired_nodes', TARGET)})", "desired"),
                 width=12,
             ).repeat("target")
         )
@@ -260,7 +258,7 @@ def autoscaling() -> db.Dashboard:
                 "Pending jobs that more nodes would let start, by target (array tasks one by one).",
                 "short",
                 Query(
-                    f"sum by (target) ({series('slurm_autoscaler_pending_eligible_jobs', TARGET)})",
+                    f"sum by (target) ({data('slurm_autoscaler_pending_eligible_jobs', TARGET)})",
                     "{{target}}",
                 ),
                 width=8,
@@ -274,7 +272,7 @@ def autoscaling() -> db.Dashboard:
                 "and Slurm's pending reason.",
                 "short",
                 Query(
-                    f"sum by (target, reason) ({series('slurm_autoscaler_pending_ignored_jobs', TARGET)})",
+                    f"sum by (target, reason) ({data('slurm_autoscaler_pending_ignored_jobs', TARGET)})",
                     "{{target}} {{reason}}",
                 ),
                 stacked=True,
@@ -287,7 +285,7 @@ def autoscaling() -> db.Dashboard:
                 "Pending jobs that can never run on the target: larger than its node shape or its max.",
                 "short",
                 Query(
-                    f"sum by (target) ({series('slurm_autoscaler_pending_too_large_jobs', TARGET)})",
+                    f"sum by (target) ({data('slurm_autoscaler_pending_too_large_jobs', TARGET)})",
                     "{{target}}",
                 ),
                 width=8,
@@ -365,7 +363,7 @@ def autoscaling() -> db.Dashboard:
                 "Nodes per partition",
                 "Nodes configured in each partition.",
                 "short",
-                Query(f"sum by (partition) ({series('slurm_partition_nodes')})", "{{partition}}"),
+                Query(f"sum by (partition) ({data('slurm_partition_nodes')})", "{{partition}}"),
             )
         )
         .with_panel(
@@ -374,8 +372,8 @@ def autoscaling() -> db.Dashboard:
                 "Allocated share of each partition's CPUs.",
                 "percentunit",
                 Query(
-                    f"sum by (partition) ({series('slurm_partition_allocated_cpus')})"
-                    f" / sum by (partition) ({series('slurm_partition_cpus')})",
+                    f"sum by (partition) ({data('slurm_partition_allocated_cpus')})"
+                    f" / sum by (partition) ({data('slurm_partition_cpus')})",
                     "{{partition}}",
                 ),
             )
@@ -396,7 +394,9 @@ def scheduler() -> db.Dashboard:
 
     def per_minute(metric: str, legend: str) -> Query:
         # slurmctld's counts are reset at midnight: rate() treats the drop as a counter reset
-        return Query(f"sum (rate({series(metric)}[$__rate_interval])) * 60", legend)
+        return Query(
+            f"sum (max without (instance, pod) (rate({series(metric)}[$__rate_interval]))) * 60", legend
+        )
 
     dash = (
         dash.with_row(db.Row("Cycles"))

@@ -39,6 +39,13 @@ def series(metric: str, matchers: str = "") -> str:
     return f"{metric}{{{SELECTOR}{', ' + matchers if matchers else ''}}}"
 
 
+def data(metric: str, matchers: str = "") -> str:
+    """:func:`series` of Slurm data, deduplicated across replicas: every slurm-keda replica (the bridge runs
+    two) exports the same cluster, so sums first take one value per series (``max without (instance, pod)``).
+    Health series (``slurm_up``, poll durations, the bridge's own) stay per instance."""
+    return f"max without (instance, pod) ({series(metric, matchers)})"
+
+
 def _targets(queries: tuple[Query, ...]) -> list[Builder[Dataquery]]:
     return [
         prometheus.Dataquery()

@@ -177,3 +177,13 @@ def test_queries_replace_variables_as_grafana_does() -> None:
     assert interpolate("rate(x[$__rate_interval]) ${job}", {"job": "j"}, window) == "rate(x[60s]) j"
     assert legend("{{target}} {{reason}}", {"target": "t", "reason": "Dependency"}) == "t Dependency"
     assert legend("__auto", {"__name__": "x", "a": "1"}) == "a=1"
+
+
+def test_sums_of_slurm_data_count_each_series_once_across_replicas() -> None:
+    # the bridge runs two replicas, and each exports the same cluster: a plain sum would double it
+    per_instance = ("slurm_up", "slurm_autoscaler_stale", "slurm_autoscaler_target_info")
+    for stem in ("slurm-overview", "slurm-autoscaling", "slurm-scheduler"):
+        for e in exprs(load(ROOT / f"dashboards/{stem}.json")):
+            names = set(re.findall(r"\b(slurm_[a-z_]+)\{", e)) - set(per_instance)
+            if names and re.search(r"\b(sum|topk)\b", e):
+                assert "max without (instance, pod) (" in e, e
