@@ -398,29 +398,24 @@ def scheduler() -> db.Dashboard:
             f"sum (max without (instance, pod) (rate({series(metric)}[$__rate_interval]))) * 60", legend
         )
 
+    dash = dash.with_row(db.Row("Cycles"))
+    for title, who, prefix in (
+        ("Main scheduling cycle", "main scheduler", "slurm_scheduler"),
+        ("Backfill cycle", "backfill scheduler", "slurm_backfill"),
+    ):
+        dash = dash.with_panel(
+            graph(
+                title,
+                f"Duration of the {who}'s last cycle, and its mean and max since the last reset.",
+                "s",
+                *(
+                    Query(f"max ({series(f'{prefix}_cycle_{stat}_seconds')})", stat)
+                    for stat in ("last", "mean", "max")
+                ),
+            )
+        )
     dash = (
-        dash.with_row(db.Row("Cycles"))
-        .with_panel(
-            graph(
-                "Main scheduling cycle",
-                "Duration of the main scheduler's last cycle, and its mean and max since the last reset.",
-                "s",
-                Query(f"max ({series('slurm_scheduler_cycle_last_seconds')})", "last"),
-                Query(f"max ({series('slurm_scheduler_cycle_mean_seconds')})", "mean"),
-                Query(f"max ({series('slurm_scheduler_cycle_max_seconds')})", "max"),
-            )
-        )
-        .with_panel(
-            graph(
-                "Backfill cycle",
-                "Duration of the backfill scheduler's last cycle, and its mean and max since the last reset.",
-                "s",
-                Query(f"max ({series('slurm_backfill_cycle_last_seconds')})", "last"),
-                Query(f"max ({series('slurm_backfill_cycle_mean_seconds')})", "mean"),
-                Query(f"max ({series('slurm_backfill_cycle_max_seconds')})", "max"),
-            )
-        )
-        .with_panel(
+        dash.with_panel(
             graph(
                 "Cycles per minute",
                 "Main and backfill cycles run per minute.",

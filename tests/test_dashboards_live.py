@@ -27,10 +27,10 @@ from dashboards.render import Window, load, queries, repeat_queries
 from dashboards.rules import ALERTS, RECORDS
 from exporter.lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
-from tests.scale_harness import ScalerProcess, free_port
+from tests.scale_harness import ScalerProcess
 from tests.test_bridge_kube import pod
 from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.test_metrics_live import PROMETHEUS, Proc, need_binary
+from tests.test_metrics_live import PROMETHEUS, need_binary, start_prometheus
 from tests.tools import eventually
 
 pytestmark = pytest.mark.lab
@@ -86,27 +86,6 @@ def prom_get(port: int, path: str, **params: str) -> Any:
     return body["data"]
 
 
-def start_prometheus(target: str, workdir: Path) -> tuple[Proc, int]:
-    port = free_port()
-    rules = workdir / "slurm-keda.rules.yaml"
-    shutil.copy(ROOT / "dashboards/rules/slurm-keda.rules.yaml", rules)
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n"
-        f"rule_files: ['{rules}']\n"
-        "scrape_configs:\n  - job_name: slurm-keda\n    static_configs:\n"
-        f"      - targets: ['{target}']\n        labels: {{cluster: {CLUSTER}}}\n"
-    )
-    argv = [
-        str(PROMETHEUS),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    return Proc.start("prometheus", argv, workdir / "prometheus.log"), port
-
-
 async def instant(port: int, expr: str) -> list[dict[str, Any]]:
     data = await asyncio.to_thread(prom_get, port, "/api/v1/query", query=expr, time=f"{time.time():.3f}")
     result: list[dict[str, Any]] = data["result"] if data["resultType"] == "vector" else [data["result"]]
@@ -150,11 +129,13 @@ async def test_dashboards_and_rules_on_a_real_prometheus(
             ),
         ]
         async with ScalerProcess(lab, tmp_path / "serve.log", args=flags) as serve:
-            prometheus, port = start_prometheus(f"127.0.0.1:{serve.http_port}", tmp_path)
+            rules = tmp_path / "slurm-keda.rules.yaml"
+            shutil.copy(ROOT / "dashboards/rules/slurm-keda.rules.yaml", rules)
+            prometheus = start_prometheus(serve.http_port, tmp_path, rules, CLUSTER)
             try:
-                await _check(lab, serve, port, tmp_path)
+                await _check(lab, serve, prometheus.port, tmp_path)
             finally:
-                prometheus.stop()
+                prometheus.proc.stop()
 
 
 async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> None:

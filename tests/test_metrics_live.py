@@ -635,17 +635,22 @@ class Prometheus:
         pytest.fail(f"Prometheus target not up within {timeout:.0f} s: {last}\n{self.proc.output()}")
 
 
-def start_prometheus(target_port: int, workdir: Path) -> Prometheus:
+def start_prometheus(
+    target_port: int, workdir: Path, rules: Path | None = None, cluster: str | None = None
+) -> Prometheus:
+    """Prometheus scraping serve every second as job slurm-keda; with ``rules`` loaded (evaluated every
+    second) and a ``cluster`` target label if given."""
     port = free_port()
     config = workdir / "prometheus.yml"
     config.write_text(
         "global:\n"
         "  scrape_interval: 1s\n"
         "  scrape_timeout: 1s\n"
-        "scrape_configs:\n"
+        "  evaluation_interval: 1s\n" + (f"rule_files: ['{rules}']\n" if rules else "") + "scrape_configs:\n"
         "  - job_name: slurm-keda\n"
         "    static_configs:\n"
         f"      - targets: ['127.0.0.1:{target_port}']\n"
+        + (f"        labels: {{cluster: {cluster}}}\n" if cluster else "")
     )
     argv = [
         str(PROMETHEUS),
