@@ -196,7 +196,7 @@ def render(
         _draw(ax, title, panel_queries, prometheus, window)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.97))  # room for the dashboard's title
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=80)
     plt.close(fig)
@@ -231,7 +231,8 @@ def _draw(
         for series in prometheus.range(q.expr, window):
             times = [float(t) - window.end for t, _ in series["values"]]
             values = [float(v) * factor for _, v in series["values"]]
-            ax.plot([t / 60 for t in times], values, label=legend(q.legend, series["metric"]), linewidth=1.2)
+            name = legend(q.legend, series["metric"]) or "value"
+            ax.plot([t / 60 for t in times], values, label=name, linewidth=1.2)
             drawn += 1
     if not drawn:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, color="grey")
