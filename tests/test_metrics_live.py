@@ -540,7 +540,7 @@ def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: Se
     info_labels = dict(info)
     assert info_labels["slurm_version"] == lab.release()
     assert info_labels["api_version"] == lab.api_versions()[-1]
-    assert info_labels["cluster"] == lab.flavor.cluster_name
+    assert info_labels["slurm_cluster"] == lab.flavor.cluster_name
 
     # the sample really covers the interesting cases: GPUs in use on g1, array tasks, pending reasons
     g1 = next(row for row in view.nodes if row["NodeName"] == "g1")
