@@ -71,8 +71,8 @@ a node-name host list / prefix (:class:`Target`). For each target:
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, and never below busy (if busy
    exceeds ``max_nodes``, desired stays at busy and ``reasons`` says so).
 
-Known limit: v0.0.45 (Slurm 26.05) does not report ``--exclusive`` (``Job.exclusive`` is False);
-without a memory default such a job still has ``whole_node_memory`` and thus takes whole nodes.
+Exclusivity: v0.0.45 (Slurm 26.05) does not report ``--exclusive``, so the poller lists ``/jobs`` with
+v0.0.44 there (:data:`exporter.client.JOBS_VERSION_INSTEAD`); an exclusive job takes its nodes whole.
 
 Cost: every job is read once (:func:`_scan`: the fields above as one tuple and the priority, plain
 attribute reads in one list comprehension — ~2× faster than ``attrgetter`` on msgspec structs —, the

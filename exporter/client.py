@@ -99,6 +99,22 @@ def choose_version(offered: Mapping[str, object], supported: tuple[str, ...], fo
     return max(common, key=version_key)
 
 
+JOBS_VERSION_INSTEAD: dict[str, str] = {"v0.0.45": "v0.0.44"}
+"""Version → the version ``/jobs`` is listed with instead, when the server offers it. Slurm 26.05's v0.0.45
+``job_info`` deprecates ``shared`` and reports it empty for every job, while the fields its description
+names as the replacement (``exclusive``, ``oversubscribe``) are neither in the schema nor in the answers
+(26.05.5, seen in the lab); v0.0.44 from the same slurmrestd still says ``["none"]`` for ``--exclusive``,
+``["user"]``, ``["oversubscribe"]``, and otherwise has the same fields. Exclusivity changes how many nodes a
+job takes, so the demand model needs it."""
+
+
+def choose_jobs_version(offered: Mapping[str, object], version: str, forced: str | None) -> str:
+    """The API version to list ``/jobs`` with: ``version`` (the negotiated one) unless it is not forced and
+    :data:`JOBS_VERSION_INSTEAD` names an offered replacement."""
+    instead = JOBS_VERSION_INSTEAD.get(version)
+    return instead if not forced and instead is not None and instead in offered else version
+
+
 _OPENAPI = msgspec.json.Decoder(dict[str, object])
 
 

@@ -30,7 +30,7 @@ from typing import Any
 import msgspec
 
 from . import versions
-from .client import ApiPaths, NotModified, SlurmClient, choose_version
+from .client import ApiPaths, NotModified, SlurmClient, choose_jobs_version, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot, wall_time
@@ -118,6 +118,8 @@ class PollStatus:
 
     api_version: str | None = None
     offered_versions: tuple[str, ...] = ()
+    jobs_api_version: str | None = None
+    """The version ``/jobs`` is listed with (differs from ``api_version`` on Slurm 26.05: job exclusivity)."""
     polls: int = 0
     last_poll_started: float | None = None
     last_poll_finished: float | None = None
@@ -166,6 +168,8 @@ class Poller:
         )
         self._paths: dict[str, str] = {}
         self._adapter: versions.Adapter | None = None
+        self._jobs_adapter: versions.Adapter | None = None
+        """The adapter of the version /jobs is listed with (:func:`.client.choose_jobs_version`)."""
         self._snapshot: Snapshot | None = None
         self._changed = asyncio.Event()
         self._early = asyncio.Event()
@@ -220,6 +224,8 @@ class Poller:
             offered: ApiPaths = await self.client.openapi()
             version = choose_version(offered, versions.SUPPORTED_VERSIONS, self.config.api_version)
             adapter = versions.adapter_for(version)
+            jobs_version = choose_jobs_version(offered, version, self.config.api_version)
+            jobs_adapter = versions.adapter_for(jobs_version)
         except SlurmError as e:
             st.record_error(e, self._clock())
             self.status.last_error = str(e)
@@ -230,13 +236,17 @@ class Poller:
         st.fetched_at = self._clock()
         self.status.offered_versions = tuple(sorted(offered, key=_vkey))
         self.status.api_version = version
-        self._paths = offered.get(version, {})
+        self._paths = dict(offered.get(version, {}))
+        self._paths["jobs"] = offered.get(jobs_version, {}).get("jobs") or f"/slurm/{jobs_version}/jobs"
         self._adapter = adapter
+        self._jobs_adapter = jobs_adapter
+        self.status.jobs_api_version = jobs_version
         log.info(
-            "slurmrestd offers API %s; using %s%s",
+            "slurmrestd offers API %s; using %s%s%s",
             ", ".join(self.status.offered_versions) or "none",
             version,
             " (forced)" if self.config.api_version else "",
+            f", /jobs with {jobs_version} (job exclusivity)" if jobs_version != version else "",
         )
         return version
 
@@ -418,8 +428,8 @@ class Poller:
 
     async def _fetch_jobs(self, path: str, params: dict[str, str]) -> tuple[list[Any], Envelope, int]:
         """Stream /jobs, decoding batches of jobs as they arrive (bounded memory, no long stall)."""
-        assert self._adapter is not None
-        adapter = self._adapter
+        assert self._jobs_adapter is not None
+        adapter = self._jobs_adapter
         cap = self.client.config.max_record_bytes
         decoder = StreamingArrayDecoder(
             b"jobs", adapter.job_array, max_element_bytes=cap, max_envelope_bytes=cap

@@ -54,7 +54,7 @@ async def test_first_poll_negotiates_highest_and_builds_snapshot(
     assert snap is not None and p.snapshot is snap
     assert snap.api_version == "v0.0.45"
     assert p.status.offered_versions == ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
-    jobs, env = adapter_for("v0.0.45").jobs((DATA / "v0.0.45" / "jobs.json").read_bytes())
+    jobs, env = adapter_for("v0.0.44").jobs((DATA / "v0.0.44" / "jobs.json").read_bytes())  # see below
     assert list(snap.jobs) == jobs
     assert snap.slurm_version == "26.05.5" and snap.cluster == env.cluster
     assert len(snap.nodes) == len(adapter_for("v0.0.45").nodes((DATA / "v0.0.45/nodes.json").read_bytes())[0])
@@ -313,3 +313,29 @@ async def test_records_with_impossible_values_are_dropped_and_counted(
     assert len(bad.nodes) == len(good.nodes) - 1 and all(n.cpus >= 0 for n in bad.nodes)
     assert (p.status.endpoints["jobs"].dropped, p.status.endpoints["nodes"].dropped) == (1, 1)
     assert p.status.endpoints["jobs"].last_ok  # the endpoint answered; one record was not believed
+
+
+async def test_jobs_are_listed_with_v0044_where_v0045_hides_exclusivity(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    # Slurm 26.05's v0.0.45 reports shared: [] for every job; v0.0.44 still says ["none"] for --exclusive
+    fake, url = fake_url
+    p = _poller(url, Clock())
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and snap.api_version == "v0.0.45"  # every other endpoint
+    assert p.status.jobs_api_version == "v0.0.44"
+    jobs_paths = {path for path, _, _ in fake.requests if path.endswith("/jobs/")}
+    assert jobs_paths == {"/slurm/v0.0.44/jobs/"}
+    assert {path for path, _, _ in fake.requests if path.endswith("/nodes/")} == {"/slurm/v0.0.45/nodes/"}
+    (pair,) = [j for j in snap.jobs if j.name == "exclusive_pair"]  # the demo's -N2 --exclusive job
+    assert pair.exclusive
+    v45, _ = adapter_for("v0.0.45").jobs((DATA / "v0.0.45" / "jobs.json").read_bytes())
+    assert not [j for j in v45 if j.exclusive]  # what listing with v0.0.45 would have said
+    # without v0.0.44 on offer, and when a version is forced, /jobs follows the negotiated version
+    for versions, forced in ((["v0.0.45"], None), (["v0.0.44", "v0.0.45"], "v0.0.45")):
+        fake.versions, fake.requests[:] = versions, []
+        p = _poller(url, Clock(), api_version=forced)
+        async with p.client:
+            assert await p.poll_once() is not None
+        assert {path for path, _, _ in fake.requests if path.endswith("/jobs/")} == {"/slurm/v0.0.45/jobs/"}
