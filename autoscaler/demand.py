@@ -15,7 +15,10 @@ a node-name host list / prefix (:class:`Target`). For each target:
 3. **Node shape** (CPUs, memory, GPUs per node): the most common shape of the target's nodes
    (``effective_cpus`` when reported, else ``cpus``; ``memory_bytes``; ``gpus``); when the target
    has no nodes, ``Target.shape`` (scale from zero). No shape at all → nothing is counted and
-   ``reasons`` says so.
+   ``reasons`` says so. The partition's ``MaxCPUsPerNode`` caps the shape's CPUs (and busy nodes' free
+   room). Partition memory defaults (``DefMemPerCPU``/``DefMemPerNode``) need nothing here: slurmctld
+   writes them into the job's record at submission, and ``OverSubscribe=EXCLUSIVE`` marks the partition's
+   jobs exclusive the same way.
 4. **Pending jobs** of the partition (a job pending in several partitions counts in each target
    of those partitions) are classified by :mod:`autoscaler.reasons` — by Slurm's reason, or for a job
    slurmctld has not classified yet (``None``, ``PartitionConfig``) or bound to a reservation, by the
@@ -87,7 +90,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from itertools import compress
 from itertools import count as counter
@@ -582,6 +585,12 @@ class _Index:
         self.jobs = jobs = snapshot.jobs
         others: list[Job] = []
         self.bars = Bars.of(snapshot)
+        self.max_cpus_per_node = {
+            p.name: p.max_cpus_per_node
+            for p in snapshot.partitions
+            if p.name in wanted and p.max_cpus_per_node
+        }
+        """Partition ``MaxCPUsPerNode`` where set: the CPUs of a node its jobs may use together."""
         groups, codes = _scan(jobs, others, self.bars)
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind): :attr:`order`."""
@@ -698,12 +707,16 @@ class _Index:
         return [item for group in groups.values() for item in group]
 
 
-def _room(busy_nodes: Iterable[Node]) -> Bins:
-    """Free room of busy, usable nodes, in node order (equal neighbours as one run)."""
+def _room(busy_nodes: Iterable[Node], max_cpus: int | None = None) -> Bins:
+    """Free room of busy, usable nodes, in node order (equal neighbours as one run). ``max_cpus``: the
+    partition's MaxCPUsPerNode, counted against all of a node's allocated CPUs (exact when the partition's
+    jobs are the node's only ones, as on a NodeSet; else it may under-count the room)."""
     runs: list[list[int]] = []
     last = [0, 0, 0, 0]
     for n in busy_nodes:
         c = (n.effective_cpus or n.cpus) - n.alloc_cpus
+        if max_cpus is not None:
+            c = min(c, max_cpus - n.alloc_cpus)
         if c <= 0 or n.state in _UNUSABLE_NODE_STATES or not _UNUSABLE_NODE_FLAGS.isdisjoint(n.flags):
             continue
         m = n.memory_bytes - n.alloc_memory_bytes
@@ -746,6 +759,10 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         )
     else:
         reasons.append(f"shape: {shape} per node (from {shape_source})")
+    max_cpus = index.max_cpus_per_node.get(target.partition)
+    if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
+        shape = replace(shape, cpus=max_cpus)
+        reasons.append(f"shape: {max_cpus} CPUs usable per node (partition MaxCPUsPerNode)")
 
     ignored: Counter[str] = Counter()
     too_large: list[TooLarge] = []
@@ -825,7 +842,7 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     if shape is not None and run_piece:
         cap = (shape.cpus, shape.memory_bytes, shape.gpus)
         fresh_runs = list(compress(range(len(run_piece)), run_fresh))
-        room = _room(busy_nodes) if fresh_runs else None
+        room = _room(busy_nodes, max_cpus) if fresh_runs else None
         if room is not None and room.blocks:
             exact = is_exact(len(fresh_runs), room.run_count())
             groups = [(run_piece[r], run_jobs[r]) for r in fresh_runs]

@@ -58,6 +58,19 @@ would have pended with Resources after the scale-up and cost a second round.
 p5. The model sees exclusivity on 26.05 only because ``/jobs`` is listed with v0.0.44 there (v0.0.45 reports
 no job as exclusive; the model then said 2).
 
+Partition settings (given to ``cloud`` and ``dyn`` alike before the jobs):
+
+``partition_exclusive`` → 4 (``OverSubscribe=EXCLUSIVE``): four 1-CPU jobs, one node each — slurmctld
+marks every job of such a partition exclusive in its record (``shared: ["none"]`` in v0.0.44), which the
+model reads.
+
+``def_mem_per_cpu`` → 4 (``DefMemPerCPU=6000``): jobs naming no memory get 6000 MB per CPU written into their
+record at submission; five 1-CPU jobs go two per node by memory (p1, p2, p3 one), the 2-CPU job (12000 MB)
+does not fit beside the fifth and opens p4.
+
+``max_cpus_per_node`` → 3 (``MaxCPUsPerNode=4``): six ``-c2`` jobs, two per 8-CPU node (the model caps the
+node shape at the partition's limit; without it, it said 2).
+
 Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees):
 
 ``multinode_after`` → Slurm 9, model 6: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
@@ -141,6 +154,8 @@ class Mix:
     """``(key, sbatch arguments)``; ``{key}`` in the arguments is replaced by that job's id."""
     slurm_nodes: int
     """How many nodes Slurm resumes for it (the module docstring says why)."""
+    settings: tuple[str, ...] = ()
+    """``scontrol update partitionname=…`` settings given to both ``cloud`` and ``dyn`` first."""
 
 
 MIXES: tuple[Mix, ...] = (
@@ -209,6 +224,23 @@ MIXES += (
             ("c2c", "-c2 --mem=1000"),
         ),
         5,
+    ),
+)
+MIXES += (
+    Mix(
+        "partition_exclusive",
+        tuple((f"n1_{i}", "-n1 --mem=1000") for i in range(4)),
+        4,
+        ("OverSubscribe=EXCLUSIVE",),
+    ),
+    Mix(
+        "def_mem_per_cpu",
+        (*((f"n1_{i}", "-n1") for i in range(5)), ("n2", "-n2")),
+        4,
+        ("DefMemPerCPU=6000",),
+    ),
+    Mix(
+        "max_cpus_per_node", tuple((f"c2_{i}", "-c2 --mem=1000") for i in range(6)), 3, ("MaxCPUsPerNode=4",)
     ),
 )
 MIXES += (
@@ -289,7 +321,10 @@ def cloud_allocation(lab: Lab) -> set[str] | None:
 
 async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     """Fresh lab, the mix to cloud (released at once) and to dyn; (nodes Slurm resumed, dyn's demand)."""
-    lab.restart()
+    lab.restart()  # also undoes the previous mix's partition settings
+    for partition in ("cloud", "dyn"):
+        if mix.settings:
+            lab.run(["scontrol", "update", f"partitionname={partition}", *mix.settings])
     lab.run(["scontrol", "update", "partitionname=cloud", "state=down"])
     submit_mix(lab, "cloud", mix)
     lab.run(["scontrol", "update", "partitionname=cloud", "state=up"])

@@ -30,7 +30,7 @@ from autoscaler.demand import (
 from autoscaler.eligibility import Bars
 from autoscaler.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.reasons import Eligibility, classify, normalize
-from exporter.model import MIB, Job, Node, Snapshot
+from exporter.model import MIB, Job, Node, Partition, Snapshot
 from exporter.slurmtext import hostlist_expand
 from tests.tools import recorded_snapshot
 
@@ -721,3 +721,20 @@ def test_key_layout() -> None:
     assert _key(msgspec.structs.replace(job, array_job_id=None), NO_BARS)[_THROTTLE] is None
     throttled = msgspec.structs.replace(job, array_max_tasks=2)
     assert _key(throttled, NO_BARS)[_THROTTLE] == (1, None, "1-3", 2)
+
+
+def test_partition_max_cpus_per_node_shrinks_the_node() -> None:
+    # MaxCPUsPerNode=4 on 8-CPU nodes: six 2-CPU jobs take 3 new nodes, not 2; a busy node with 2 CPUs
+    # allocated has room for one more such job, not three
+    jobs = [pend(i, cpus=2) for i in range(1, 7)]
+    limited = (Partition(name="p", max_cpus_per_node=4),)
+    s = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), partitions=limited)
+    t = Target(name="t", partition="p", shape=SHAPE)
+    d = compute_demand(s, [t])["t"]
+    assert d.needed == 3
+    assert any("MaxCPUsPerNode" in r for r in d.reasons)
+    assert compute_demand(snap(jobs), [t])["t"].needed == 2  # without the limit
+    fresh = [pend(i, reason="None", cpus=2) for i in range(1, 4)]
+    busy = node("n1", state="MIXED", alloc_cpus=2)
+    s = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(fresh), nodes=(busy,), partitions=limited)
+    assert compute_demand(s, [t])["t"].needed == 1  # one fits beside the running job, two need a node
