@@ -19,10 +19,12 @@ a node-name host list / prefix (:class:`Target`). For each target:
    room). Partition memory defaults (``DefMemPerCPU``/``DefMemPerNode``) need nothing here: slurmctld
    writes them into the job's record at submission, and ``OverSubscribe=EXCLUSIVE`` marks the partition's
    jobs exclusive the same way.
-4. **Pending jobs** of the partition (a job pending in several partitions counts in each target
-   of those partitions) are classified by :mod:`autoscaler.reasons` — by Slurm's reason, or for a job
-   slurmctld has not classified yet (``None``, ``PartitionConfig``) or bound to a reservation, by the
-   reason its own fields show (:mod:`autoscaler.eligibility`) —: ineligible ones land in
+4. **Pending jobs** of the partition (a job pending in several partitions counts only in the one Slurm
+   tries first: highest ``PriorityTier``, then the job's own order — put a NodeSet's partition first, or
+   give it the higher tier, for its NodeSet to scale for such jobs) are classified by
+   :mod:`autoscaler.reasons` — by Slurm's reason, or for a job slurmctld has not classified yet
+   (``None``, ``PartitionConfig``) or bound to a reservation, by the reason its own fields show
+   (:mod:`autoscaler.eligibility`) —: ineligible ones land in
    ``ignored[reason]`` (counted in tasks), eligible ones are sized. With ``nodeset_feature`` set, a
    job whose ``--constraint`` does not name that feature belongs to another NodeSet and is skipped
    (a job without a constraint counts toward every NodeSet of its partition).
@@ -571,6 +573,15 @@ def _by_lead(kinds: list[_Kind], jobs: Sequence[Job]) -> list[_Kind]:
     return kinds
 
 
+def _first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
+    """The partition Slurm tries a pending job in first: the highest ``PriorityTier``, then the job's own
+    order. A job pending in several partitions counts in that one only, so two NodeSets never both scale
+    up for it."""
+    if len(partitions) < 2:
+        return partitions[0] if partitions else None
+    return max(enumerate(partitions), key=lambda ip: (tiers.get(ip[1], 0), -ip[0]))[1]
+
+
 class _Index:
     """What every target needs from the snapshot, built once per snapshot.
 
@@ -596,6 +607,7 @@ class _Index:
         """Whether the pending jobs are ordered job by job (else kind by kind): :attr:`order`."""
         multiplicities, leads, priorities, positions = _tally(groups, codes, positions=by_job)
         kinds: dict[str, list[_Kind]] = {p: [] for p in wanted}
+        tiers = {p.name: p.priority_tier for p in snapshot.partitions}
         kind_at: dict[str, dict[int, _Kind]] = {p: {} for p in wanted}  # key index → its kind
         merged: dict[str, dict[Any, _Kind]] = {p: {} for p in wanted}
         parts_of: dict[tuple[str, ...], list[str]] = {}
@@ -606,7 +618,8 @@ class _Index:
         ):
             parts = parts_of.get(key[0])
             if parts is None:
-                parts = parts_of[key[0]] = [p for p in key[0] if p in wanted]
+                first = _first_partition(key[0], tiers)
+                parts = parts_of[key[0]] = [first] if first in wanted else []
                 if not parts:
                     continue
             elif not parts:

@@ -484,3 +484,48 @@ async def test_side_by_side_with_the_naive_pending_jobs_trigger(scale_runs: Scal
         assert sorted(r.never_started) == sorted(j.key for j in INELIGIBLE)
     assert ours.held_phase_replicas == 0
     assert ours.idle_node_minutes <= naive1.idle_node_minutes
+
+
+@pytest.mark.parametrize("second_tier", [1, 5], ids=["equal_tiers", "second_tier_higher"])
+async def test_oracle_a_job_in_two_partitions_counts_once(lab26: Lab, second_tier: int) -> None:
+    """Three whole-node jobs ``-p cloud,cloud2`` and one ``-p cloud2``, the cloud nodes split in two
+    partitions (p1-6, p7-12); the same jobs to ``dyn,dyn2`` (both zero-node NodeSets). Slurm places each
+    two-partition job in the partition it tries first (the higher PriorityTier, else the job's order); the
+    model must count it there only: desired(dyn) + desired(dyn2) = the nodes Slurm resumed, per partition."""
+    lab = lab26
+    lab.restart()
+    tier = f"PriorityTier={second_tier}"
+    lab.run(["scontrol", "update", "partitionname=cloud", "nodes=p[1-6]", "state=down"])
+    lab.run(["scontrol", "create", "partitionname=cloud2", "nodes=p[7-12]", "state=down", tier])
+    lab.run(["scontrol", "create", "partitionname=dyn2", "nodes=ns-dyn", "state=up", tier])
+    try:
+        for first, second in (("cloud", "cloud2"), ("dyn", "dyn2")):
+            for i in range(3):
+                lab.sbatch(
+                    "-p", f"{first},{second}", "-n8", "-t", "30", "-J", f"both{i}", command="sleep 600"
+                )
+            lab.sbatch("-p", second, "-n8", "-t", "30", "-J", "second_only", command="sleep 600")
+        for p in ("cloud", "cloud2"):
+            lab.run(["scontrol", "update", f"partitionname={p}", "state=up"])
+
+        def placed() -> dict[str, set[str]] | None:
+            out: dict[str, set[str]] = {"cloud": set(), "cloud2": set()}
+            for line in lab.run(["squeue", "-h", "-o", "%T|%P|%N"]).splitlines():
+                state, partition, hosts = line.split("|")
+                if partition in out or set(partition.split(",")) & set(out):
+                    if state == "PENDING":
+                        return None
+                    out[partition].update(hostlist_expand(hosts))
+            return out if lab.resumed_nodes() >= out["cloud"] | out["cloud2"] else None
+
+        by_partition = await eventually(placed, SETTLE_TIMEOUT, "the cloud jobs to start")
+        snap = await lab_snapshot(lab)
+        targets = [DYN_TARGET, Target("dyn2", "dyn2", nodeset_feature=DYN_FEATURE, shape=NODE_SHAPE)]
+        demand = compute_demand(snap, targets)
+        slurm = (len(by_partition["cloud"]), len(by_partition["cloud2"]))
+        model = (demand["dyn"].desired, demand["dyn2"].desired)
+        print(f"\noracle two partitions (tier {second_tier}): Slurm {slurm}, model {model}")
+        assert slurm == ((3, 1) if second_tier == 1 else (0, 4))  # Slurm's own answer, checked first
+        assert model == slurm
+    finally:
+        lab.restart()  # the partitions of slurm.conf again

@@ -738,3 +738,21 @@ def test_partition_max_cpus_per_node_shrinks_the_node() -> None:
     busy = node("n1", state="MIXED", alloc_cpus=2)
     s = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(fresh), nodes=(busy,), partitions=limited)
     assert compute_demand(s, [t])["t"].needed == 1  # one fits beside the running job, two need a node
+
+
+def test_a_job_pending_in_two_partitions_counts_once_where_slurm_tries_first() -> None:
+    # -p a,b: two NodeSets' partitions; without a rule both would scale up for the same job
+    a, b = Target(name="a", partition="a", shape=SHAPE), Target(name="b", partition="b", shape=SHAPE)
+
+    def needed(order: tuple[str, ...], tiers: dict[str, int]) -> tuple[int, int]:
+        job = Job(job_id=1, state="PENDING", reason="Resources", partitions=order, cpus=8, priority=1)
+        parts = tuple(Partition(name=n, priority_tier=t) for n, t in tiers.items())
+        s = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=(job,), partitions=parts)
+        got = compute_demand(s, [a, b])
+        assert compute_demand(s, [b])["b"].needed == got["b"].needed  # whatever is asked together
+        return got["a"].needed, got["b"].needed
+
+    assert needed(("a", "b"), {"a": 1, "b": 1}) == (1, 0)  # equal tiers: the job's own order
+    assert needed(("b", "a"), {"a": 1, "b": 1}) == (0, 1)
+    assert needed(("a", "b"), {"a": 1, "b": 5}) == (0, 1)  # a higher PriorityTier is tried first
+    assert needed(("a",), {"a": 1, "b": 5}) == (1, 0)
