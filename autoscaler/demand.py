@@ -36,7 +36,10 @@ a node-name host list / prefix (:class:`Target`). For each target:
    ``--mem`` × nodes, ``--mem-per-cpu`` × cpus, else the TRES memory; "whole node memory"
    (``--mem=0`` or no memory default) takes all of M on each node. Each of the n nodes gets an even
    share (CPUs ⌈cpus/n⌉, memory, GPUs ``--gpus-per-node`` or ⌈gpus/n⌉). Exclusive jobs take
-   whole nodes. A job that can never run on this target (per-node memory/GPUs above the shape,
+   whole nodes. ``--spread-job`` takes a node per task, up to its own and the target's maximum
+   (oracle: ``spread``). ``--ntasks-per-node``, ``-N min-max`` (the minimum starts it) and
+   ``--mem-per-cpu`` agree with Slurm through the formula (oracle: ``task_geometry``). A job that can
+   never run on this target (per-node memory/GPUs above the shape,
    more nodes than its own ``--nodes`` maximum or than ``Target.max_nodes``) goes to
    ``too_large`` and is not counted.
 7. **Packing** (:mod:`autoscaler.packing`): per-node pieces are packed by first fit **in Slurm's
@@ -295,6 +298,7 @@ class _Request(NamedTuple):
     gpus_per_node: int
     gpus: int
     exclusive: bool
+    spread: bool
 
 
 def _ceil(a: int, b: int) -> int:
@@ -306,7 +310,7 @@ def _size(request: _Key, shape: NodeShape, max_nodes: int | None) -> Piece | str
     never run on this shape."""
     (
         min_nodes, job_max_nodes, job_cpus, tasks, cpus_per_task, mem_per_node, mem_per_cpu,
-        whole_node_memory, memory_bytes, gpus_pn, job_gpus, exclusive,
+        whole_node_memory, memory_bytes, gpus_pn, job_gpus, exclusive, spread,
     ) = request  # fmt: skip
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
     cpus = max(job_cpus, tasks * cpus_per_task if cpus_per_task > 1 else 0, 1)
@@ -339,6 +343,8 @@ def _size(request: _Key, shape: NodeShape, max_nodes: int | None) -> Piece | str
         if not g_node:
             return f"asks {job_gpus} GPUs, nodes have none"
         n = max(n, _ceil(job_gpus, g_node))
+    if spread:  # --spread-job: one task per node, as far as the job's and the target's maxima allow
+        n = max(n, min(max(tasks, 1), job_max_nodes or tasks, max_nodes or tasks))
     # --mem-per-cpu: the CPUs of the fullest node must fit its memory
     if mem_per_cpu is not None and not whole_node_memory and mem_per_node is None:
         while _ceil(cpus, n) * mem_per_cpu > m_node:
@@ -415,7 +421,7 @@ def _scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[_Key
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                j.exclusive,
+                j.exclusive, j.spread,
             ),
             ordinal(),
         ) | j.priority << 31

@@ -58,6 +58,13 @@ would have pended with Resources after the scale-up and cost a second round.
 p5. The model sees exclusivity on 26.05 only because ``/jobs`` is listed with v0.0.44 there (v0.0.45 reports
 no job as exclusive; the model then said 2).
 
+``task_geometry`` → 4: ``-n3 --ntasks-per-node=1`` on p1..p3; ``-n6 --ntasks-per-node=3 -c2`` beside it
+on p1, p2 (6 CPUs each); ``-N2-4 -n4`` starts on its minimum of 2 nodes; ``-n4 --mem-per-cpu=5000`` (20000 MB)
+needs 2 nodes by memory. The model's formula gives the same 4.
+
+``spread`` → 4: ``-n4 --spread-job`` puts one task on each of 4 nodes (job flag ``SPREAD_JOB``); the
+``-c6`` job fits beside one of them. Without reading the flag the model said 2.
+
 Partition settings (given to ``cloud`` and ``dyn`` alike before the jobs):
 
 ``partition_exclusive`` → 4 (``OverSubscribe=EXCLUSIVE``): four 1-CPU jobs, one node each — slurmctld
@@ -242,6 +249,19 @@ MIXES += (
     Mix(
         "max_cpus_per_node", tuple((f"c2_{i}", "-c2 --mem=1000") for i in range(6)), 3, ("MaxCPUsPerNode=4",)
     ),
+)
+MIXES += (
+    Mix(
+        "task_geometry",
+        (
+            ("one_per_node", "-n3 --ntasks-per-node=1 --mem=1000"),
+            ("three_per_node", "-n6 --ntasks-per-node=3 -c2 --mem=1000"),
+            ("range", "-N2-4 -n4 --mem=1000"),
+            ("per_cpu", "-n4 --mem-per-cpu=5000"),
+        ),
+        4,
+    ),
+    Mix("spread", (("spread", "-n4 --spread-job --mem=1000"), ("c6", "-c6 --mem=1000")), 4),
 )
 MIXES += (
     Mix(

@@ -756,3 +756,13 @@ def test_a_job_pending_in_two_partitions_counts_once_where_slurm_tries_first() -
     assert needed(("b", "a"), {"a": 1, "b": 1}) == (0, 1)
     assert needed(("a", "b"), {"a": 1, "b": 5}) == (0, 1)  # a higher PriorityTier is tried first
     assert needed(("a",), {"a": 1, "b": 5}) == (1, 0)
+
+
+def test_spread_job_takes_a_node_per_task_up_to_the_maxima() -> None:
+    spread = pend(1, cpus=4, tasks=4, spread=True)
+    assert one([spread]).needed == 4  # 1 CPU on each of 4 nodes, not 4 CPUs on one
+    assert one([spread], max_nodes=3).needed == 3
+    assert one([pend(1, cpus=4, tasks=4, spread=True, max_nodes=2)]).needed == 2
+    assert one([pend(1, cpus=4, tasks=4)]).needed == 1
+    # the spread job's nodes keep room: a 6-CPU job fits beside one of its 1-CPU pieces
+    assert one([spread, pend(2, cpus=6)]).needed == 4

@@ -941,3 +941,11 @@ def test_shared_payloads_match_squeue(vdir: Path) -> None:
             int(cpus),
         )
         assert j.time_limit_seconds == _slurm_duration(tl)
+
+
+@pytest.mark.parametrize("version", ["v0.0.42", "v0.0.44", "v0.0.45"])
+def test_spread_job_flag(version: str) -> None:
+    body = json.loads((RECORDED / "slurm-26.05.5" / version / "jobs.json").read_bytes())
+    body["jobs"][0]["flags"] = ["SPREAD_JOB", "EXACT_TASK_COUNT_REQUESTED"]
+    jobs, _ = adapter_for(version).jobs(json.dumps(body).encode())
+    assert jobs[0].spread and not any(j.spread for j in jobs[1:])

@@ -111,6 +111,7 @@ class RawJob(Struct, gc=False):
     resv_name: str | None = None
     shared: tuple[str, ...] | None = None
     exclusive: tuple[str, ...] | None = None
+    flags: tuple[str, ...] | None = None
     admin_comment: str | None = None
     comment: str | None = None
 
@@ -235,6 +236,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
+                spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )
