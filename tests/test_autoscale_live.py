@@ -65,6 +65,10 @@ needs 2 nodes by memory. The model's formula gives the same 4.
 ``spread`` → 4: ``-n4 --spread-job`` puts one task on each of 4 nodes (job flag ``SPREAD_JOB``); the
 ``-c6`` job fits beside one of them. Without reading the flag the model said 2.
 
+``exclusive_user`` → 1: ``--exclusive=user`` keeps other users' jobs off the node, not the same user's: three
+such jobs and a plain one, all root's, share p1. The model treats ``--exclusive=user``/``mcs`` as shared
+(it knows no users per node), which is Slurm's answer whenever one user's jobs are what pends.
+
 Partition settings (given to ``cloud`` and ``dyn`` alike before the jobs):
 
 ``partition_exclusive`` → 4 (``OverSubscribe=EXCLUSIVE``): four 1-CPU jobs, one node each — slurmctld
@@ -262,6 +266,11 @@ MIXES += (
         4,
     ),
     Mix("spread", (("spread", "-n4 --spread-job --mem=1000"), ("c6", "-c6 --mem=1000")), 4),
+    Mix(
+        "exclusive_user",
+        (*((f"user_{i}", "-c2 --exclusive=user --mem=1000") for i in range(3)), ("plain", "-c2 --mem=1000")),
+        1,
+    ),
 )
 MIXES += (
     Mix(
