@@ -414,7 +414,8 @@ def _scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[_Key
         group(
             (
                 j.partitions,
-                j.reason if j.reason not in unsettled and not j.reservation else settle(j),
+                j.reason if j.reason not in unsettled and not j.reservation and not j.required_nodes
+                else settle(j),
                 j.features,
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None

@@ -21,6 +21,8 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   else Slurm's reason: an eligible fresh job counts at once.
 * any eligible reason, with a **reservation**: unless the reservation is in the snapshot, has started and
   is FLEX, the job runs only on the reservation's nodes, which new nodes never join → ``Reservation``.
+* any eligible reason, with ``--nodelist`` naming at least the nodes it needs → ``RequiredNodes``
+  (:func:`required_nodes_reason`).
 * otherwise Slurm's reason, its verdict.
 
 Not in a snapshot: QOS and association limits (slurmrestd's /qos and /associations need slurmdbd). A
@@ -40,6 +42,7 @@ from dataclasses import dataclass
 
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job, License, Partition, Reservation, Snapshot
+from exporter.slurmtext import hostlist_count
 
 __all__ = ["CLOCK_SLACK", "UNSETTLED", "Bars", "dependency_reason", "settled_reason", "slurm_now"]
 
@@ -50,6 +53,7 @@ of a zero-node partition, for as long as it has no node)."""
 _DEP_STATE = re.compile(r"\((\w+)\)\s*$")
 _HELD = "JobHeldUser"
 _RESERVATION = "Reservation"
+_REQUIRED_NODES = "RequiredNodes"
 
 
 CLOCK_SLACK = 1.0
@@ -186,12 +190,23 @@ class Bars:
         return None
 
 
+def required_nodes_reason(job: Job) -> str | None:
+    """``RequiredNodes`` when ``--nodelist`` names at least as many nodes as the job needs: it runs on
+    those nodes only, which exist already — a new node never helps it (a NodeSet's future node names
+    cannot be listed: sbatch refuses unknown nodes)."""
+    if job.required_nodes and hostlist_count(job.required_nodes) >= max(job.min_nodes, 1):
+        return _REQUIRED_NODES
+    return None
+
+
 def settled_reason(job: Job, bars: Bars) -> str:
     """The reason the demand model classifies ``job`` by (module docstring): Slurm's, or the bar its own
     fields show while Slurm's reason is one of :data:`UNSETTLED`."""
     reason = job.reason
     if reason in UNSETTLED:
-        return bars.barrier(job) or reason
-    if job.reservation and classify(reason)[1] is not Eligibility.INELIGIBLE:
-        return bars.reservation_reason(job.reservation) or reason
+        reason = bars.barrier(job) or reason
+    elif job.reservation and classify(reason)[1] is not Eligibility.INELIGIBLE:
+        reason = bars.reservation_reason(job.reservation) or reason
+    if job.required_nodes and classify(reason)[1] is not Eligibility.INELIGIBLE:
+        return required_nodes_reason(job) or reason
     return reason

@@ -73,6 +73,7 @@ REASONS: dict[str, tuple[Eligibility, str]] = {
     "PartitionDown": (I, "partition is DOWN"),
     "PartitionInactive": (I, "partition is INACTIVE"),
     "Reservation": (I, "waits for its advanced reservation"),
+    "RequiredNodes": (I, "runs only on the existing nodes its --nodelist names (slurm-keda's own reason)"),
     "ReservationDeleted": (I, "its reservation was deleted"),
     "Licenses": (I, "waits for licenses"),
     "JobArrayTaskLimit": (I, "array %N throttle reached"),

@@ -766,3 +766,17 @@ def test_spread_job_takes_a_node_per_task_up_to_the_maxima() -> None:
     assert one([pend(1, cpus=4, tasks=4)]).needed == 1
     # the spread job's nodes keep room: a 6-CPU job fits beside one of its 1-CPU pieces
     assert one([spread, pend(2, cpus=6)]).needed == 4
+
+
+def test_a_job_on_named_nodes_is_not_helped_by_new_ones() -> None:
+    # --nodelist=n1 on a busy node: it waits for n1 (Resources); a scale-up would idle
+    busy = node("n1", state="ALLOCATED", alloc_cpus=8)
+    named = pend(1, cpus=2, required_nodes="n1")
+    d = one([named], [busy])
+    assert (d.needed, d.ignored) == (0, {"RequiredNodes": 1})
+    # -N3 with two named nodes: the third may be any node, so the job counts (sized whole: the named
+    # nodes are not subtracted from its new ones)
+    wider = pend(2, cpus=3, tasks=3, min_nodes=3, required_nodes="n[1-2]")
+    assert one([wider], [busy]).needed == 3
+    # --exclude changes nothing for new nodes
+    assert one([pend(3, cpus=2, excluded_nodes="n1")], [busy]).needed == 1
