@@ -38,7 +38,11 @@ a node-name host list / prefix (:class:`Target`). For each target:
    share (CPUs ⌈cpus/n⌉, memory, GPUs ``--gpus-per-node`` or ⌈gpus/n⌉). Exclusive jobs take
    whole nodes. ``--spread-job`` takes a node per task, up to its own and the target's maximum
    (oracle: ``spread``). ``--ntasks-per-node``, ``-N min-max`` (the minimum starts it) and
-   ``--mem-per-cpu`` agree with Slurm through the formula (oracle: ``task_geometry``). A job that can
+   ``--mem-per-cpu`` agree with Slurm through the formula (oracle: ``task_geometry``). GPUs: ``--gpus``,
+   ``--gpus-per-node``, ``--gpus-per-task`` (× tasks, by the adapter), ``--cpus-per-gpu`` (slurmctld
+   writes the CPUs into the record), ``--mem-per-gpu`` (the TRES memory total) — hand-computed tests
+   only: the lab has no CLOUD GPU nodes to ask Slurm (26.05.5 refuses GRES on nodes made by ``scontrol
+   create``). A job that can
    never run on this target (per-node memory/GPUs above the shape,
    more nodes than its own ``--nodes`` maximum or than ``Target.max_nodes``) goes to
    ``too_large`` and is not counted.

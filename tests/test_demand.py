@@ -780,3 +780,22 @@ def test_a_job_on_named_nodes_is_not_helped_by_new_ones() -> None:
     assert one([wider], [busy]).needed == 3
     # --exclude changes nothing for new nodes
     assert one([pend(3, cpus=2, excluded_nodes="n1")], [busy]).needed == 1
+
+
+def test_gpu_requests_size_the_nodes() -> None:
+    gpu = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4)
+    # --gpus-per-task=1 -n6 (the adapter turns it into 6 GPUs): two 4-GPU nodes
+    assert (
+        one(
+            [pend(1, cpus=6, tasks=6, gpus=6, memory_per_node_bytes=None, memory_bytes=600 * MIB)], shape=gpu
+        ).needed
+        == 2
+    )
+    # --gpus=4 --mem-per-gpu=6000: 24000 MB in all, more than one node holds
+    per_gpu = pend(2, cpus=1, gpus=4, memory_per_node_bytes=None, memory_bytes=24000 * MIB)
+    assert one([per_gpu], shape=gpu).needed == 2
+    # --gpus-per-node=2: two such jobs share a node; a third opens another
+    assert one([pend(i, cpus=1, gpus_per_node=2, gpus=2) for i in (3, 4, 5)], shape=gpu).needed == 2
+    # --cpus-per-gpu=3 --gpus=2: slurmctld writes 6 CPUs into the record; two fit no 8-CPU node together
+    assert one([pend(i, cpus=6, gpus=2) for i in (6, 7)], shape=gpu).needed == 2
+    assert one([pend(8, gpus=2)], shape=SHAPE).too_large  # GPUs asked of GPU-less nodes

@@ -949,3 +949,25 @@ def test_spread_job_flag(version: str) -> None:
     body["jobs"][0]["flags"] = ["SPREAD_JOB", "EXACT_TASK_COUNT_REQUESTED"]
     jobs, _ = adapter_for(version).jobs(json.dumps(body).encode())
     assert jobs[0].spread and not any(j.spread for j in jobs[1:])
+
+
+@pytest.mark.parametrize("version", ["v0.0.42", "v0.0.44", "v0.0.45"])
+def test_gpus_per_task_and_memory_per_gpu(version: str) -> None:
+    # as the lab's 26.05 showed them: --gpus-per-task=1 -n2 names its GPUs only in tres_per_task;
+    # --gpus=2 --mem-per-gpu=3000 keeps 3000 in memory_per_node and the 6000 MB total in the TRES request
+    body = json.loads((RECORDED / "slurm-26.05.5" / version / "jobs.json").read_bytes())
+    per_task, per_gpu = body["jobs"][0], body["jobs"][1]
+    per_task.update(
+        tres_per_task="gres/gpu=1", tres_per_job="", tres_per_node="", tres_req_str="cpu=2,node=1"
+    )
+    per_task["tasks"] = {"set": True, "infinite": False, "number": 2}
+    per_gpu.update(
+        memory_per_tres="gres/gpu:3000", tres_per_job="gres/gpu:2", tres_req_str="cpu=1,mem=6000M,node=1"
+    )
+    per_gpu["memory_per_node"] = {"set": True, "infinite": False, "number": 3000}
+    per_gpu["memory_per_cpu"] = {"set": False, "infinite": False, "number": 0}
+    per_task["tres_alloc_str"] = per_gpu["tres_alloc_str"] = ""  # pending: nothing allocated yet
+    jobs, _ = adapter_for(version).jobs(json.dumps(body).encode())
+    assert (jobs[0].gpus, jobs[0].tasks) == (2, 2)
+    assert (jobs[1].gpus, jobs[1].memory_per_node_bytes, jobs[1].memory_bytes) == (2, None, 6000 * MIB)
+    assert not jobs[1].whole_node_memory

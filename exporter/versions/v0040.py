@@ -112,6 +112,8 @@ class RawJob(Struct, gc=False):
     shared: tuple[str, ...] | None = None
     exclusive: tuple[str, ...] | None = None
     flags: tuple[str, ...] | None = None
+    tres_per_task: str | None = None
+    memory_per_tres: str | None = None
     admin_comment: str | None = None
     comment: str | None = None
 
@@ -155,7 +157,12 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         mem_node = x.number if x is not None and x.set and not x.infinite else None
         x = r.memory_per_cpu
         mem_cpu = x.number if x is not None and x.set and not x.infinite and x.number else None
-        whole = mem_node == 0 or (mem_node is None and mem_cpu is None)
+        mem_tres = r.memory_per_tres
+        if mem_tres and mem_node and gpus_of(mem_tres):
+            # --mem-per-gpu: Slurm keeps the per-GPU figure in memory_per_node; the job's total is its
+            # TRES memory (GPUs × per-GPU memory), which sizing then uses
+            mem_node = None
+        whole = mem_node == 0 or (mem_node is None and mem_cpu is None and not mem_tres)
 
         tpn = r.tres_per_node or ""
         tpj = r.tres_per_job or ""
@@ -164,6 +171,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         min_nodes = x.number if x is not None and x.set and not x.infinite and x.number else 1
         # TRES strings carry gres/gpu only when AccountingStorageTRES lists it: fall back to the
         # per-job, then per-node request.
+        tpt = r.tres_per_task or ""
         gpus = alloc_gpus or req_gpus or (gpus_of(tpj) if tpj else 0) or gpn * min_nodes
 
         shared = r.shared
@@ -173,6 +181,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
         x = r.tasks
         tasks = x.number if x is not None and x.set and not x.infinite and x.number else 1
+        if not gpus and tpt:  # --gpus-per-task
+            gpus = gpus_of(tpt) * tasks
         x = r.cpus
         cpus = x.number if x is not None and x.set and not x.infinite else 0
         x = r.priority
