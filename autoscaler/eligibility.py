@@ -15,7 +15,8 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   ``BeginTime``;
   **partition** — in every partition the job lists that the snapshot knows — DOWN / INACTIVE →
   ``PartitionDown`` / ``PartitionInactive``, minimum nodes outside MinNodes..MaxNodes →
-  ``PartitionNodeLimit``, time limit above MaxTime → ``PartitionTimeLimit``;
+  ``PartitionNodeLimit``, time limit above MaxTime → ``PartitionTimeLimit``, whole-node memory or
+  ``--mem`` above MaxMemPerNode → ``MaxMemPerLimit``;
   **licenses** beyond what is free now (one ``|`` alternative suffices; a license the snapshot does not
   list is not held against the job) → ``Licenses``;
   else Slurm's reason: an eligible fresh job counts at once.
@@ -106,6 +107,11 @@ def _partition_reason(job: Job, part: Partition) -> str | None:
     limit = job.time_limit_seconds
     if part.max_time_seconds is not None and limit is not None and limit > part.max_time_seconds:
         return "PartitionTimeLimit"
+    # MaxMemPerNode bounds each job's memory on a node: a whole-node-memory job (--mem=0, or no memory
+    # default) or a larger --mem pends with MaxMemPerLimit for ever (lab: 26.05.5, MaxMemPerNode=8000)
+    most = part.max_memory_per_node_bytes
+    if most and (job.whole_node_memory or (job.memory_per_node_bytes or 0) > most):
+        return "MaxMemPerLimit"
     return None
 
 
@@ -115,6 +121,7 @@ def _may_bar(part: Partition) -> bool:
         or part.max_nodes_per_job is not None
         or part.min_nodes_per_job > 1
         or part.max_time_seconds is not None
+        or bool(part.max_memory_per_node_bytes)
     )
 
 

@@ -82,6 +82,10 @@ does not fit beside the fifth and opens p4.
 ``max_cpus_per_node`` → 3 (``MaxCPUsPerNode=4``): six ``-c2`` jobs, two per 8-CPU node (the model caps the
 node shape at the partition's limit; without it, it said 2).
 
+``max_mem_per_node`` → 1 (``MaxMemPerNode=8000``): the limit bounds each job, not the node's total. The two
+``--mem=0`` jobs pend with ``MaxMemPerLimit`` for ever (the model ignores them by the same rule); the two
+6000 MB jobs share p1 (12000 MB of its 16000).
+
 Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees):
 
 ``multinode_after`` → Slurm 9, model 6: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
@@ -252,6 +256,17 @@ MIXES += (
     ),
     Mix(
         "max_cpus_per_node", tuple((f"c2_{i}", "-c2 --mem=1000") for i in range(6)), 3, ("MaxCPUsPerNode=4",)
+    ),
+    Mix(
+        "max_mem_per_node",
+        (
+            ("whole_a", "-n1 --mem=0"),
+            ("whole_b", "-n1 --mem=0"),
+            ("m6000_a", "-n1 --mem=6000"),
+            ("m6000_b", "-n1 --mem=6000"),
+        ),
+        1,
+        ("MaxMemPerNode=8000",),
     ),
 )
 MIXES += (

@@ -199,3 +199,12 @@ def test_captured_window_scales_for_the_eligible_job_only() -> None:
         "Licenses": 1,
         "Reservation": 2,
     }
+
+
+def test_memory_above_max_mem_per_node_is_barred() -> None:
+    # MaxMemPerNode bounds each job: --mem=0 (whole node) or a larger --mem pends with MaxMemPerLimit for ever
+    b = bars(partitions=(Partition(name="p", max_memory_per_node_bytes=8000 * MIB),))
+    assert settled_reason(fresh(whole_node_memory=True), b) == "MaxMemPerLimit"
+    assert settled_reason(fresh(memory_per_node_bytes=9000 * MIB), b) == "MaxMemPerLimit"
+    assert settled_reason(fresh(memory_per_node_bytes=6000 * MIB), b) == "None"
+    assert settled_reason(fresh(whole_node_memory=True), bars(partitions=(Partition(name="p"),))) == "None"
