@@ -27,7 +27,10 @@ a node-name host list / prefix (:class:`Target`). For each target:
    (:mod:`autoscaler.eligibility`) —: ineligible ones land in
    ``ignored[reason]`` (counted in tasks), eligible ones are sized. With ``nodeset_feature`` set, a
    job whose ``--constraint`` does not name that feature belongs to another NodeSet and is skipped
-   (a job without a constraint counts toward every NodeSet of its partition).
+   (a job without a constraint counts toward every NodeSet of its partition). When the target has
+   nodes, a constraint of ``&``-joined features needs one node with all of them, of ``|``-joined ones a
+   node with any (new nodes of a NodeSet carry its existing nodes' features); brackets and counts are
+   not judged (:func:`_constraint_fits`). At zero only the NodeSet's own feature is known.
 5. **Arrays**: a pending array record stands for ``task_count`` tasks; with a ``%N`` throttle at
    most ``N − running tasks`` of them (running = the snapshot's task records of the same
    ``array_job_id`` that hold nodes) count; the rest go to ``ignored["JobArrayTaskLimit"]``.
@@ -207,6 +210,27 @@ def _name_matcher(expr: str) -> Callable[[str], bool]:
         return lambda name: name.startswith(prefix)
     names = frozenset(hostlist_expand(e))
     return names.__contains__
+
+
+_AND = re.compile(r"[A-Za-z0-9_.\-]+(?:&[A-Za-z0-9_.\-]+)*")
+_OR = re.compile(r"[A-Za-z0-9_.\-]+(?:\|[A-Za-z0-9_.\-]+)+")
+
+
+def _constraint_fits(expr: str, feature: str | None, node_features: set[frozenset[str]]) -> bool:
+    """Whether a job's ``--constraint`` lets it run on the target: it names the NodeSet's ``feature`` (when
+    the target has one), and — when the target has nodes — one node has every ``&``-joined feature, or any
+    of the ``|``-joined ones. Other forms (brackets, counts) are not judged by the nodes (they count)."""
+    tokens = _CONSTRAINT_TOKEN.findall(expr)
+    if feature is not None and feature not in tokens:
+        return False
+    if not node_features:
+        return True  # at zero only the NodeSet's own feature is known
+    if _AND.fullmatch(expr):
+        wanted = set(tokens)
+        return any(wanted <= have for have in node_features)
+    if _OR.fullmatch(expr):
+        return any(t in have for have in node_features for t in tokens)
+    return True
 
 
 def _target_nodes(target: Target, nodes: Sequence[Node]) -> list[Node]:
@@ -800,6 +824,8 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
+    node_features = {frozenset((*n.features, *n.active_features)) for n in nodes}
+    """The feature sets of the target's nodes (a NodeSet's new nodes have its existing nodes' features)."""
     other_nodeset = 0
     eligible = 0
     empty = not nodes
@@ -811,10 +837,10 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
             ignored[kind.name] += count
             continue
-        if feature is not None and kind.features:
+        if kind.features and (feature is not None or node_features):
             ok = constraint_ok.get(kind.features)
             if ok is None:
-                ok = constraint_ok[kind.features] = feature in _CONSTRAINT_TOKEN.findall(kind.features)
+                ok = constraint_ok[kind.features] = _constraint_fits(kind.features, feature, node_features)
             if not ok:
                 other_nodeset += count
                 continue
@@ -904,8 +930,9 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     for reason, cnt in sorted(ignored.items()):
         reasons.append(f"ignored: {cnt} pending {reason}")
     if other_nodeset:
+        which = f"other features than {feature!r}" if feature is not None else "features"
         reasons.append(
-            f"skipped: {other_nodeset} pending jobs constrained to other features than {feature!r}"
+            f"skipped: {other_nodeset} pending jobs constrained to {which} no node of the target has"
         )
     for tl in too_large:
         reasons.append(f"too large: job {tl.job}: {tl.why}")

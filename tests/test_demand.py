@@ -439,8 +439,9 @@ def test_nodeset_by_feature_and_names() -> None:
     assert (out["a"].busy, out["a"].needed) == (1, 2)
     # b: busy b1,b2; jobs 2 and 3 → 2 new nodes.
     assert (out["b"].busy, out["b"].needed) == (2, 2)
-    # by names, no feature filter: busy 2, all 3 jobs → 3.
-    assert (out["names"].busy, out["names"].needed, out["prefix"].busy) == (2, 3, 1)
+    # by names, no feature filter: busy 2; b1, b2 have only fb, so job 1 (-C fa) cannot run there → 2.
+    assert (out["names"].busy, out["names"].needed, out["prefix"].busy) == (2, 2, 1)
+    assert any("features no node of the target has" in r for r in out["names"].reasons)
 
 
 def test_target_names_must_be_unique() -> None:
@@ -799,3 +800,23 @@ def test_gpu_requests_size_the_nodes() -> None:
     # --cpus-per-gpu=3 --gpus=2: slurmctld writes 6 CPUs into the record; two fit no 8-CPU node together
     assert one([pend(i, cpus=6, gpus=2) for i in (6, 7)], shape=gpu).needed == 2
     assert one([pend(8, gpus=2)], shape=SHAPE).too_large  # GPUs asked of GPU-less nodes
+
+
+def test_a_constraint_counts_only_where_a_node_has_its_features() -> None:
+    nodes = [
+        node("n1", state="ALLOCATED", alloc_cpus=8, features=("dyn", "fast")),
+        node("n2", state="ALLOCATED", alloc_cpus=8, features=("dyn", "big")),
+    ]
+
+    def needed(constraint: str, with_nodes: bool = True) -> int:
+        return one(
+            [pend(1, cpus=8, features=constraint)], nodes if with_nodes else None, nodeset_feature="dyn"
+        ).needed
+
+    assert needed("dyn&fast") == 1 and needed("dyn&big") == 1
+    assert needed("dyn&fast&big") == 0  # no one node has all three: a new one (same template) would not
+    assert needed("dyn&gpu") == 0
+    assert needed("fast|gpu") == 0  # does not name the NodeSet's feature
+    assert needed("dyn|gpu") == 1
+    assert needed("[dyn*2&fast]") == 1  # brackets and counts are not judged by the nodes
+    assert needed("dyn&gpu", with_nodes=False) == 1  # at zero only the NodeSet's feature is known
