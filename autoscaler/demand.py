@@ -824,8 +824,9 @@ def _demand_for(target: Target, index: _Index) -> Demand:
     sizes: dict[_Key, Piece | str] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
-    node_features = {frozenset((*n.features, *n.active_features)) for n in nodes}
-    """The feature sets of the target's nodes (a NodeSet's new nodes have its existing nodes' features)."""
+    node_features: set[frozenset[str]] | None = None
+    """The feature sets of the target's nodes (a NodeSet's new nodes have its existing nodes' features);
+    built at the first constrained job."""
     other_nodeset = 0
     eligible = 0
     empty = not nodes
@@ -837,9 +838,11 @@ def _demand_for(target: Target, index: _Index) -> Demand:
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
             ignored[kind.name] += count
             continue
-        if kind.features and (feature is not None or node_features):
+        if kind.features and (feature is not None or nodes):
             ok = constraint_ok.get(kind.features)
             if ok is None:
+                if node_features is None:
+                    node_features = {frozenset((*n.features, *n.active_features)) for n in nodes}
                 ok = constraint_ok[kind.features] = _constraint_fits(kind.features, feature, node_features)
             if not ok:
                 other_nodeset += count

@@ -392,16 +392,16 @@ class Poller:
     async def job(self, job_id: int, *, lane: int = 0) -> Job | None:
         """``GET /job/{job_id}``: one job's full record (None when Slurm no longer knows it). ``lane``
         picks one of several request lanes, so a few single-job reads can run side by side."""
-        if self._adapter is None:
+        if self._jobs_adapter is None:
             raise SlurmError("no API version negotiated yet", endpoint="job")
-        path = f"/slurm/{self._adapter.version}/job/{job_id}"
+        path = f"/slurm/{self._jobs_adapter.version}/job/{job_id}"  # job records as the listing reads them
         try:
             body = await self.client.get(path, endpoint=f"job:{lane}", retries=0)
         except HTTPStatusError as e:
             if e.unknown_job:
                 return None
             raise
-        jobs, env = self._adapter.jobs(body)
+        jobs, env = self._jobs_adapter.jobs(body)
         if env.errors and not jobs:
             return None
         good, _ = check_jobs(jobs)

@@ -158,7 +158,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         x = r.memory_per_cpu
         mem_cpu = x.number if x is not None and x.set and not x.infinite and x.number else None
         mem_tres = r.memory_per_tres
-        if mem_tres and mem_node and gpus_of(mem_tres):
+        if mem_tres and mem_node and "gpu" in mem_tres:
             # --mem-per-gpu: Slurm keeps the per-GPU figure in memory_per_node; the job's total is its
             # TRES memory (GPUs × per-GPU memory), which sizing then uses
             mem_node = None
