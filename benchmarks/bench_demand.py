@@ -27,18 +27,24 @@ of running jobs already read: every later poll). Prints best-of-N and median (th
 median moves with load), the spread (max − best), the ratio to the baseline, and whether the 100 ms
 target (realistic snapshot, cold, best of N) is met.
 
-Run: ``.venv/bin/python benchmarks/bench_demand.py [--runs 5]``
+Run: ``.venv/bin/python benchmarks/bench_demand.py [--runs 5]``; ``--against REV`` alternates this tree's
+model with git revision REV's (its ``autoscaler`` and ``exporter`` exported to a temporary directory) in
+one run and prints both and the ratio.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import msgspec
 
@@ -295,38 +301,117 @@ def fmt(xs: list[float]) -> str:
     return f"best {best:7.1f} ms  median {med:7.1f} ms  spread {max(xs) - best:6.1f} ms"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
-    args = ap.parse_args()
-    print(f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
-    for label, build in (
-        ("realistic", realistic),
-        ("heavy", lambda: realistic(running=15_000, variety=0.267)),
-        ("distinct", distinct),
-        ("distinct-multi", lambda: distinct(multi=True)),
-    ):
+SNAPSHOTS: dict[str, Callable[[], Snapshot]] = {
+    "realistic": realistic,
+    "heavy": lambda: realistic(running=15_000, variety=0.267),
+    "distinct": distinct,
+    "distinct-multi": lambda: distinct(multi=True),
+}
+
+
+def _clear_caches() -> None:
+    """Node lists of running jobs read afresh (an older tree, for --against, names the cache itself)."""
+    clear = getattr(demand, "clear_caches", None)
+    if clear is not None:
+        clear()
+    else:
+        demand._hosts.cache_clear()  # the model before issue 13's split
+
+
+def _how(d: object) -> str:
+    packing = getattr(d, "packing", None)
+    if packing is not None:
+        return "first fit" if packing.exact else f"best fit, {packing.runs} runs"
+    for r in getattr(d, "reasons", ()):
+        if r.startswith("needed:") and "(" in r:
+            return str(r.split("(", 1)[1].rstrip(")"))
+    return ""
+
+
+def run(runs: int, quiet: bool) -> dict[str, dict[str, list[float]]]:
+    """Time every snapshot; print the figures unless ``quiet``; return them (ms)."""
+    figures: dict[str, dict[str, list[float]]] = {}
+    for label, build in SNAPSHOTS.items():
         snap = build()
         pend = sum(1 for j in snap.jobs if j.state == "PENDING")
-        base = measure(lambda snap=snap: baseline(snap), max(args.runs, 5))
+        base = measure(lambda snap=snap: baseline(snap), max(runs, 5))
 
         def cold(snap: Snapshot = snap) -> None:
-            demand._hosts.cache_clear()  # node lists of running jobs read afresh
+            _clear_caches()
             compute_demand(snap, TARGETS)
 
-        t_cold = measure(cold, args.runs)
-        t_warm = measure(lambda snap=snap: compute_demand(snap, TARGETS), args.runs)
+        t_cold = measure(cold, runs)
+        t_warm = measure(lambda snap=snap: compute_demand(snap, TARGETS), runs)
+        figures[label] = {"baseline": base, "cold": t_cold, "warm": t_warm}
+        if quiet:
+            continue
         out = compute_demand(snap, TARGETS)
         print(f"\n{label}: {len(snap.jobs)} job records ({pend} pending), {len(snap.nodes)} nodes")
         print(f"  baseline (read 3 fields/job)  {fmt(base)}")
         print(f"  compute_demand, cold          {fmt(t_cold)}   x baseline {min(t_cold) / min(base):5.1f}")
         print(f"  compute_demand, warm          {fmt(t_warm)}   x baseline {min(t_warm) / min(base):5.1f}")
         for name, d in out.items():
-            how = next((r.split("(", 1)[1].rstrip(")") for r in d.reasons if r.startswith("needed:")), "")
-            print(f"    {name:9s} desired {d.desired:6d}  needed {d.needed:6d}  busy {d.busy:5d}  ({how})")
+            print(
+                f"    {name:9s} desired {d.desired:6d}  needed {d.needed:6d}  busy {d.busy:5d}  ({_how(d)})"
+            )
         if label == "realistic":
             met = "met" if min(t_cold) <= TARGET_MS else "NOT met"
-            print(f"  target <= {TARGET_MS:.0f} ms (cold, best of {args.runs}): {met}")
+            print(f"  target <= {TARGET_MS:.0f} ms (cold, best of {runs}): {met}")
+    return figures
+
+
+def against(rev: str, rounds: int, runs: int) -> None:
+    """This tree and ``rev``'s model alternated, ``rounds`` times each, in this one run; best of all."""
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as old:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev, "autoscaler", "exporter"],
+            check=True,
+            capture_output=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
+        best: dict[str, dict[str, dict[str, float]]] = {"old": {}, "new": {}}
+        for r in range(rounds):
+            for side, tree in (
+                (("old", old), ("new", str(root))) if r % 2 == 0 else (("new", str(root)), ("old", old))
+            ):
+                env = {**os.environ, "PYTHONPATH": tree}
+                out = subprocess.run(
+                    [sys.executable, __file__, "--runs", str(runs), "--json"],
+                    env=env,
+                    cwd=tree,
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                ).stdout
+                for label, times in json.loads(out).items():
+                    mine = best[side].setdefault(label, {})
+                    for what, xs in times.items():
+                        mine[what] = min(mine.get(what, float("inf")), *xs)
+            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    print(f"best of {rounds} rounds x {runs} runs; old = {rev}, new = this tree")
+    print(f"{'snapshot':16s} {'':5s} {'old ms':>9s} {'new ms':>9s} {'new/old':>8s}")
+    for label in SNAPSHOTS:
+        for what in ("baseline", "cold", "warm"):
+            o, n = best["old"][label][what], best["new"][label][what]
+            print(f"{label:16s} {what:5s} {o:9.1f} {n:9.1f} {n / o:8.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    ap.add_argument("--against", metavar="REV", help="alternate this tree with git revision REV's model")
+    ap.add_argument("--rounds", type=int, default=4, help="with --against: alternations")
+    args = ap.parse_args()
+    if args.against:
+        against(args.against, args.rounds, args.runs)
+        return
+    if args.json:
+        print(json.dumps(run(args.runs, quiet=True)))
+        return
+    print(f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
+    run(args.runs, quiet=False)
 
 
 if __name__ == "__main__":

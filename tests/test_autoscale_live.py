@@ -127,6 +127,7 @@ import grpc.aio
 import pytest
 
 from autoscaler.demand import Demand, NodeShape, Target, compute_demand
+from autoscaler.report import explain
 from exporter.lab import Lab
 from exporter.lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
 from exporter.lab.power import parse_power_log, resumed_hosts
@@ -396,7 +397,7 @@ async def test_oracle_desired_equals_nodes_slurm_resumed(lab26: Lab, mix: Mix) -
         if demand.desired != len(resumed):
             pytest.xfail(f"{KNOWN_DIFFERENCES[mix.name]} (desired {demand.desired})")
         pytest.fail(f"the model now agrees with Slurm on {mix.name}: move it to MIXES")
-    assert demand.desired == len(resumed), "\n".join(demand.reasons)
+    assert demand.desired == len(resumed), "\n".join(explain(DYN_TARGET, demand))
 
 
 # ----------------------------------------------------------------------------- end to end, side by side

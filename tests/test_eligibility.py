@@ -13,6 +13,7 @@ import pytest
 from autoscaler.demand import NodeShape, Target, compute_demand
 from autoscaler.eligibility import CLOCK_SLACK, Bars, dependency_reason, settled_reason, slurm_now
 from autoscaler.reasons import Eligibility, classify
+from autoscaler.report import explain
 from exporter.model import MIB, Diag, Job, License, Partition, Reservation, Snapshot
 from tests.tools import recorded_snapshot
 
@@ -189,7 +190,7 @@ def test_captured_window_scales_for_the_eligible_job_only() -> None:
     snap, meta = _window_snapshot()
     target = Target("dyn", meta["partition"], nodeset_feature="dyn", shape=NodeShape(8, 16000 * MIB))
     d = compute_demand(snap, [target])["dyn"]
-    assert (d.desired, d.eligible, d.busy) == (1, 1, 0), d.reasons
+    assert (d.desired, d.eligible, d.busy) == (1, 1, 0), explain(target, d)
     assert d.ignored == {
         "JobHeldUser": 1,
         "Dependency": 1,

@@ -1,50 +1,20 @@
 """Vector bin packing for the demand model: exact first fit in a given order while small, bounded beyond.
 
-Pure, no I/O. Read by :mod:`autoscaler.demand` only.
+Pure, no I/O. Read by :mod:`autoscaler.demand.compute` only.
 
 **Pieces** are ``(n, cpus, memory, gpus)``: a job of ``n`` one-per-node pieces, each asking that much of
 one node, the n pieces on n different nodes; jobs come as *runs* of identical jobs ``(piece, jobs)``, in
 order (a piece may come back in a later run). **Bins** are nodes, described by their free room (CPUs,
 memory bytes, GPUs), kept as *runs* of identical bins ``[cpus, memory, gpus, count]`` in first-fit
 order (:class:`Bins`). Every piece asks at least one CPU. **Order**: the runs', which the caller makes
-Slurm's scheduling order (:mod:`autoscaler.demand`, rule 7).
+Slurm's scheduling order.
 
-**Exact first fit** — while ``runs of jobs × (runs of bins + runs of jobs)`` is at most
-:data:`EXACT_WORK` (~1000 runs of jobs into new bins): job by job, each of a job's pieces goes to the
-first bin, in bin order, that still has room for it; a job that does not fit opens new bins (or, into
-existing room only, stays unplaced). A run of jobs is placed in bulk (a run of bins takes as many as
-fit at once), so the cost grows with runs of jobs × runs of bins, not with jobs. Runs of bins are held
-in blocks of :data:`BLOCK` with an upper bound of their room, so a scan skips blocks that cannot take
-the piece; runs no remaining piece fits are dropped. Same answer as placing the jobs one by one.
-
-**Bounded: best fit** — beyond that budget (e.g. 100k jobs of all-different sizes, where first fit
-grows as pieces × bins, ~quadratic): same order, but each job goes to the bins with the *fewest free
-CPUs, then the least free memory*, that take it, found through an index of the bins by free room (free
-CPU count → sorted free memory), so each placement costs a few bisections: linear in runs of jobs
-overall (100k all-different pieces: ~1 s here, where first fit would take minutes). Into the free room
-of busy nodes (no new bins) the bounded path is best fit too.
-
-**Bounds** (both paths, whatever the order), with ``S`` = the pieces' total size (the sum over all
-pieces of their CPU + memory + GPU shares of a node) and ``n_max`` = the most nodes one job asks:
-
-* **never fewer nodes than the jobs need**: both are real packings (a piece only goes where it fits),
-  so ``needed ≥ OPT ≥ max(⌈CPU shares⌉, ⌈memory shares⌉, ⌈GPU shares⌉, n_max)``; under-counting the
-  true need is impossible;
-* **never more than ``2·S + n_max``**: call a bin *low* while its load (its used CPU + memory + GPU
-  shares, summed) is at most 1/2; a low bin has at least half of every resource free. Bins only get
-  fuller, so new low bins can only be new bins. Both paths open bins for a job only when fewer than
-  ``n`` bins take its piece, and then put a piece into every bin that does. If some low bin cannot
-  take the piece, the piece is above 1/2 in some resource and the new bins are not low; otherwise the
-  job put a piece into every low bin and opened at most ``n`` new ones, so at most ``n`` bins are low
-  after it. So there are never more than ``n_max`` low bins; every other bin has a load above 1/2, and
-  all loads add up to ``S``, so there are fewer than ``2·S`` of those. As ``S ≤ d·OPT`` (d = 2 or 3
-  resource kinds), ``needed < 2d·OPT + n_max``. Nothing here depends on the order of the jobs (nor on
-  which of the bins that take a piece gets it);
-* **bounded against exact**: not ordered by construction (best fit is another heuristic); measured on
-  80 random mixes of 700 all-different kinds in random order (as in ``tests/test_demand.py``): onto new
-  nodes best fit needs from 1.3 % fewer to 1.5 % more nodes than exact first fit (the tests hold it to
-  3 %); into free room it places from 7.4 % fewer to 0.9 % more jobs (the tests: 10 %) — fewer jobs in
-  free room means more new nodes, never fewer than the jobs really need.
+While ``runs of jobs × (runs of bins + runs of jobs)`` is at most :data:`EXACT_WORK`: exact first fit (the
+same answer as placing jobs one by one, runs placed in bulk). Beyond: best fit in the same order through an
+index of bins by free room, linear in runs of jobs. Both never count fewer nodes than the jobs need and
+never more than ``2·S + n_max`` (S = the pieces' summed CPU + memory + GPU shares of a node, n_max = the
+most nodes one job asks). Derivation and the measured distance between the two: ``docs/demand.md``,
+"Packing".
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""The demand model: how many nodes each scaling target needs, from one snapshot. Pure, no I/O.
+
+``compute_demand(snapshot, targets) -> {target name: Demand}``. A **target** is a partition, or a NodeSet:
+the nodes of a partition selected by a feature and/or a host list / prefix (:class:`Target`).
+
+The rules, per target (why each holds, the oracle mix that checks it against Slurm's own power saving,
+and what it costs: ``docs/demand.md``):
+
+1. **Nodes**: the partition's nodes, narrowed by ``nodeset_feature`` and ``node_names``.
+2. **Busy** (the floor): nodes with allocated CPUs, ALLOCATED/MIXED/COMPLETING, or held by a running,
+   suspended or completing job.
+3. **Shape**: the most common node shape (effective CPUs, memory, GPUs); at zero ``Target.shape``; none →
+   nothing counted. The partition's ``MaxCPUsPerNode`` caps its CPUs (and busy nodes' room).
+4. **Pending jobs** of the partition — a job pending in several counts once, in the partition Slurm
+   tries first (highest ``PriorityTier``, then the job's order) — are eligible or ignored by reason
+   (:mod:`autoscaler.reasons`; not-yet-classified jobs by their own fields, :mod:`autoscaler.eligibility`:
+   e.g. ``MaxMemPerLimit``, ``RequiredNodes``). A ``--constraint`` must name the NodeSet's feature, and
+   with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero only the NodeSet's
+   feature is known.
+5. **Arrays**: a record counts its pending tasks; a ``%N`` throttle lets ``N − running`` count.
+6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never
+   splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
+   (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
+   minimum, as Slurm does), ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``)
+   take whole nodes. A job that can never fit is ``too_large``, not counted.
+7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit
+   time, job id), a job's pieces on distinct nodes; not-yet-scheduled jobs (reason ``None``) first into
+   busy nodes' free room. Beyond ~1000 runs of distinct jobs a bounded best fit (within 2·S + n_max).
+8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, never below busy.
+
+Where the model's answer differs from Slurm's: Slurm picks the tightest run of *adjacent* nodes for a
+multi-node job; first fit ignores adjacency, so a multi-node job after a small one may be counted one node
+short or long (the ``multinode_after`` mix, a documented xfail). Beyond 2000 pending records, jobs of one
+size are placed together at the first one's place (interleaved sizes may cost a node more). User/MCS
+exclusivity (``--exclusive=user``) is treated as shared: exact when one user submits, an undercount when
+several users' exclusive jobs would each want a node. Partial ``--nodelist`` and ``--exclude`` are not
+judged (the job is sized as any other).
+"""
+
+from __future__ import annotations
+
+from autoscaler.demand.compute import compute_demand
+from autoscaler.demand.select import hosts
+from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
+
+__all__ = ["Demand", "Misfit", "NodeShape", "Packing", "Target", "TooLarge", "clear_caches", "compute_demand"]
+
+
+def clear_caches() -> None:
+    """Forget the node lists of running jobs read so far (the model's only cache; for benchmarks)."""
+    hosts.cache_clear()

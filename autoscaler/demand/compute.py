@@ -1,0 +1,218 @@
+"""``compute_demand``: the rules of :mod:`autoscaler.demand` applied to every target of one snapshot. Pure.
+
+Per target: its nodes and busy nodes (:mod:`~autoscaler.demand.select`), its pending jobs in Slurm's
+order (:mod:`~autoscaler.demand.queue`) counted or ignored, each counted kind sized
+(:mod:`~autoscaler.demand.sizing`), fresh jobs packed into busy nodes' free room first, the rest onto new
+nodes (:mod:`~autoscaler.demand.packing`), and desired clamped. The answer is facts
+(:class:`~autoscaler.demand.types.Demand`); :mod:`autoscaler.report` words them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+from autoscaler.demand.packing import Bins, Piece, is_exact, pack
+from autoscaler.demand.queue import JobKey, Kind, Queue, job_label
+from autoscaler.demand.select import (
+    busy_nodes,
+    constraint_fits,
+    free_room,
+    node_feature_sets,
+    snapshot_shape,
+    target_nodes,
+)
+from autoscaler.demand.sizing import size
+from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
+from autoscaler.reasons import Eligibility
+from exporter.model import Node, Snapshot
+
+__all__ = ["compute_demand"]
+
+
+@dataclass
+class _Runs:
+    """The counted jobs of one target in Slurm's order, as runs of identical pieces (parallel lists: few
+    objects, so a 100k-run queue stays cheap for the garbage collector)."""
+
+    pieces: list[Piece] = field(default_factory=list)
+    jobs: list[int] = field(default_factory=list)
+    fresh: list[bool] = field(default_factory=list)
+    """Reason ``None``: may start on busy nodes' free room."""
+
+
+@dataclass
+class _Count:
+    """What counting a target's pending jobs found."""
+
+    runs: _Runs = field(default_factory=_Runs)
+    eligible: int = 0
+    ignored: Counter[str] = field(default_factory=Counter)
+    skipped: int = 0
+    misfits: dict[JobKey, Misfit] = field(default_factory=dict)
+
+
+def _count(
+    target: Target,
+    nodes: Sequence[Node],
+    shape: NodeShape | None,
+    queue: Queue,
+    runs: Iterable[tuple[Kind, int]],
+) -> _Count:
+    """Walk the target's pending runs in Slurm's order: ignore, skip (constraint), throttle (``%N``),
+    size and collect the counted ones as runs of pieces."""
+    out = _Count()
+    ignored, pieces, run_jobs, run_fresh = out.ignored, out.runs.pieces, out.runs.jobs, out.runs.fresh
+    by_job = queue.by_job
+    run_at: tuple[dict[Piece, int], dict[Piece, int]] = ({}, {})  # (evaluated, fresh): piece → its run
+    sizes: dict[object, Piece | Misfit] = {}
+    allowance: dict[int, int] = {}
+    constraint_ok: dict[str, bool] = {}
+    feature_sets: set[frozenset[str]] | None = None  # built at the first constrained job
+    empty = not nodes
+    feature = target.nodeset_feature
+    for kind, n_jobs in runs:
+        count = n_jobs
+        elig = kind.elig
+        if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
+            ignored[kind.name] += count
+            continue
+        if kind.features and (feature is not None or nodes):
+            ok = constraint_ok.get(kind.features)
+            if ok is None:
+                if feature_sets is None:
+                    feature_sets = node_feature_sets(nodes)
+                ok = constraint_ok[kind.features] = constraint_fits(kind.features, feature, feature_sets)
+            if not ok:
+                out.skipped += count
+                continue
+        if kind.throttle is not None:
+            array_id, throttle = kind.throttle
+            left = allowance.get(array_id)
+            if left is None:
+                left = max(0, throttle - queue.array_running[array_id])
+            take = min(count, left)
+            allowance[array_id] = left - take
+            if take < count:
+                ignored["JobArrayTaskLimit"] += count - take
+            count = take
+            if not count:
+                continue
+        out.eligible += count
+        if shape is None or kind.request is None:
+            continue
+        piece = sizes.get(kind.request)
+        if piece is None:
+            piece = sizes[kind.request] = size(kind.request, shape, target.max_nodes)
+        if isinstance(piece, Misfit):
+            out.misfits.update(dict.fromkeys(kind.keys, piece))
+            out.eligible -= count
+            continue
+        fresh = kind.fresh
+        if by_job:  # consecutive jobs of one size are one run
+            if pieces and pieces[-1] == piece and run_fresh[-1] is fresh:
+                run_jobs[-1] += count
+                continue
+        else:  # all jobs of one size are one run, at the first one's place
+            at = run_at[fresh]
+            r = at.get(piece)
+            if r is not None:
+                run_jobs[r] += count
+                continue
+            at[piece] = len(pieces)
+        pieces.append(piece)
+        run_jobs.append(count)
+        run_fresh.append(fresh)
+    return out
+
+
+def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | None) -> tuple[int, Packing]:
+    """New nodes the runs need: fresh runs first into the free room of busy nodes (what does not fit
+    stays in its place in the order), then everything left onto new nodes, in order."""
+    cap = (shape.cpus, shape.memory_bytes, shape.gpus)
+    run_jobs = list(runs.jobs)
+    fresh_runs = [r for r, fresh in enumerate(runs.fresh) if fresh]
+    in_room, room_exact = 0, True
+    room = free_room(busy, max_cpus) if fresh_runs else None
+    if room is not None and room.blocks:
+        room_exact = is_exact(len(fresh_runs), room.run_count())
+        groups = [(runs.pieces[r], run_jobs[r]) for r in fresh_runs]
+        _, unplaced = pack(groups, room, cap, open_new=False, exact=room_exact)
+        in_room = sum(run_jobs[r] for r in fresh_runs) - sum(unplaced)
+        for r, k in zip(fresh_runs, unplaced, strict=True):
+            run_jobs[r] = k
+    groups = []
+    for piece, k in zip(runs.pieces, run_jobs, strict=True):
+        if not k:
+            continue
+        if groups and groups[-1][0] == piece:
+            groups[-1] = (piece, groups[-1][1] + k)
+        else:
+            groups.append((piece, k))
+    needed, _ = pack(groups, Bins(), cap, open_new=True)
+    packing = Packing(
+        jobs=sum(k for _, k in groups),
+        runs=len(groups),
+        exact=is_exact(len(groups), 0),
+        in_free_room=in_room,
+        free_room_runs=len(fresh_runs) if in_room else 0,
+        free_room_exact=room_exact,
+    )
+    return needed, packing
+
+
+def desired_count(busy: int, needed: int, target: Target) -> int:
+    """``clamp(busy + needed, min_nodes, max_nodes)``, never below ``busy``."""
+    desired = busy + needed
+    if target.max_nodes is not None:
+        desired = min(desired, target.max_nodes)
+    return max(desired, target.min_nodes, busy)
+
+
+def _demand_for(target: Target, queue: Queue) -> Demand:
+    nodes = target_nodes(target, queue.nodes[target.partition])
+    busy = busy_nodes(nodes, queue.held_nodes)
+    shape = snapshot_shape(nodes)
+    shape_source = "snapshot"
+    if shape is None:
+        shape, shape_source = target.shape, ("config" if target.shape is not None else "none")
+    max_cpus = queue.max_cpus_per_node.get(target.partition)
+    cpus_cap = None
+    if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
+        shape, cpus_cap = replace(shape, cpus=max_cpus), max_cpus
+    counted = _count(target, nodes, shape, queue, queue.runs(target.partition))
+    needed, packing = 0, None
+    if shape is not None and counted.runs.pieces:
+        needed, packing = _pack(counted.runs, shape, busy, max_cpus)
+    too_large: tuple[TooLarge, ...] = ()
+    if counted.misfits:
+        too_large = tuple(
+            TooLarge(job_label(job), job.task_count, misfit)
+            for job, misfit in queue.jobs_of(counted.misfits, target.partition)
+        )
+    return Demand(
+        target=target.name,
+        desired=desired_count(len(busy), needed, target),
+        busy=len(busy),
+        needed=needed,
+        nodes=len(nodes),
+        eligible=counted.eligible,
+        ignored=dict(counted.ignored),
+        too_large=too_large,
+        shape=shape,
+        shape_source=shape_source,
+        busy_nodes=tuple(n.name for n in busy),
+        cpus_cap=cpus_cap,
+        skipped=counted.skipped,
+        packing=packing,
+    )
+
+
+def compute_demand(snapshot: Snapshot, targets: Sequence[Target]) -> dict[str, Demand]:
+    """Demand of every target, keyed by ``Target.name`` (names must be unique)."""
+    names = [t.name for t in targets]
+    if len(set(names)) != len(names):
+        raise ValueError("target names must be unique")
+    queue = Queue(snapshot, (t.partition for t in targets))
+    return {t.name: _demand_for(t, queue) for t in targets}

@@ -1,0 +1,422 @@
+"""The pending queue as the model reads it: jobs collapsed into kinds, per partition, in Slurm's order.
+
+Built once per snapshot (:class:`Queue`) and read by every target. Every job is read once
+(:func:`scan`); jobs the model treats alike become one :class:`Kind` with a count and a lead job (the
+one Slurm takes up first); per partition the pending jobs are listed in Slurm's scheduling order as
+runs ``(kind, jobs)`` — job by job up to :data:`ORDER_JOBS` pending records, else one run per kind at
+its lead job's place. Why, and what it costs: ``docs/demand.md``, "Scheduling order" and "Cost".
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
+from itertools import count as counter
+from operator import attrgetter
+from typing import Any
+
+import numpy as np
+
+from autoscaler.demand.select import hosts
+from autoscaler.demand.sizing import Request
+from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
+from autoscaler.reasons import Eligibility, classify
+from exporter.model import Job, Node, Snapshot
+
+__all__ = [
+    "ORDER_JOBS",
+    "JobKey",
+    "Kind",
+    "Queue",
+    "first_partition",
+    "job_label",
+    "key_of",
+    "rank",
+    "scan",
+    "tally",
+]
+
+ORDER_JOBS = 2000
+"""Up to this many pending job records, the pending jobs are ordered job by job (runs = consecutive jobs
+of one kind); beyond, each kind is one run at its lead job's place."""
+
+HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING"})
+"""Jobs in these states (or flagged COMPLETING) hold their nodes: SUSPENDED ones hold memory."""
+
+JobKey = tuple[tuple[str, ...], str, str, int, Any, tuple[Any, ...]]
+"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, request)``.
+
+``reason``: Slurm's, or for a job Slurm has not classified yet (reason in ``UNSETTLED``), bound to a
+reservation or to named nodes, the one its own fields show (:func:`autoscaler.eligibility.settled_reason`);
+``features``: its ``--constraint``; ``tasks``: ``Job.task_count`` (an array record stands for its
+pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
+a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
+of a throttled array count together only as job by job would: the allowance is handed out in order);
+``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order (a plain tuple in the
+hot loop: ``Request._make`` is called once per distinct key that gets sized)."""
+
+Rank = tuple[int, float, int]
+"""(−priority, submit time, job id): :func:`rank`."""
+
+_GROUP = (1 << 31) - 1
+"""The group bits of a :func:`scan` code (group 0: not pending)."""
+_U32 = 0xFFFFFFFF
+
+
+def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKey, int], list[int]]:
+    """One pass over the jobs: the pending ones grouped by :data:`JobKey`, the others appended to
+    ``others``.
+
+    Returns ``({key: group}, codes)``: ``group`` numbers the key (1 + the ordinal among pending jobs of
+    its first job: below 2³¹); ``codes`` holds one int per job, in snapshot order: ``priority << 31 |
+    group`` for a pending job (Slurm's priority is a uint32: the code fits an int64), 0 for the others
+    (:func:`tally` reads them).
+
+    The hot loop of the model: one list comprehension of plain attribute reads, the key hashed once by
+    ``dict.setdefault``; a job that is not pending is appended to ``others`` in passing (``append``
+    returns None).
+    """
+    other = others.append
+    unsettled = UNSETTLED
+    settle = partial(settled_reason, bars=bars)
+    groups: dict[JobKey, int] = {}
+    group = groups.setdefault
+    ordinal = counter(1).__next__
+    codes = [
+        group(
+            (
+                j.partitions,
+                j.reason if j.reason not in unsettled and not j.reservation and not j.required_nodes
+                else settle(j),
+                j.features,
+                j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
+                j.array_job_id if j.array_max_tasks is None
+                else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
+                (
+                    j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
+                    j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
+                    j.exclusive, j.spread,
+                ),
+            ),
+            ordinal(),
+        ) | j.priority << 31
+        if j.state == "PENDING"
+        else other(j) or 0
+        for j in jobs
+    ]  # fmt: skip
+    return groups, codes
+
+
+def key_of(job: Job, bars: Bars) -> JobKey:
+    """The :data:`JobKey` :func:`scan` groups a pending job under."""
+    (key,) = scan((job,), [], bars)[0]
+    return key
+
+
+def tally(
+    groups: Mapping[JobKey, int], codes: Sequence[int], *, positions: bool = False
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """Per key of :func:`scan` (in its order): pending jobs, index of its *lead* job in the snapshot,
+    the lead's priority; with ``positions``, also the snapshot indices of the pending jobs (else
+    ``[]``).
+
+    The lead is the job of the key that Slurm takes up first: the highest priority, and among those the
+    first one listed (slurmctld lists job records in job id order, except an array's pending record,
+    which moves to the end each time a task is split off: why each array's records are keyed apart).
+    Vectorised (numpy).
+    """
+    if not groups:
+        return [], [], [], []
+    try:
+        code = np.fromiter(codes, dtype=np.int64, count=len(codes))
+    except OverflowError:  # a priority beyond Slurm's uint32: clamped (never seen)
+        code = np.fromiter(
+            (c & _GROUP | min(max(c >> 31, 0), _U32) << 31 for c in codes),
+            dtype=np.int64,
+            count=len(codes),
+        )
+    n = len(codes)
+    group = code & _GROUP  # 0 for the jobs that are not pending
+    size = int(group.max()) + 1
+    jobs = np.bincount(group, minlength=size)
+    # per group the largest priority << 31 | (n − index): the highest priority, then the first listed
+    best = code & ~_GROUP
+    best |= np.arange(n, 0, -1, dtype=np.int64)
+    top = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, group, best)
+    keys = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
+    top = top[keys]
+    leads = (n - (top & _GROUP)).tolist()
+    priorities = (top >> 31).tolist()
+    return jobs[keys].tolist(), leads, priorities, np.flatnonzero(group).tolist() if positions else []
+
+
+def rank(job: Job) -> Rank:
+    """Where Slurm's main scheduler takes ``job`` up (smaller first; within one partition): priority
+    descending, then submit time, then job id (an array's tasks: the array's id), as slurmctld sorts its
+    job queue (``sort_job_queue2``)."""
+    return (-job.priority, job.submit_time or 0.0, job.array_job_id or job.job_id)
+
+
+def _job_order(
+    jobs: Sequence[Job], positions: Iterable[int], codes: Sequence[int], key_index: Mapping[int, int]
+) -> list[list[int]]:
+    """The pending jobs at ``positions`` of the snapshot in Slurm's scheduling order (:func:`rank`;
+    equal ranks — an array's tasks — in snapshot order), as runs ``[key index, jobs]`` of consecutive
+    jobs of one key (``key_index``: a :func:`scan` group → the index of its key)."""
+    runs: list[list[int]] = []
+    for _, i in sorted([(rank(jobs[i]), i) for i in positions]):
+        k = key_index[codes[i] & _GROUP]
+        if runs and runs[-1][0] == k:
+            runs[-1][1] += 1
+        else:
+            runs.append([k, 1])
+    return runs
+
+
+def job_label(job: Job) -> str:
+    """A job's id as Slurm prints it: ``12``, ``3_7``, ``3_[3-20]``."""
+    if job.array_job_id is None:
+        return str(job.job_id)
+    if job.array_task_id is not None:
+        return f"{job.array_job_id}_{job.array_task_id}"
+    return f"{job.array_job_id}_[{job.array_task_string}]"
+
+
+class Kind:
+    """Pending jobs of one partition that the model treats alike.
+
+    An ineligible kind is one reason (all that counts of it is how many); an eligible, unthrottled kind
+    is one (fresh — reason None — or not, constraint, request); a throttled key (``%N``) stays its own
+    kind, as the throttle's allowance is handed out in order. Its lead job is its keys' lead (:func:`tally`)
+    that Slurm takes up first.
+    """
+
+    __slots__ = (
+        "count",
+        "elig",
+        "features",
+        "keys",
+        "lead",
+        "name",
+        "priority",
+        "request",
+        "throttle",
+        "ties",
+    )
+
+    def __init__(
+        self,
+        key: JobKey,
+        request: Request | None,
+        name: str,
+        elig: Eligibility,
+        count: int,
+        priority: int,
+        lead: int,
+    ) -> None:
+        self.name = name
+        """The reason it is classified by (:func:`autoscaler.reasons.classify`)."""
+        self.elig = elig
+        self.features: str = key[2]
+        array = key[4]
+        self.throttle: tuple[int, int] | None = (
+            (array[0], array[3]) if type(array) is tuple and array[0] is not None else None
+        )
+        """(array job id, %N) of a throttled array."""
+        self.request = request
+        """What sizing reads (None for an ineligible kind: never sized)."""
+        self.count = count
+        """Jobs (array tasks individually)."""
+        self.priority = priority
+        """The highest priority of its jobs (−1 if ineligible: never packed)."""
+        self.lead = lead
+        """Snapshot index of the lead job of its first key of that priority."""
+        self.ties: list[int] | None = None
+        """Those of its other keys with a lead of that priority (merged keys; rare)."""
+        self.keys = [key]
+
+    @property
+    def fresh(self) -> bool:
+        """Not looked at by the scheduler yet (reason ``None``): may start on busy nodes' free room."""
+        return self.name == "None"
+
+    def rank(self, jobs: Sequence[Job]) -> Rank:
+        """Its lead job's :func:`rank`."""
+        lead = rank(jobs[self.lead])
+        return lead if self.ties is None else min(lead, *(rank(jobs[i]) for i in self.ties))
+
+    def add(self, key: JobKey, count: int, priority: int, lead: int) -> None:
+        """Merge another key's jobs into this kind."""
+        self.count += count
+        self.keys.append(key)
+        if priority > self.priority:
+            self.priority, self.lead, self.ties = priority, lead, None
+        elif priority == self.priority:
+            if self.ties is None:
+                self.ties = [lead]
+            else:
+                self.ties.append(lead)
+
+
+_by_priority = attrgetter("priority")
+
+
+def _by_lead(kinds: list[Kind], jobs: Sequence[Job]) -> list[Kind]:
+    """``kinds`` in the order Slurm takes their lead jobs up: by priority, and kinds of equal priority
+    by their leads' :func:`rank` (read only then: most kinds differ in priority). Stable."""
+    kinds = sorted(kinds, key=_by_priority, reverse=True)
+    i, n = 0, len(kinds)
+    while i < n:
+        priority = kinds[i].priority
+        j = i + 1
+        while j < n and kinds[j].priority == priority:
+            j += 1
+        if j - i > 1 and priority >= 0:
+            kinds[i:j] = sorted(kinds[i:j], key=lambda kind: kind.rank(jobs))
+        i = j
+    return kinds
+
+
+def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
+    """The partition Slurm tries a pending job in first: the highest ``PriorityTier``, then the job's own
+    order. A job pending in several partitions counts in that one only, so two NodeSets never both scale
+    up for it."""
+    if len(partitions) < 2:
+        return partitions[0] if partitions else None
+    return max(enumerate(partitions), key=lambda ip: (tiers.get(ip[1], 0), -ip[0]))[1]
+
+
+class Queue:
+    """What every target needs from the snapshot, built once per snapshot: per partition its pending
+    jobs as runs ``(kind, jobs)`` in Slurm's order (:meth:`runs`), its nodes, and which nodes jobs hold."""
+
+    def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
+        wanted = frozenset(partitions)
+        self.jobs = jobs = snapshot.jobs
+        others: list[Job] = []
+        self.bars = Bars.of(snapshot)
+        self.max_cpus_per_node = {
+            p.name: p.max_cpus_per_node
+            for p in snapshot.partitions
+            if p.name in wanted and p.max_cpus_per_node
+        }
+        """Partition ``MaxCPUsPerNode`` where set: the CPUs of a node its jobs may use together."""
+        groups, codes = scan(jobs, others, self.bars)
+        self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
+        """Whether the pending jobs are ordered job by job (else kind by kind)."""
+        multiplicities, leads, priorities, positions = tally(groups, codes, positions=by_job)
+        kinds: dict[str, list[Kind]] = {p: [] for p in wanted}
+        tiers = {p.name: p.priority_tier for p in snapshot.partitions}
+        kind_at: dict[str, dict[int, Kind]] = {p: {} for p in wanted}  # key index → its kind
+        merged: dict[str, dict[Any, Kind]] = {p: {} for p in wanted}
+        home_of: dict[tuple[str, ...], str | None] = {}
+        class_of: dict[str, tuple[str, Eligibility]] = {}
+        ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
+        for k, (key, multiplicity, lead, priority) in enumerate(
+            zip(groups, multiplicities, leads, priorities, strict=True)
+        ):
+            partitions_, reason, features, tasks, array, raw_request = key
+            if partitions_ in home_of:
+                home = home_of[partitions_]
+            else:
+                first = first_partition(partitions_, tiers)
+                home = home_of[partitions_] = first if first in wanted else None
+            if home is None:
+                continue
+            cls = class_of.get(reason)
+            if cls is None:
+                cls = class_of[reason] = classify(reason)[:2]
+            name, elig = cls
+            count = multiplicity * tasks
+            request: Request | None = None
+            mkey: Any
+            if elig is ineligible:
+                mkey = name  # all that counts is how many
+                priority = -1
+            else:
+                request = Request._make(raw_request)
+                if type(array) is tuple:
+                    mkey = None  # %N: keeps its place in the order
+                elif elig is eligible:
+                    mkey = (name == "None", features, request)  # fresh or not, constraint, request
+                else:
+                    mkey = (name, features, request)
+            if mkey is None:
+                kind = Kind(key, request, name, elig, count, priority, lead)
+            else:
+                seen = merged[home].get(mkey)
+                if seen is not None:
+                    seen.add(key, count, priority, lead)
+                    if by_job:
+                        kind_at[home][k] = seen
+                    continue
+                kind = merged[home][mkey] = Kind(key, request, name, elig, count, priority, lead)
+            kinds[home].append(kind)
+            if by_job:
+                kind_at[home][k] = kind
+        self._order: dict[str, list[tuple[Kind, int]]] = {}
+        if by_job:
+            key_index = {g: k for k, g in enumerate(groups.values())}
+            tasks_of = [key[3] for key in groups]
+            job_runs = _job_order(jobs, positions, codes, key_index)
+            for p in wanted:
+                at = kind_at[p]
+                order: list[list[Any]] = []
+                for k, n in job_runs:
+                    run_kind = at.get(k)
+                    if run_kind is None:
+                        continue
+                    if order and order[-1][0] is run_kind:
+                        order[-1][1] += n * tasks_of[k]
+                    else:
+                        order.append([run_kind, n * tasks_of[k]])
+                self._order[p] = [(run_kind, n) for run_kind, n in order]
+        else:
+            self._order = {p: [(kind, kind.count) for kind in _by_lead(kinds[p], jobs)] for p in wanted}
+        holding = [j for j in others if j.state in HOLDING_STATES or "COMPLETING" in j.state_flags]
+        self.array_running: Counter[int] = Counter(
+            j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
+        )
+        """Array job id → its tasks that hold nodes (for ``%N`` throttles)."""
+        self._held_exprs = {j.nodes for j in holding if j.nodes and not wanted.isdisjoint(j.partitions)}
+        self._held: set[str] | None = None
+        self.nodes: dict[str, list[Node]] = {p: [] for p in wanted}
+        """Per partition, its nodes in snapshot order."""
+        for node in snapshot.nodes:
+            for p in node.partitions:
+                lst = self.nodes.get(p)
+                if lst is not None:
+                    lst.append(node)
+
+    def runs(self, partition: str) -> list[tuple[Kind, int]]:
+        """The partition's pending jobs in Slurm's scheduling order as runs ``(kind, jobs)`` (array tasks
+        counted individually): consecutive jobs of one kind, or (beyond :data:`ORDER_JOBS`) one run per
+        kind at its lead job's place."""
+        return self._order[partition]
+
+    def held_nodes(self) -> set[str]:
+        """Names of nodes held by jobs (RUNNING, SUSPENDED, COMPLETING) of the wanted partitions."""
+        if self._held is None:
+            self._held = set().union(*map(hosts, self._held_exprs))
+        return self._held
+
+    def jobs_of(self, keys: Mapping[JobKey, Any], partition: str) -> list[tuple[Job, Any]]:
+        """The pending jobs of ``partition`` with these keys, each with its key's value (rare: too-large
+        jobs), grouped like job by job — by all their fields, groups in order of first appearance."""
+        cpus = {key[5][2] for key in keys}
+        groups: dict[tuple[Any, ...], list[tuple[Job, Any]]] = {}
+        for job in self.jobs:
+            if job.cpus in cpus and job.state == "PENDING" and partition in job.partitions:
+                key = key_of(job, self.bars)
+                if key in keys:
+                    full = (
+                        key,
+                        job.array_job_id,
+                        job.array_task_id,
+                        job.array_task_string,
+                        job.array_pending_tasks,
+                    )
+                    groups.setdefault(full, []).append((job, keys[key]))
+        return [item for group in groups.values() for item in group]

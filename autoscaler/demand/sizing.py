@@ -1,0 +1,99 @@
+"""How many nodes one job needs on a node shape, and what it asks of each. Pure.
+
+:func:`size` turns a job's :class:`Request` into a :data:`~autoscaler.demand.packing.Piece` ``(nodes,
+CPUs, memory bytes, GPUs per node)``, or a :class:`~autoscaler.demand.types.Misfit` when it can never
+run on the shape. The rules (``docs/demand.md``, "Job size"): nodes ``n = max(min_nodes, ⌈cpus/C⌉,
+⌈tasks/⌊C/cpus_per_task⌋⌉, ⌈memory/M⌉, ⌈gpus/G⌉)`` on a shape of C CPUs, M bytes, G GPUs; each node an
+even share; exclusive jobs whole nodes; ``--spread-job`` a node per task within the maxima.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from autoscaler.demand.packing import Piece
+from autoscaler.demand.types import Misfit, NodeShape
+
+__all__ = ["Request", "size"]
+
+
+class Request(NamedTuple):
+    """The job fields sizing reads, named as on :class:`exporter.model.Job` (memory in bytes)."""
+
+    min_nodes: int
+    max_nodes: int | None
+    cpus: int
+    tasks: int
+    cpus_per_task: int
+    memory_per_node_bytes: int | None
+    memory_per_cpu_bytes: int | None
+    whole_node_memory: bool
+    memory_bytes: int
+    gpus_per_node: int
+    gpus: int
+    exclusive: bool
+    spread: bool
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def size(request: Request, shape: NodeShape, max_nodes: int | None) -> Piece | Misfit:
+    """The piece of ``request`` on ``shape`` (``max_nodes``: the target's maximum), or why it never fits."""
+    r = request
+    c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
+    cpt = r.cpus_per_task
+    cpus = max(r.cpus, r.tasks * cpt if cpt > 1 else 0, 1)
+    n = max(r.min_nodes, 1, _ceil(cpus, c_node))
+    if cpt > 1:  # a task never splits across nodes
+        per_node_tasks = c_node // cpt
+        if per_node_tasks == 0:
+            return Misfit("cpus_per_task", cpt, c_node)
+        n = max(n, _ceil(max(r.tasks, 1), per_node_tasks))
+    mem_per_node, mem_per_cpu = r.memory_per_node_bytes, r.memory_per_cpu_bytes
+    total_mem = 0
+    if r.whole_node_memory:
+        pass
+    elif mem_per_node is not None:
+        if mem_per_node > m_node:
+            return Misfit("memory_per_node", mem_per_node, m_node)
+    elif mem_per_cpu is not None:
+        if mem_per_cpu > m_node:
+            return Misfit("memory_per_cpu", mem_per_cpu, m_node)
+        total_mem = cpus * mem_per_cpu
+    else:
+        total_mem = r.memory_bytes
+    if total_mem and m_node:
+        n = max(n, _ceil(total_mem, m_node))
+    elif total_mem:
+        return Misfit("memory_without_memory", total_mem, 0)
+    if r.gpus_per_node:
+        if r.gpus_per_node > g_node:
+            return Misfit("gpus_per_node", r.gpus_per_node, g_node)
+    elif r.gpus:
+        if not g_node:
+            return Misfit("gpus_without_gpus", r.gpus, 0)
+        n = max(n, _ceil(r.gpus, g_node))
+    if r.spread:  # one task per node, as far as the job's and the target's maxima allow
+        tasks = max(r.tasks, 1)
+        n = max(n, min(tasks, r.max_nodes or tasks, max_nodes or tasks))
+    if mem_per_cpu is not None and not r.whole_node_memory and mem_per_node is None:
+        while _ceil(cpus, n) * mem_per_cpu > m_node:  # the CPUs of the fullest node must fit its memory
+            n += 1
+    if r.max_nodes is not None and n > r.max_nodes:
+        return Misfit("job_max_nodes", n, r.max_nodes)
+    if max_nodes is not None and n > max_nodes:
+        return Misfit("target_max_nodes", n, max_nodes)
+    if r.exclusive:
+        return (n, c_node, m_node, g_node)
+    cpu_pn = _ceil(cpus, n)
+    if r.whole_node_memory:
+        mem_pn = m_node
+    elif mem_per_node is not None:
+        mem_pn = mem_per_node
+    elif mem_per_cpu is not None:
+        mem_pn = cpu_pn * mem_per_cpu
+    else:
+        mem_pn = _ceil(total_mem, n)
+    return (n, cpu_pn, mem_pn, r.gpus_per_node or _ceil(r.gpus, n))
