@@ -28,13 +28,14 @@ median moves with load), the spread (max − best), the ratio to the baseline, a
 target (realistic snapshot, cold, best of N) is met.
 
 Run: ``.venv/bin/python benchmarks/bench_demand.py [--runs 5]``; ``--against REV`` alternates this tree's
-model with git revision REV's (its ``autoscaler`` and ``exporter`` exported to a temporary directory) in
-one run and prints both and the ratio.
+model with git revision REV's (its ``autoscaler`` package exported to a temporary directory as
+``old_autoscaler``) run by run in one process, cold, and prints best and median of both and their ratios.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -360,41 +361,50 @@ def run(runs: int, quiet: bool) -> dict[str, dict[str, list[float]]]:
     return figures
 
 
-def against(rev: str, rounds: int, runs: int) -> None:
-    """This tree and ``rev``'s model alternated, ``rounds`` times each, in this one run; best of all."""
+def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]], object], Callable[[], None]]:
+    """``rev``'s ``autoscaler`` package as ``old_autoscaler`` (its imports renamed), importable beside this
+    tree's in this process: (its compute_demand, its cache clear)."""
     root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory() as old:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", rev, "autoscaler", "exporter"],
-            check=True,
-            capture_output=True,
-        ).stdout
-        subprocess.run(["tar", "-x", "-C", old], input=archive, check=True)
-        best: dict[str, dict[str, dict[str, float]]] = {"old": {}, "new": {}}
-        for r in range(rounds):
-            for side, tree in (
-                (("old", old), ("new", str(root))) if r % 2 == 0 else (("new", str(root)), ("old", old))
-            ):
-                env = {**os.environ, "PYTHONPATH": tree}
-                out = subprocess.run(
-                    [sys.executable, __file__, "--runs", str(runs), "--json"],
-                    env=env,
-                    cwd=tree,
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                ).stdout
-                for label, times in json.loads(out).items():
-                    mine = best[side].setdefault(label, {})
-                    for what, xs in times.items():
-                        mine[what] = min(mine.get(what, float("inf")), *xs)
-            print(f"round {r + 1}/{rounds} done", file=sys.stderr)
-    print(f"best of {rounds} rounds x {runs} runs; old = {rev}, new = this tree")
-    print(f"{'snapshot':16s} {'':5s} {'old ms':>9s} {'new ms':>9s} {'new/old':>8s}")
-    for label in SNAPSHOTS:
-        for what in ("baseline", "cold", "warm"):
-            o, n = best["old"][label][what], best["new"][label][what]
-            print(f"{label:16s} {what:5s} {o:9.1f} {n:9.1f} {n / o:8.3f}")
+    archive = subprocess.run(
+        ["git", "-C", str(root), "archive", rev, "autoscaler"], check=True, capture_output=True
+    )
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    (into / "autoscaler").rename(into / "old_autoscaler")
+    for path in (into / "old_autoscaler").rglob("*.py"):
+        text = path.read_text()
+        text = text.replace("from autoscaler.", "from old_autoscaler.").replace(
+            "from autoscaler import", "from old_autoscaler import"
+        )
+        path.write_text(text.replace("import autoscaler.", "import old_autoscaler."))
+    sys.path.insert(0, str(into))
+    old = importlib.import_module("old_autoscaler.demand")
+    clear = getattr(old, "clear_caches", None) or old._hosts.cache_clear
+    return old.compute_demand, clear
+
+
+def against(rev: str, runs: int) -> None:
+    """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        old_compute, old_clear = _old_model(rev, Path(tmp))
+        print(f"old = {rev}, new = this tree; cold, alternated, {runs} runs each")
+        print(
+            f"{'snapshot':16s} {'old best':>9s} {'new best':>9s} {'ratio':>6s}"
+            f" {'old med':>9s} {'new med':>9s} {'ratio':>6s}"
+        )
+        for label, build in SNAPSHOTS.items():
+            snap = build()
+            old_ms: list[float] = []
+            new_ms: list[float] = []
+            for r in range(runs):
+                sides = [(old_ms, old_clear, old_compute), (new_ms, _clear_caches, compute_demand)]
+                for times, clear, compute in sides if r % 2 == 0 else sides[::-1]:
+                    clear()
+                    t = time.perf_counter()
+                    compute(snap, TARGETS)
+                    times.append((time.perf_counter() - t) * 1000)
+            ob, nb = min(old_ms), min(new_ms)
+            om, nm = statistics.median(old_ms), statistics.median(new_ms)
+            print(f"{label:16s} {ob:9.1f} {nb:9.1f} {nb / ob:6.3f} {om:9.1f} {nm:9.1f} {nm / om:6.3f}")
 
 
 def main() -> None:
@@ -402,10 +412,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON only")
     ap.add_argument("--against", metavar="REV", help="alternate this tree with git revision REV's model")
-    ap.add_argument("--rounds", type=int, default=4, help="with --against: alternations")
     args = ap.parse_args()
     if args.against:
-        against(args.against, args.rounds, args.runs)
+        against(args.against, args.runs)
         return
     if args.json:
         print(json.dumps(run(args.runs, quiet=True)))

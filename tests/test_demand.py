@@ -15,7 +15,7 @@ import pytest
 
 from autoscaler.demand import Demand, Misfit, NodeShape, Target, compute_demand, queue
 from autoscaler.demand.packing import EXACT_WORK, Bins, Piece, is_exact, pack
-from autoscaler.demand.queue import key_of, scan, tally
+from autoscaler.demand.queue import key_of, request_of, scan, tally
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
 from autoscaler.eligibility import Bars
@@ -704,8 +704,9 @@ def test_key_layout() -> None:
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
     )  # fmt: skip
-    partitions, reason, features, tasks, array, request = key_of(job, NO_BARS)
-    assert Request._make(request)._asdict() == {f: getattr(job, f) for f in Request._fields}
+    key = key_of(job, NO_BARS)
+    partitions, reason, features, tasks, array = key[: queue.REQUEST]
+    assert request_of(key)._asdict() == {f: getattr(job, f) for f in Request._fields}
     assert (partitions, reason, features, tasks, array) == (("p",), "Priority", "fa", 3, 1)
     assert key_of(msgspec.structs.replace(job, array_job_id=None), NO_BARS)[4] is None
     throttled = msgspec.structs.replace(job, array_max_tasks=2)

@@ -33,6 +33,7 @@ __all__ = [
     "job_label",
     "key_of",
     "rank",
+    "request_of",
     "scan",
     "tally",
 ]
@@ -44,8 +45,8 @@ of one kind); beyond, each kind is one run at its lead job's place."""
 HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING"})
 """Jobs in these states (or flagged COMPLETING) hold their nodes: SUSPENDED ones hold memory."""
 
-JobKey = tuple[tuple[str, ...], str, str, int, Any, tuple[Any, ...]]
-"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, request)``.
+JobKey = tuple[Any, ...]
+"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, *request)``.
 
 ``reason``: Slurm's, or for a job Slurm has not classified yet (reason in ``UNSETTLED``), bound to a
 reservation or to named nodes, the one its own fields show (:func:`autoscaler.eligibility.settled_reason`);
@@ -53,8 +54,18 @@ reservation or to named nodes, the one its own fields show (:func:`autoscaler.el
 pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
 a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
 of a throttled array count together only as job by job would: the allowance is handed out in order);
-``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order (a plain tuple in the
-hot loop: ``Request._make`` is called once per distinct key that gets sized)."""
+``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
+(one flat tuple per job in the hot loop — a nested one doubles the objects the garbage collector walks;
+made a typed ``Request`` once per distinct key that gets sized: :func:`request_of`)."""
+
+REQUEST = 5
+"""Where the request's fields start in a :data:`JobKey`."""
+
+
+def request_of(key: JobKey) -> Request:
+    """The typed request of a :data:`JobKey`."""
+    return tuple.__new__(Request, key[REQUEST:])
+
 
 Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`rank`."""
@@ -93,11 +104,9 @@ def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKe
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
-                (
-                    j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
-                    j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                    j.exclusive, j.spread,
-                ),
+                j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
+                j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
+                j.exclusive, j.spread,
             ),
             ordinal(),
         ) | j.priority << 31
@@ -314,17 +323,19 @@ class Queue:
         home_of: dict[tuple[str, ...], str | None] = {}
         class_of: dict[str, tuple[str, Eligibility]] = {}
         ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
+        new_tuple = tuple.__new__
         for k, (key, multiplicity, lead, priority) in enumerate(
             zip(groups, multiplicities, leads, priorities, strict=True)
         ):
-            partitions_, reason, features, tasks, array, raw_request = key
-            if partitions_ in home_of:
-                home = home_of[partitions_]
-            else:
+            partitions_, reason, features, tasks, array = key[:REQUEST]
+            home = home_of.get(partitions_, "")  # "": not seen yet; None: not a wanted partition
+            if not home:
+                if home is None:
+                    continue
                 first = first_partition(partitions_, tiers)
                 home = home_of[partitions_] = first if first in wanted else None
-            if home is None:
-                continue
+                if home is None:
+                    continue
             cls = class_of.get(reason)
             if cls is None:
                 cls = class_of[reason] = classify(reason)[:2]
@@ -336,7 +347,7 @@ class Queue:
                 mkey = name  # all that counts is how many
                 priority = -1
             else:
-                request = Request._make(raw_request)
+                request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
                 if type(array) is tuple:
                     mkey = None  # %N: keeps its place in the order
                 elif elig is eligible:
@@ -346,17 +357,19 @@ class Queue:
             if mkey is None:
                 kind = Kind(key, request, name, elig, count, priority, lead)
             else:
-                seen = merged[home].get(mkey)
+                same = merged[home]
+                seen = same.get(mkey)
                 if seen is not None:
                     seen.add(key, count, priority, lead)
                     if by_job:
                         kind_at[home][k] = seen
                     continue
-                kind = merged[home][mkey] = Kind(key, request, name, elig, count, priority, lead)
+                kind = same[mkey] = Kind(key, request, name, elig, count, priority, lead)
             kinds[home].append(kind)
             if by_job:
                 kind_at[home][k] = kind
         self._order: dict[str, list[tuple[Kind, int]]] = {}
+        self._kinds: dict[str, list[Kind]] = {}
         if by_job:
             key_index = {g: k for k, g in enumerate(groups.values())}
             tasks_of = [key[3] for key in groups]
@@ -374,7 +387,7 @@ class Queue:
                         order.append([run_kind, n * tasks_of[k]])
                 self._order[p] = [(run_kind, n) for run_kind, n in order]
         else:
-            self._order = {p: [(kind, kind.count) for kind in _by_lead(kinds[p], jobs)] for p in wanted}
+            self._kinds = {p: _by_lead(kinds[p], jobs) for p in wanted}
         holding = [j for j in others if j.state in HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -390,11 +403,13 @@ class Queue:
                 if lst is not None:
                     lst.append(node)
 
-    def runs(self, partition: str) -> list[tuple[Kind, int]]:
+    def runs(self, partition: str) -> Iterable[tuple[Kind, int]]:
         """The partition's pending jobs in Slurm's scheduling order as runs ``(kind, jobs)`` (array tasks
         counted individually): consecutive jobs of one kind, or (beyond :data:`ORDER_JOBS`) one run per
-        kind at its lead job's place."""
-        return self._order[partition]
+        kind at its lead job's place (made as read: 100k kept tuples would cost the garbage collector)."""
+        if self.by_job:
+            return self._order[partition]
+        return ((kind, kind.count) for kind in self._kinds[partition])
 
     def held_nodes(self) -> set[str]:
         """Names of nodes held by jobs (RUNNING, SUSPENDED, COMPLETING) of the wanted partitions."""
@@ -405,7 +420,7 @@ class Queue:
     def jobs_of(self, keys: Mapping[JobKey, Any], partition: str) -> list[tuple[Job, Any]]:
         """The pending jobs of ``partition`` with these keys, each with its key's value (rare: too-large
         jobs), grouped like job by job — by all their fields, groups in order of first appearance."""
-        cpus = {key[5][2] for key in keys}
+        cpus = {request_of(key).cpus for key in keys}
         groups: dict[tuple[Any, ...], list[tuple[Job, Any]]] = {}
         for job in self.jobs:
             if job.cpus in cpus and job.state == "PENDING" and partition in job.partitions:
