@@ -269,6 +269,13 @@ MIXES += (
         1,
         ("MaxMemPerNode=8000",),
     ),
+    Mix(
+        "max_mem_per_cpu",
+        tuple((f"m3000_{i}", "-n1 --mem-per-cpu=3000") for i in range(5)),
+        2,
+        ("MaxMemPerCPU=1500",),
+    ),
+    Mix("def_mem_per_node", tuple((f"n1_{i}", "-n1") for i in range(5)), 3, ("DefMemPerNode=6000",)),
 )
 MIXES += (
     Mix(

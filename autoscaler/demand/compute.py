@@ -72,6 +72,7 @@ def _count(
     feature_sets: set[frozenset[str]] | None = None  # built at the first constrained job
     empty = not nodes
     feature = target.nodeset_feature
+    eligible = skipped = 0
     for kind, n_jobs in runs:
         count = n_jobs
         elig = kind.elig
@@ -85,7 +86,7 @@ def _count(
                     feature_sets = node_feature_sets(nodes)
                 ok = constraint_ok[kind.features] = constraint_fits(kind.features, feature, feature_sets)
             if not ok:
-                out.skipped += count
+                skipped += count
                 continue
         if kind.throttle is not None:
             array_id, throttle = kind.throttle
@@ -99,7 +100,7 @@ def _count(
             count = take
             if not count:
                 continue
-        out.eligible += count
+        eligible += count
         if shape is None or kind.request is None:
             continue
         piece = sizes.get(kind.request)
@@ -107,7 +108,7 @@ def _count(
             piece = sizes[kind.request] = size(kind.request, shape, target.max_nodes)
         if isinstance(piece, Misfit):
             out.misfits.update(dict.fromkeys(kind.keys, piece))
-            out.eligible -= count
+            eligible -= count
             continue
         fresh = kind.fresh
         if by_job:  # consecutive jobs of one size are one run
@@ -124,6 +125,7 @@ def _count(
         pieces.append(piece)
         run_jobs.append(count)
         run_fresh.append(fresh)
+    out.eligible, out.skipped = eligible, skipped
     return out
 
 

@@ -206,6 +206,7 @@ class Kind:
         "count",
         "elig",
         "features",
+        "fresh",
         "keys",
         "lead",
         "name",
@@ -228,6 +229,8 @@ class Kind:
         self.name = name
         """The reason it is classified by (:func:`autoscaler.reasons.classify`)."""
         self.elig = elig
+        self.fresh = name == "None"
+        """Not looked at by the scheduler yet (reason ``None``): may start on busy nodes' free room."""
         self.features: str = key[2]
         array = key[4]
         self.throttle: tuple[int, int] | None = (
@@ -245,11 +248,6 @@ class Kind:
         self.ties: list[int] | None = None
         """Those of its other keys with a lead of that priority (merged keys; rare)."""
         self.keys = [key]
-
-    @property
-    def fresh(self) -> bool:
-        """Not looked at by the scheduler yet (reason ``None``): may start on busy nodes' free room."""
-        return self.name == "None"
 
     def rank(self, jobs: Sequence[Job]) -> Rank:
         """Its lead job's :func:`rank`."""
