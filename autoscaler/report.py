@@ -23,6 +23,8 @@ def misfit_text(misfit: Misfit, shape: NodeShape | None) -> str:
     kind, asked, limit = misfit
     if kind == "cpus_per_task":
         return f"{asked} CPUs per task > {limit} CPUs per node"
+    if kind == "cpus_for_memory":
+        return f"--mem needs {asked} CPUs per node under MaxMemPerCPU > {limit} CPUs per node"
     if kind == "memory_per_node":
         return f"--mem {asked // MIB} MiB per node > {limit // MIB} MiB"
     if kind == "memory_per_cpu":

@@ -86,6 +86,16 @@ node shape at the partition's limit; without it, it said 2).
 ``--mem=0`` jobs pend with ``MaxMemPerLimit`` for ever (the model ignores them by the same rule); the two
 6000 MB jobs share p1 (12000 MB of its 16000).
 
+``max_mem_per_cpu`` → 2 (``MaxMemPerCPU=1500``): each ``-n1 --mem-per-cpu=3000`` job starts on 2 CPUs at
+1500 MB each (``CPUs/Task=2``, ``MinMemoryCPU=1500M`` once running; the pending record keeps 1 CPU and 3000):
+four per node. The model applies the same rule when it sizes (it said 1 before: 5 CPUs, 15000 MB).
+
+``max_mem_per_cpu_node`` → 2 (``MaxMemPerCPU=1000``): each ``-n1 --mem=4000`` job starts on 4 CPUs (⌈4000 /
+1000⌉), two per node (1 before).
+
+``def_mem_per_node`` → 3 (``DefMemPerNode=6000``): written into the record like ``DefMemPerCPU``; two jobs per
+node by memory.
+
 Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees):
 
 ``multinode_after`` → Slurm 9, model 6: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
@@ -274,6 +284,12 @@ MIXES += (
         tuple((f"m3000_{i}", "-n1 --mem-per-cpu=3000") for i in range(5)),
         2,
         ("MaxMemPerCPU=1500",),
+    ),
+    Mix(
+        "max_mem_per_cpu_node",
+        tuple((f"m4000_{i}", "-n1 --mem=4000") for i in range(3)),
+        2,
+        ("MaxMemPerCPU=1000",),
     ),
     Mix("def_mem_per_node", tuple((f"n1_{i}", "-n1") for i in range(5)), 3, ("DefMemPerNode=6000",)),
 )

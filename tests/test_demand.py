@@ -713,6 +713,32 @@ def test_key_layout() -> None:
     assert key_of(throttled, NO_BARS)[4] == (1, None, "1-3", 2)
 
 
+def test_partition_max_mem_per_cpu_gives_jobs_more_cpus() -> None:
+    # MaxMemPerCPU=1500 MB (oracle max_mem_per_cpu): --mem-per-cpu=3000 starts on 2 CPUs at 1500 each
+    # (the same 3000 MB): five such 1-task jobs go four per 8-CPU node → 2 nodes; without the limit
+    # 5 CPUs and 15000 MB fit one node.
+    def limited(jobs: list[Job], **limit: int) -> Demand:
+        s = Snapshot(
+            taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), partitions=(Partition(name="p", **limit),)
+        )
+        return compute_demand(s, [Target(name="t", partition="p", shape=SHAPE)])["t"]
+
+    per_cpu = [pend(i, memory_per_node_bytes=None, memory_per_cpu_bytes=3000 * MIB) for i in range(5)]
+    assert (one(per_cpu).needed, limited(per_cpu, max_memory_per_cpu_bytes=1500 * MIB).needed) == (1, 2)
+    # -c2 --mem-per-cpu=3000: 4 CPUs per task (lab: NumCPUs=4); two such jobs fill a node
+    c2 = [
+        pend(i, cpus=2, cpus_per_task=2, memory_per_node_bytes=None, memory_per_cpu_bytes=3000 * MIB)
+        for i in (1, 2, 3)
+    ]
+    assert limited(c2, max_memory_per_cpu_bytes=1500 * MIB).needed == 2
+    # --mem=4000 under MaxMemPerCPU=1000 (oracle max_mem_per_cpu_node) takes 4 CPUs: three jobs → 2 nodes
+    per_node = [pend(i, memory_per_node_bytes=4000 * MIB) for i in range(3)]
+    assert (one(per_node).needed, limited(per_node, max_memory_per_cpu_bytes=1000 * MIB).needed) == (1, 2)
+    # --mem=12000 would need 12 CPUs on one node of 8: never fits (sbatch refuses it where nodes exist)
+    d = limited([pend(9, memory_per_node_bytes=12000 * MIB)], max_memory_per_cpu_bytes=1000 * MIB)
+    assert (d.needed, d.too_large[0].misfit) == (0, Misfit("cpus_for_memory", 12, 8))
+
+
 def test_partition_max_cpus_per_node_shrinks_the_node() -> None:
     # MaxCPUsPerNode=4 on 8-CPU nodes: six 2-CPU jobs take 3 new nodes, not 2; a busy node with 2 CPUs
     # allocated has room for one more such job, not three

@@ -72,6 +72,7 @@ def _count(
     feature_sets: set[frozenset[str]] | None = None  # built at the first constrained job
     empty = not nodes
     feature = target.nodeset_feature
+    max_memory_per_cpu = queue.max_memory_per_cpu.get(target.partition)
     eligible = skipped = 0
     for kind, n_jobs in runs:
         count = n_jobs
@@ -105,7 +106,7 @@ def _count(
             continue
         piece = sizes.get(kind.request)
         if piece is None:
-            piece = sizes[kind.request] = size(kind.request, shape, target.max_nodes)
+            piece = sizes[kind.request] = size(kind.request, shape, target.max_nodes, max_memory_per_cpu)
         if isinstance(piece, Misfit):
             out.misfits.update(dict.fromkeys(kind.keys, piece))
             eligible -= count

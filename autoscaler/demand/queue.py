@@ -310,6 +310,12 @@ class Queue:
             if p.name in wanted and p.max_cpus_per_node
         }
         """Partition ``MaxCPUsPerNode`` where set: the CPUs of a node its jobs may use together."""
+        self.max_memory_per_cpu = {
+            p.name: p.max_memory_per_cpu_bytes
+            for p in snapshot.partitions
+            if p.name in wanted and p.max_memory_per_cpu_bytes
+        }
+        """Partition ``MaxMemPerCPU`` where set: a job asking more memory per CPU is given more CPUs."""
         groups, codes = scan(jobs, others, self.bars)
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""

@@ -39,9 +39,30 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def size(request: Request, shape: NodeShape, max_nodes: int | None) -> Piece | Misfit:
-    """The piece of ``request`` on ``shape`` (``max_nodes``: the target's maximum), or why it never fits."""
-    r = request
+def _within_memory_per_cpu(r: Request, max_memory_per_cpu: int) -> Request:
+    """What slurmctld starts a job asking more than the partition's ``MaxMemPerCPU`` with: ``--mem-per-cpu``
+    above it → CPUs per task × ⌈asked/max⌉, the memory per CPU divided alike (the same total); the job's
+    record keeps what was asked (lab: 26.05.5, ``docs/demand.md``)."""
+    mem_per_cpu = r.memory_per_cpu_bytes
+    if mem_per_cpu is None or mem_per_cpu <= max_memory_per_cpu or r.whole_node_memory:
+        return r
+    if r.memory_per_node_bytes is not None:
+        return r
+    ratio = _ceil(mem_per_cpu, max_memory_per_cpu)
+    cpt = max(r.cpus_per_task, 1)
+    return r._replace(
+        cpus=max(r.cpus, r.tasks * cpt) * ratio,
+        cpus_per_task=cpt * ratio,
+        memory_per_cpu_bytes=_ceil(mem_per_cpu, ratio),
+    )
+
+
+def size(
+    request: Request, shape: NodeShape, max_nodes: int | None, max_memory_per_cpu: int | None = None
+) -> Piece | Misfit:
+    """The piece of ``request`` on ``shape`` (``max_nodes``: the target's maximum; ``max_memory_per_cpu``:
+    the partition's ``MaxMemPerCPU`` in bytes), or why it never fits."""
+    r = request if max_memory_per_cpu is None else _within_memory_per_cpu(request, max_memory_per_cpu)
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
     cpt = r.cpus_per_task
     cpus = max(r.cpus, r.tasks * cpt if cpt > 1 else 0, 1)
@@ -88,6 +109,11 @@ def size(request: Request, shape: NodeShape, max_nodes: int | None) -> Piece | M
     if r.exclusive:
         return (n, c_node, m_node, g_node)
     cpu_pn = _ceil(cpus, n)
+    if max_memory_per_cpu and mem_per_node is not None and not r.whole_node_memory:
+        # --mem above MaxMemPerCPU × its CPUs: slurmctld gives each node CPUs enough for the memory
+        cpu_pn = max(cpu_pn, _ceil(mem_per_node, max_memory_per_cpu))
+        if cpu_pn > c_node:
+            return Misfit("cpus_for_memory", cpu_pn, c_node)
     if r.whole_node_memory:
         mem_pn = m_node
     elif mem_per_node is not None:

@@ -55,6 +55,7 @@ class Target:
 
 MisfitKind = Literal[
     "cpus_per_task",
+    "cpus_for_memory",
     "memory_per_node",
     "memory_per_cpu",
     "memory_without_memory",
@@ -63,7 +64,8 @@ MisfitKind = Literal[
     "job_max_nodes",
     "target_max_nodes",
 ]
-"""What of a job exceeds the target: CPUs of one task, ``--mem``, ``--mem-per-cpu``, memory asked of
+"""What of a job exceeds the target: CPUs of one task, CPUs per node its ``--mem`` needs under the
+partition's ``MaxMemPerCPU``, ``--mem``, ``--mem-per-cpu``, memory asked of
 nodes with none, ``--gpus-per-node``, GPUs asked of nodes with none, the nodes it needs against its own
 ``--nodes`` maximum, against ``Target.max_nodes``."""
 
