@@ -16,6 +16,8 @@ cpusPerNode     no        node shape used while the target has no nodes (scale f
 memoryPerNode   no        memory (MiB as a plain number, or with a binary unit: ``64G``, ``64Gi``,
                           ``512M``, ``1T``; ``K``/``Ki``, ``M``/``Mi``, … all mean powers of 1024),
 gpusPerNode     no        and GPUs per node. ``cpusPerNode`` is needed for a shape.
+featuresPerNode no        Slurm features a new node has (comma-separated; besides the NodeSet's own),
+                          for judging ``--constraint`` while the target has no nodes
 min             no        lower bound of desired nodes (default 0)
 max             no        upper bound of desired nodes (default unbounded); larger jobs are reported
 metricName      no        metric name KEDA asks for (default ``slurm-desired-nodes-<partition>[-<nodeset>]``)
@@ -61,6 +63,7 @@ KEYS = frozenset(
         "cpusPerNode",
         "memoryPerNode",
         "gpusPerNode",
+        "featuresPerNode",
         "min",
         "max",
         "metricName",
@@ -191,6 +194,14 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     elif gpus is not None or memory:
         key = "gpusPerNode" if gpus is not None else "memoryPerNode"
         raise MetadataError(key, "a node shape needs cpusPerNode too")
+    features: frozenset[str] = frozenset()
+    raw_features = _raw(meta, "featuresPerNode")
+    if raw_features is not None:
+        names = [f.strip() for f in raw_features.split(",") if f.strip()]
+        bad = [f for f in names if not _NAME.fullmatch(f)]
+        if bad:
+            raise MetadataError("featuresPerNode", f"{shown(bad[0])} is not a valid feature name")
+        features = frozenset(names)
     lo = _int(meta, "min") or 0
     hi = _int(meta, "max")
     if hi is not None and hi < lo:
@@ -203,6 +214,7 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
         min_nodes=lo,
         max_nodes=hi,
         shape=shape,
+        features=features,
     )
 
 

@@ -213,7 +213,8 @@ def format_table(snap: Snapshot) -> str:
 
 
 def targets_from_flags(target_flags: Sequence[str], s: Settings) -> list[Target]:
-    """``--target k=v,...`` flags, else the targets file, else [] (= one per partition).
+    """``--target k=v,...`` flags, else the targets file, else [] (= one per partition). An item without
+    ``=`` continues the previous value (``featuresPerNode=ib,nvme``).
 
     Raises :class:`ConfigError` naming the flag and key.
     """
@@ -221,11 +222,16 @@ def targets_from_flags(target_flags: Sequence[str], s: Settings) -> list[Target]
         out = []
         for flag in target_flags:
             meta: dict[str, str] = {}
+            last: str | None = None
             for item in flag.split(","):
                 key, sep, value = item.partition("=")
                 if not sep:
-                    raise ConfigError(f"--target {flag!r}: {item!r} is not KEY=VALUE")
-                meta[key.strip()] = value.strip()
+                    if last is None:
+                        raise ConfigError(f"--target {flag!r}: {item!r} is not KEY=VALUE")
+                    meta[last] += "," + item.strip()
+                    continue
+                last = key.strip()
+                meta[last] = value.strip()
             try:
                 out.append(target_from_metadata(meta))
             except MetadataError as e:

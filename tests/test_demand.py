@@ -394,6 +394,22 @@ def test_scale_from_zero_with_configured_shape() -> None:
     assert (d.shape, d.packing) == (None, None)
 
 
+def test_core_specialisation_counts_effective_cpus() -> None:
+    # CoreSpecCount=2 on 8-CPU nodes: Slurm reports 6 effective CPUs; four -c2 jobs go three per node → 2
+    # (with all 8 CPUs: 1). A busy node's free room is counted from the effective CPUs too: 6 − 4 = 2, one
+    # -c2 job fits there. Hand-computed: the lab's nodes have no core specialisation (a slurm.conf setting
+    # of every cloud node, which each oracle mix would then see).
+    nodes = [node("n1", effective_cpus=6)]
+    jobs = [pend(i, cpus=2) for i in range(4)]
+    d = one(jobs, nodes)
+    assert (d.shape, d.needed) == (NodeShape(6, 16000 * MIB, 0), 2)
+    assert one(jobs, [node("n1")]).needed == 1
+    busy = [node("n1", state="MIXED", alloc_cpus=4, effective_cpus=6)]
+    fresh = [pend(i, "None", cpus=2) for i in range(2)]
+    d = one(fresh, busy)
+    assert (d.busy, d.needed, d.packing.in_free_room if d.packing else None) == (1, 1, 1)
+
+
 def test_snapshot_shape_wins_over_configured() -> None:
     # nodes of 4 CPUs exist: 6 CPUs → 2 nodes (configured 8 CPUs would say 1).
     d = one([pend(1, cpus=6)], [node("n1", cpus=4)])
@@ -835,3 +851,18 @@ def test_a_constraint_counts_only_where_a_node_has_its_features() -> None:
     assert needed("dyn|gpu") == 1
     assert needed("[dyn*2&fast]") == 1  # brackets and counts are not judged by the nodes
     assert needed("dyn&gpu", with_nodes=False) == 1  # at zero only the NodeSet's feature is known
+
+
+def test_a_constraint_at_zero_is_judged_by_the_configured_features() -> None:
+    # featuresPerNode=fast,ib: a new dyn node will have dyn, fast, ib
+    def needed(constraint: str, **target: Any) -> int:
+        return one([pend(1, cpus=8, features=constraint)], nodeset_feature="dyn", **target).needed
+
+    new = frozenset({"fast", "ib"})
+    assert (needed("dyn&fast&ib", features=new), needed("dyn&gpu", features=new)) == (1, 0)
+    assert (needed("dyn|gpu", features=new), needed("dyn&[fast|gpu]", features=new)) == (1, 1)
+    d = one([pend(1, features="dyn&gpu")], nodeset_feature="dyn", features=new)
+    assert (d.skipped, d.eligible, d.desired) == (1, 0, 0)
+    # a partition target (no NodeSet feature) at zero with features: only jobs they satisfy count
+    assert one([pend(1, cpus=8, features="gpu")], features=frozenset({"fast"})).needed == 0
+    assert one([pend(1, cpus=8, features="fast")], features=frozenset({"fast"})).needed == 1

@@ -65,6 +65,24 @@ async def test_target_flag_gives_the_scale_from_zero_shape() -> None:
     assert "ns-dyn:" in lines
 
 
+async def test_target_flag_takes_a_list_value() -> None:
+    # featuresPerNode=a,b inside --target k=v,...: the item without "=" continues the value
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, out, err = await run(
+            url,
+            "--target",
+            "partition=dyn,nodeset=ns-dyn,featuresPerNode=gpu,ib,cpusPerNode=8",
+            "--format",
+            "json",
+        )
+    assert code == 0, err
+    (row,) = json.loads(out)
+    assert (row["target"], row["shape"]["cpus"]) == ("ns-dyn", 8)
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, _, err = await run(url, "--target", "ib,partition=dyn")
+    assert code == 2 and "'ib' is not KEY=VALUE" in err
+
+
 async def test_bad_target_names_the_key() -> None:
     async with serve(FakeSlurmrestd(DATA)) as url:
         code, _, err = await run(url, "--target", "partiton=dyn")

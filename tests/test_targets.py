@@ -46,6 +46,15 @@ def test_explicit_node_selection_overrides_the_nodeset_feature() -> None:
     assert t.nodeset_feature == "a100"
 
 
+def test_features_of_new_nodes() -> None:
+    t = target_from_metadata({"partition": "p", "nodeset": "ns", "featuresPerNode": "ib, nvme,"})
+    assert (t.nodeset_feature, t.features) == ("ns", frozenset({"ib", "nvme"}))
+    assert target_from_metadata({"partition": "p"}).features == frozenset()
+    with pytest.raises(MetadataError) as err:
+        target_from_metadata({"partition": "p", "featuresPerNode": "ib,n;rm"})
+    assert err.value.key == "featuresPerNode" and "'n;rm'" in str(err.value)
+
+
 def test_shape_for_scale_from_zero() -> None:
     meta = {"partition": "p", "cpusPerNode": "64", "memoryPerNode": "256Gi", "gpusPerNode": "8"}
     assert target_from_metadata(meta).shape == NodeShape(64, 256 * 1024 * MIB, 8)

@@ -15,8 +15,8 @@ and what it costs: ``docs/demand.md``):
    tries first (highest ``PriorityTier``, then the job's order) — are eligible or ignored by reason
    (:mod:`autoscaler.reasons`; not-yet-classified jobs by their own fields, :mod:`autoscaler.eligibility`:
    e.g. ``MaxMemPerLimit``, ``RequiredNodes``). A ``--constraint`` must name the NodeSet's feature, and
-   with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero only the NodeSet's
-   feature is known.
+   with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero the same against
+   ``Target.features`` (else only the NodeSet's feature is known).
 5. **Arrays**: a record counts its pending tasks; a ``%N`` throttle lets ``N − running`` count.
 6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never
    splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
@@ -35,7 +35,7 @@ short or long (the ``multinode_after`` mix, a documented xfail). Beyond 2000 pen
 size are placed together at the first one's place (interleaved sizes may cost a node more). User/MCS
 exclusivity (``--exclusive=user``) is treated as shared: exact when one user submits, an undercount when
 several users' exclusive jobs would each want a node. Partial ``--nodelist`` and ``--exclude`` are not
-judged (the job is sized as any other).
+judged (the job is sized as any other; from zero they change which nodes Slurm takes, not how many).
 """
 
 from __future__ import annotations

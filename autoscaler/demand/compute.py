@@ -80,11 +80,11 @@ def _count(
         if elig is Eligibility.INELIGIBLE or (elig is Eligibility.ELIGIBLE_WHEN_EMPTY and not empty):
             ignored[kind.name] += count
             continue
-        if kind.features and (feature is not None or nodes):
+        if kind.features and (feature is not None or nodes or target.features):
             ok = constraint_ok.get(kind.features)
             if ok is None:
                 if feature_sets is None:
-                    feature_sets = node_feature_sets(nodes)
+                    feature_sets = node_feature_sets(nodes) if nodes else _configured_features(target)
                 ok = constraint_ok[kind.features] = constraint_fits(kind.features, feature, feature_sets)
             if not ok:
                 skipped += count
@@ -128,6 +128,14 @@ def _count(
         run_fresh.append(fresh)
     out.eligible, out.skipped = eligible, skipped
     return out
+
+
+def _configured_features(target: Target) -> set[frozenset[str]]:
+    """At zero: the feature set a new node of the target will have, if configured (else none known)."""
+    if not target.features:
+        return set()
+    own = {target.nodeset_feature} if target.nodeset_feature is not None else set()
+    return {frozenset(target.features | own)}
 
 
 def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | None) -> tuple[int, Packing]:

@@ -41,6 +41,9 @@ class Target:
     """Upper bound of desired; None = unbounded. Jobs needing more nodes are too large."""
     shape: NodeShape | None = None
     """Node shape used while the target has no nodes in the snapshot (scale from zero)."""
+    features: frozenset[str] = frozenset()
+    """Slurm features a new node of the target has (besides ``nodeset_feature``), used while it has no nodes:
+    a job's ``--constraint`` is then judged against them (empty: only ``nodeset_feature`` is known)."""
 
     def __post_init__(self) -> None:
         if self.min_nodes < 0:

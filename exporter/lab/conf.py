@@ -14,6 +14,10 @@ NODE_MEMORY_MB = 16000
 GPU_NODE = "g1"
 GPU_COUNT = 2
 CLOUD_NODES = "p[1-12]"
+CLOUD_GPU_NODES = "q[1-4]"
+"""State=CLOUD nodes with GPUs, in no partition: a test makes one of them (slurmctld refuses GRES on nodes
+made at run time), so the demo and the default targets never see them."""
+CLOUD_GPU_COUNT = 4
 DYN_NODESET = "ns-dyn"
 DYN_FEATURE = "dyn"
 LICENSES = "matlab:5"
@@ -161,6 +165,9 @@ def slurm_conf(cfg: LabConfig) -> str:
         lines.append(node_line(name, cfg.ports.cpu_node(i)))
     lines.append(node_line(GPU_NODE, cfg.ports.gpu_node, extra=f"Gres=gpu:{GPU_COUNT}"))
     lines.append(node_line(CLOUD_NODES, cfg.ports.cloud_nodes, extra="State=CLOUD"))
+    lines.append(
+        node_line(CLOUD_GPU_NODES, cfg.ports.cloud_nodes, extra=f"Gres=gpu:{CLOUD_GPU_COUNT} State=CLOUD")
+    )
     lines.append("")
     cpu = ",".join(cfg.cpu_node_names)
     lines += [
