@@ -349,17 +349,18 @@ def expected_metrics(view: CliView) -> Expected:
             out.set("slurm_node_flag", series(node=name, flag=f.lower()), 1)
         # sinfo agrees with scontrol, and says whether the node's free CPUs are usable ("O" = other)
         rows = sinfo_rows.get(name, [])
-        if not rows:
+        if rows:
+            cpus_state = {tuple(int(x) for x in r["cpus"].split("/")) for r in rows}
+            if len(cpus_state) != 1:
+                raise Unsettled(f"sinfo lines of {name} disagree: {sorted(cpus_state)}")
+            a, _idle, o, t = cpus_state.pop()
+            if (a, t) != (int(ctl["CPUAlloc"]), int(ctl["CPUTot"])) or gres_gpus(
+                rows[0]["gres_used"]
+            ) != gpus_used:
+                raise Unsettled(f"sinfo and scontrol disagree on {name} (taken a moment apart)")
+            available[name] = o == 0
+        elif node_partitions(ctl):  # sinfo lists the nodes of partitions only (the lab's q[1-4] are in none)
             raise Unsettled(f"sinfo has no line for node {name}")
-        cpus_state = {tuple(int(x) for x in r["cpus"].split("/")) for r in rows}
-        if len(cpus_state) != 1:
-            raise Unsettled(f"sinfo lines of {name} disagree: {sorted(cpus_state)}")
-        a, _idle, o, t = cpus_state.pop()
-        if (a, t) != (int(ctl["CPUAlloc"]), int(ctl["CPUTot"])) or gres_gpus(
-            rows[0]["gres_used"]
-        ) != gpus_used:
-            raise Unsettled(f"sinfo and scontrol disagree on {name} (taken a moment apart)")
-        available[name] = o == 0
         for p in node_partitions(ctl) or [""]:
             out.add("slurm_nodes", series(partition=p, state=base.lower()), 1)
             for f in flags:
