@@ -35,8 +35,8 @@ model with git revision REV's (its ``autoscaler`` package exported to a temporar
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
-import json
 import os
 import random
 import statistics
@@ -329,9 +329,8 @@ def _how(d: object) -> str:
     return ""
 
 
-def run(runs: int, quiet: bool) -> dict[str, dict[str, list[float]]]:
-    """Time every snapshot; print the figures unless ``quiet``; return them (ms)."""
-    figures: dict[str, dict[str, list[float]]] = {}
+def run(runs: int) -> None:
+    """Time every snapshot and print the figures."""
     for label, build in SNAPSHOTS.items():
         snap = build()
         pend = sum(1 for j in snap.jobs if j.state == "PENDING")
@@ -343,9 +342,6 @@ def run(runs: int, quiet: bool) -> dict[str, dict[str, list[float]]]:
 
         t_cold = measure(cold, runs)
         t_warm = measure(lambda snap=snap: compute_demand(snap, TARGETS), runs)
-        figures[label] = {"baseline": base, "cold": t_cold, "warm": t_warm}
-        if quiet:
-            continue
         out = compute_demand(snap, TARGETS)
         print(f"\n{label}: {len(snap.jobs)} job records ({pend} pending), {len(snap.nodes)} nodes")
         print(f"  baseline (read 3 fields/job)  {fmt(base)}")
@@ -358,7 +354,6 @@ def run(runs: int, quiet: bool) -> dict[str, dict[str, list[float]]]:
         if label == "realistic":
             met = "met" if min(t_cold) <= TARGET_MS else "NOT met"
             print(f"  target <= {TARGET_MS:.0f} ms (cold, best of {runs}): {met}")
-    return figures
 
 
 def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]], object], Callable[[], None]]:
@@ -382,8 +377,9 @@ def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]],
     return old.compute_demand, clear
 
 
-def against(rev: str, runs: int) -> None:
-    """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process."""
+def against(rev: str, runs: int, only: list[str]) -> None:
+    """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process; each run
+    starts from a collected heap (``gc.collect()``), so neither side pays for the other's garbage."""
     with tempfile.TemporaryDirectory() as tmp:
         old_compute, old_clear = _old_model(rev, Path(tmp))
         print(f"old = {rev}, new = this tree; cold, alternated, {runs} runs each")
@@ -392,6 +388,8 @@ def against(rev: str, runs: int) -> None:
             f" {'old med':>9s} {'new med':>9s} {'ratio':>6s}"
         )
         for label, build in SNAPSHOTS.items():
+            if only and label not in only:
+                continue
             snap = build()
             old_ms: list[float] = []
             new_ms: list[float] = []
@@ -399,6 +397,7 @@ def against(rev: str, runs: int) -> None:
                 sides = [(old_ms, old_clear, old_compute), (new_ms, _clear_caches, compute_demand)]
                 for times, clear, compute in sides if r % 2 == 0 else sides[::-1]:
                     clear()
+                    gc.collect()
                     t = time.perf_counter()
                     compute(snap, TARGETS)
                     times.append((time.perf_counter() - t) * 1000)
@@ -410,17 +409,14 @@ def against(rev: str, runs: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
-    ap.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    ap.add_argument("--snapshot", action="append", choices=list(SNAPSHOTS), help="with --against: only these")
     ap.add_argument("--against", metavar="REV", help="alternate this tree with git revision REV's model")
     args = ap.parse_args()
     if args.against:
-        against(args.against, args.runs)
-        return
-    if args.json:
-        print(json.dumps(run(args.runs, quiet=True)))
+        against(args.against, args.runs, args.snapshot or [])
         return
     print(f"python {sys.version.split()[0]}; {os.cpu_count()} CPUs; load average {os.getloadavg()[0]:.1f}")
-    run(args.runs, quiet=False)
+    run(args.runs)
 
 
 if __name__ == "__main__":

@@ -711,6 +711,15 @@ def test_node_lists_read_like_hostlist_expand(expr: str) -> None:
     assert hosts(expr) == expected
 
 
+def test_request_fields_in_the_order_size_unpacks_them() -> None:
+    # sizing.size unpacks a Request positionally (its attribute reads cost): a reordered field must fail here
+    assert Request._fields == (
+        "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task", "memory_per_node_bytes",
+        "memory_per_cpu_bytes", "whole_node_memory", "memory_bytes", "gpus_per_node", "gpus", "exclusive",
+        "spread",
+    )  # fmt: skip
+
+
 def test_key_layout() -> None:
     # The counting key's tail is the job's sizing request, field by field (Request names Job fields),
     # and its head what the model reads besides: an array record its array id (an array's records are
