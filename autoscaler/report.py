@@ -18,26 +18,26 @@ BUSY_NAMES = 8
 """Busy node names listed in the busy line (then ``…``)."""
 
 
+_MISFITS: dict[str, str] = {
+    "cpus_per_task": "{asked} CPUs per task > {limit} CPUs per node",
+    "cpus_for_memory": "--mem needs {asked} CPUs per node under MaxMemPerCPU > {limit} CPUs per node",
+    "memory_per_node": "--mem {asked_mib} MiB per node > {limit_mib} MiB",
+    "memory_per_cpu": "--mem-per-cpu {asked_mib} MiB > {limit_mib} MiB per node",
+    "memory_without_memory": "asks memory, nodes have none",
+    "gpus_per_node": "{asked} GPUs per node > {limit} GPUs per node",
+    "gpus_without_gpus": "asks {asked} GPUs, nodes have none",
+    "job_max_nodes": "needs {asked} nodes of {shape}, the job allows at most {limit}",
+    "target_max_nodes": "needs {asked} nodes, target max is {limit}",
+}
+"""How each :data:`~autoscaler.demand.types.MisfitKind` reads (memory in MiB)."""
+
+
 def misfit_text(misfit: Misfit, shape: NodeShape | None) -> str:
     """Why a job never fits the target, e.g. ``--mem 9000 MiB per node > 8000 MiB``."""
     kind, asked, limit = misfit
-    if kind == "cpus_per_task":
-        return f"{asked} CPUs per task > {limit} CPUs per node"
-    if kind == "cpus_for_memory":
-        return f"--mem needs {asked} CPUs per node under MaxMemPerCPU > {limit} CPUs per node"
-    if kind == "memory_per_node":
-        return f"--mem {asked // MIB} MiB per node > {limit // MIB} MiB"
-    if kind == "memory_per_cpu":
-        return f"--mem-per-cpu {asked // MIB} MiB > {limit // MIB} MiB per node"
-    if kind == "memory_without_memory":
-        return "asks memory, nodes have none"
-    if kind == "gpus_per_node":
-        return f"{asked} GPUs per node > {limit} GPUs per node"
-    if kind == "gpus_without_gpus":
-        return f"asks {asked} GPUs, nodes have none"
-    if kind == "job_max_nodes":
-        return f"needs {asked} nodes of {shape}, the job allows at most {limit}"
-    return f"needs {asked} nodes, target max is {limit}"
+    return _MISFITS[kind].format(
+        asked=asked, limit=limit, asked_mib=asked // MIB, limit_mib=limit // MIB, shape=shape
+    )
 
 
 def _clamp_lines(target: Target, d: Demand) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import msgspec
 import pytest
@@ -18,8 +18,10 @@ from autoscaler.demand.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.demand.queue import key_of, request_of, scan, tally
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
+from autoscaler.demand.types import MisfitKind
 from autoscaler.eligibility import Bars
 from autoscaler.reasons import Eligibility, classify, normalize
+from autoscaler.report import misfit_text
 from exporter.model import MIB, Job, Node, Partition, Snapshot
 from exporter.slurmtext import hostlist_expand
 from tests.tools import recorded_snapshot
@@ -875,3 +877,17 @@ def test_a_constraint_at_zero_is_judged_by_the_configured_features() -> None:
     # a partition target (no NodeSet feature) at zero with features: only jobs they satisfy count
     assert one([pend(1, cpus=8, features="gpu")], features=frozenset({"fast"})).needed == 0
     assert one([pend(1, cpus=8, features="fast")], features=frozenset({"fast"})).needed == 1
+
+
+def test_every_misfit_is_worded() -> None:
+    # each kind the sizing can return reads as a sentence (the old reason text), memory in MiB
+    for kind in get_args(MisfitKind):
+        assert misfit_text(Misfit(kind, 2 * MIB, MIB), SHAPE)
+    assert misfit_text(Misfit("target_max_nodes", 5, 4), SHAPE) == "needs 5 nodes, target max is 4"
+    assert (
+        misfit_text(Misfit("memory_per_node", 9000 * MIB, 8000 * MIB), SHAPE)
+        == "--mem 9000 MiB per node > 8000 MiB"
+    )
+    assert misfit_text(Misfit("job_max_nodes", 3, 2), SHAPE) == (
+        "needs 3 nodes of 8 CPUs, 16000 MiB, 0 GPUs, the job allows at most 2"
+    )
