@@ -23,7 +23,7 @@ from autoscaler.demand.select import (
     snapshot_shape,
     target_nodes,
 )
-from autoscaler.demand.sizing import size
+from autoscaler.demand.sizing import Request, size
 from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
 from autoscaler.reasons import Eligibility
 from exporter.model import Node, Snapshot
@@ -59,6 +59,7 @@ def _count(
     shape: NodeShape | None,
     queue: Queue,
     runs: Iterable[tuple[Kind, int]],
+    max_memory_per_cpu: int | None,
 ) -> _Count:
     """Walk the target's pending runs in Slurm's order: ignore, skip (constraint), throttle (``%N``),
     size and collect the counted ones as runs of pieces."""
@@ -66,13 +67,12 @@ def _count(
     ignored, pieces, run_jobs, run_fresh = out.ignored, out.runs.pieces, out.runs.jobs, out.runs.fresh
     by_job = queue.by_job
     run_at: tuple[dict[Piece, int], dict[Piece, int]] = ({}, {})  # (evaluated, fresh): piece → its run
-    sizes: dict[object, Piece | Misfit] = {}
+    sizes: dict[Request, Piece | Misfit] = {}
     allowance: dict[int, int] = {}
     constraint_ok: dict[str, bool] = {}
     feature_sets: set[frozenset[str]] | None = None  # built at the first constrained job
     empty = not nodes
     feature = target.nodeset_feature
-    max_memory_per_cpu = queue.max_memory_per_cpu.get(target.partition)
     eligible = skipped = 0
     for kind, n_jobs in runs:
         count = n_jobs
@@ -188,11 +188,13 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     shape_source = "snapshot"
     if shape is None:
         shape, shape_source = target.shape, ("config" if target.shape is not None else "none")
-    max_cpus = queue.max_cpus_per_node.get(target.partition)
+    partition = queue.partitions.get(target.partition)
+    max_cpus = (partition.max_cpus_per_node or None) if partition is not None else None
+    max_memory_per_cpu = (partition.max_memory_per_cpu_bytes or None) if partition is not None else None
     cpus_cap = None
     if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
         shape, cpus_cap = replace(shape, cpus=max_cpus), max_cpus
-    counted = _count(target, nodes, shape, queue, queue.runs(target.partition))
+    counted = _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu)
     needed, packing = 0, None
     if shape is not None and counted.runs.pieces:
         needed, packing = _pack(counted.runs, shape, busy, max_cpus)

@@ -22,7 +22,7 @@ from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.reasons import Eligibility, classify
-from exporter.model import Job, Node, Snapshot
+from exporter.model import Job, Node, Partition, Snapshot
 
 __all__ = [
     "ORDER_JOBS",
@@ -304,18 +304,8 @@ class Queue:
         self.jobs = jobs = snapshot.jobs
         others: list[Job] = []
         self.bars = Bars.of(snapshot)
-        self.max_cpus_per_node = {
-            p.name: p.max_cpus_per_node
-            for p in snapshot.partitions
-            if p.name in wanted and p.max_cpus_per_node
-        }
-        """Partition ``MaxCPUsPerNode`` where set: the CPUs of a node its jobs may use together."""
-        self.max_memory_per_cpu = {
-            p.name: p.max_memory_per_cpu_bytes
-            for p in snapshot.partitions
-            if p.name in wanted and p.max_memory_per_cpu_bytes
-        }
-        """Partition ``MaxMemPerCPU`` where set: a job asking more memory per CPU is given more CPUs."""
+        self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
+        """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         groups, codes = scan(jobs, others, self.bars)
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
