@@ -50,7 +50,7 @@ from pathlib import Path
 import msgspec
 
 from autoscaler import demand
-from autoscaler.demand import NodeShape, Target, compute_demand
+from autoscaler.demand import Demand, NodeShape, Target, compute_demand
 from exporter.model import MIB, Job, Node, Snapshot
 
 TARGET_MS = 100.0
@@ -310,23 +310,10 @@ SNAPSHOTS: dict[str, Callable[[], Snapshot]] = {
 }
 
 
-def _clear_caches() -> None:
-    """Node lists of running jobs read afresh (an older tree, for --against, names the cache itself)."""
-    clear = getattr(demand, "clear_caches", None)
-    if clear is not None:
-        clear()
-    else:
-        demand._hosts.cache_clear()  # the model before issue 13's split
-
-
-def _how(d: object) -> str:
-    packing = getattr(d, "packing", None)
-    if packing is not None:
-        return "first fit" if packing.exact else f"best fit, {packing.runs} runs"
-    for r in getattr(d, "reasons", ()):
-        if r.startswith("needed:") and "(" in r:
-            return str(r.split("(", 1)[1].rstrip(")"))
-    return ""
+def _how(d: Demand) -> str:
+    if d.packing is None:
+        return ""
+    return "first fit" if d.packing.exact else f"best fit, {d.packing.runs} runs"
 
 
 def run(runs: int) -> None:
@@ -337,7 +324,7 @@ def run(runs: int) -> None:
         base = measure(lambda snap=snap: baseline(snap), max(runs, 5))
 
         def cold(snap: Snapshot = snap) -> None:
-            _clear_caches()
+            demand.clear_caches()  # node lists of running jobs read afresh
             compute_demand(snap, TARGETS)
 
         t_cold = measure(cold, runs)
@@ -394,7 +381,7 @@ def against(rev: str, runs: int, only: list[str]) -> None:
             old_ms: list[float] = []
             new_ms: list[float] = []
             for r in range(runs):
-                sides = [(old_ms, old_clear, old_compute), (new_ms, _clear_caches, compute_demand)]
+                sides = [(old_ms, old_clear, old_compute), (new_ms, demand.clear_caches, compute_demand)]
                 for times, clear, compute in sides if r % 2 == 0 else sides[::-1]:
                     clear()
                     gc.collect()
