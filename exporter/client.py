@@ -324,10 +324,10 @@ class NotModified(Exception):
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
-def _retryable(err: SlurmError) -> bool:
+def _retryable(err: SlurmError, final: frozenset[int] = frozenset()) -> bool:
     if isinstance(err, TransportError):
         return True
-    return isinstance(err, HTTPStatusError) and err.status in _RETRY_STATUSES
+    return isinstance(err, HTTPStatusError) and err.status in _RETRY_STATUSES and err.status not in final
 
 
 class SlurmClient:
@@ -413,10 +413,13 @@ class SlurmClient:
         endpoint: str,
         params: Mapping[str, str] | None = None,
         retries: int | None = None,
+        final_statuses: frozenset[int] = frozenset(),
     ) -> bytes:
-        """GET ``path`` and return the whole body of a 2xx answer."""
+        """GET ``path`` and return the whole body of a 2xx answer (``final_statuses``: see :meth:`stream`)."""
         chunks: list[bytes] = []
-        async for chunk in self.stream(path, endpoint=endpoint, params=params, whole=True, retries=retries):
+        async for chunk in self.stream(
+            path, endpoint=endpoint, params=params, whole=True, retries=retries, final_statuses=final_statuses
+        ):
             chunks.append(chunk)
         return b"".join(chunks)
 
@@ -443,6 +446,7 @@ class SlurmClient:
         retries: int | None = None,
         method: str = "GET",
         body: bytes | None = None,
+        final_statuses: frozenset[int] = frozenset(),
     ) -> AsyncIterator[bytes]:
         """GET ``path`` (or ``method`` with a JSON ``body``) and yield the body of a 2xx answer in chunks
         as it arrives.
@@ -450,7 +454,8 @@ class SlurmClient:
         A 304 answer (to ``update_time``) raises :class:`NotModified`. Retries (with backoff)
         happen only before the first chunk is yielded. ``whole`` applies
         the small-request time limit instead of the streaming one; ``retries`` overrides the
-        configured number of extra attempts.
+        configured number of extra attempts; ``final_statuses`` are never retried (the caller has its own
+        answer to them, e.g. a fetch without ``update_time``).
         """
         max_retries = self.config.retries if retries is None else retries
         attempt = 0
@@ -469,7 +474,7 @@ class SlurmClient:
                 reauthed = True
                 log.info("%s: token refused; re-read the token file, retrying once", endpoint)
             except SlurmError as err:
-                if started or attempt >= max_retries or not _retryable(err):
+                if started or attempt >= max_retries or not _retryable(err, final_statuses):
                     raise
                 delay = self._rng.uniform(0, min(10.0, self.config.backoff * 2**attempt))
                 attempt += 1

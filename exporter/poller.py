@@ -408,14 +408,15 @@ class Poller:
         return next((j for j in good if j.job_id == job_id), None)
 
     async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:
-        """GET and translate one endpoint; a request with ``update_time`` is not retried (a
-        failure falls back to a full fetch, which is)."""
+        """GET and translate one endpoint. Retried as ``--retries`` says, with or without ``update_time``;
+        only a status that means "this server can't do update_time" (:data:`UPDATE_TIME_REJECTED`) is not
+        retried with it: :meth:`_fetch` falls back to a full fetch at once."""
         assert self._adapter is not None
         if name == "jobs":
             data, env, nbytes = await self._fetch_jobs(path, params)
         else:
-            retries = 0 if params else None
-            body = await self.client.get(path, endpoint=name, params=params, retries=retries)
+            final = UPDATE_TIME_REJECTED if params else frozenset()
+            body = await self.client.get(path, endpoint=name, params=params, final_statuses=final)
             nbytes = len(body)
             data, env = _parse(self._adapter, name, body)
             if name == "nodes":
@@ -442,8 +443,8 @@ class Poller:
             jobs.extend(good)
             dropped.extend(bad)
 
-        retries = 0 if params else None
-        async for chunk in self.client.stream(path, endpoint="jobs", params=params, retries=retries):
+        final = UPDATE_TIME_REJECTED if params else frozenset()
+        async for chunk in self.client.stream(path, endpoint="jobs", params=params, final_statuses=final):
             got = decoder.feed(chunk)
             if got:
                 keep(got)

@@ -190,6 +190,44 @@ async def test_update_time_500_falls_back_to_full_fetch(fake_url: tuple[FakeSlur
     assert p.status.endpoints["nodes"].errors == {}
 
 
+@pytest.mark.parametrize("fault", ["status:503", "status:502", "hang"])
+async def test_update_time_requests_are_retried(fake_url: tuple[FakeSlurmrestd, str], fault: str) -> None:
+    """A blip on an ``update_time`` request (/jobs included) is retried as ``--retries`` says, not a poll
+    interval of failed data (issue 20 item 7)."""
+    fake, url = fake_url
+    clock = Clock()
+    token = TokenSource(token="good-token")
+    cfg = ClientConfig(base_url=url, token=token, retries=2, timeout=0.5, idle_timeout=0.5)
+    p = Poller(SlurmClient(cfg, sleep=_no_sleep), PollerConfig(), clock=clock)
+    fake.hang_seconds = 2.0
+    async with p.client:
+        assert await p.poll_once() is not None
+        fake.faults = {"jobs": fault, "nodes": fault}
+        fake.fault_times = {"jobs": 1, "nodes": 1}
+        clock.now += 5
+        n = len(fake.requests)
+        assert await p.poll_once() is not None
+    for name in ("jobs", "nodes"):
+        queries = [q for path, q, _ in fake.requests[n:] if path.rstrip("/").endswith(f"/{name}")]
+        assert len(queries) == 2 and all("update_time" in q for q in queries)
+        assert p.status.endpoints[name].last_ok and p.status.endpoints[name].errors == {}
+
+
+async def test_update_time_500_is_not_retried_with_update_time(fake_url: tuple[FakeSlurmrestd, str]) -> None:
+    fake, url = fake_url
+    clock = Clock()
+    token = TokenSource(token="good-token")
+    p = Poller(SlurmClient(ClientConfig(base_url=url, token=token, retries=2), sleep=_no_sleep), clock=clock)
+    async with p.client:
+        assert await p.poll_once() is not None
+        fake.faults, fake.fault_times = {"nodes": "status:500:Unable to query partitions"}, {"nodes": 1}
+        clock.now += 5
+        n = len(fake.requests)
+        assert await p.poll_once() is not None
+    queries = [q for path, q, _ in fake.requests[n:] if "/nodes" in path]
+    assert [("update_time" in q) for q in queries] == [True, False]  # at once to the full fetch
+
+
 async def test_token_rotation_during_run(fake_url: tuple[FakeSlurmrestd, str], tmp_path: Path) -> None:
     fake, url = fake_url
     token_file = tmp_path / "token"
