@@ -34,15 +34,18 @@ import asyncio
 import contextlib
 import logging
 import os
+import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, NoReturn, TypeVar, cast
 
 import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError, Message
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from autoscaler._proto.externalscaler_pb2 import (
     GetMetricSpecResponse,
@@ -55,7 +58,8 @@ from autoscaler._proto.externalscaler_pb2 import (
 )
 from autoscaler.demand import Target
 from autoscaler.service import Answer, DemandService, NoSnapshotYet, TooManyTargets, UnknownPartition
-from autoscaler.targets import MetadataError, metric_name, target_from_metadata
+from autoscaler.targets import MetadataError, check_metric_name, metric_name, target_from_metadata
+from exporter.logs import Throttle
 
 __all__ = [
     "SERVICE_NAME",
@@ -204,12 +208,9 @@ def _parser(cls: type[_Msg]) -> Callable[[bytes], _Msg | Undecodable]:
     return parse
 
 
-async def _decoded(request: _Msg | Undecodable, context: _Context[Any, Any]) -> _Msg:
-    if isinstance(request, Undecodable):
-        message = f"request is not a valid {request.message_type}: {request.error}"
-        log.warning("gRPC scaler: %s", message)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
-    return request
+REFUSAL_LOG_EVERY = 10.0
+"""Seconds between log lines of one kind of refused call (the rest are counted, and the next line says
+how many): a client retrying a bad ScaledObject in a tight loop once wrote 28,107 lines in 12 s."""
 
 
 def _who(ref: ScaledObjectRef) -> str:
@@ -220,13 +221,46 @@ def _who(ref: ScaledObjectRef) -> str:
 class ExternalScaler:
     """The RPC handlers over one :class:`DemandService`."""
 
-    def __init__(self, service: DemandService) -> None:
+    def __init__(self, service: DemandService, *, log_every: float = REFUSAL_LOG_EVERY) -> None:
         self.service = service
         self._closing = asyncio.Event()
         self.streams = 0
         """StreamIsActive calls in progress."""
+        self.refused: Counter[tuple[str, str]] = Counter()
+        """Calls answered with an error, by (status code, reason)."""
+        self._throttle = Throttle(log_every)
+
+    def families(self) -> Iterable[Metric]:
+        """``slurm_autoscaler_grpc_requests_refused_total`` (rendered per scrape)."""
+        fam = CounterMetricFamily(
+            "slurm_autoscaler_grpc_requests_refused",
+            "KEDA external scaler calls answered with an error, by gRPC status code and reason (undecodable, "
+            "metadata, unknown_partition, too_many_targets, no_snapshot)",
+            labels=["code", "reason"],
+        )
+        for (code, reason), n in sorted(self.refused.items()):
+            fam.add_metric([code, reason], n)
+        return [fam]
+
+    async def _refuse(
+        self, context: _Context[Any, Any], code: grpc.StatusCode, reason: str, message: str
+    ) -> NoReturn:
+        """Count the refusal, log it (one line per reason per interval, INFO before the first snapshot —
+        that is expected at start — else WARNING) and abort the call with ``code``."""
+        self.refused[(code.name, reason)] += 1
+        held = self._throttle.admit(reason)
+        if held is not None:
+            level = logging.INFO if reason == "no_snapshot" else logging.WARNING
+            log.log(level, "gRPC scaler: %s%s", message, Throttle.note(held, self._throttle.every))
+        await context.abort(code, message)
 
     # -- helpers ---------------------------------------------------------------------------------
+
+    async def _decoded(self, request: _Msg | Undecodable, context: _Context[Any, Any]) -> _Msg:
+        if isinstance(request, Undecodable):
+            message = f"request is not a valid {request.message_type}: {request.error}"
+            await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "undecodable", message)
+        return request
 
     async def _target(self, ref: ScaledObjectRef, context: _Context[_Req, _Resp]) -> Target:
         meta = dict(ref.scalerMetadata)
@@ -234,31 +268,35 @@ class ExternalScaler:
             return target_from_metadata(meta)
         except MetadataError as e:
             message = f"ScaledObject {_who(ref)}: {e}"
-        log.warning("gRPC scaler: %s", message)
-        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, message)
+        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "metadata", message)
+
+    async def _metric_name(self, ref: ScaledObjectRef, target: Target, context: _Context[Any, Any]) -> str:
+        try:
+            return metric_name(ref.scalerMetadata, target)
+        except MetadataError as e:
+            message = f"ScaledObject {_who(ref)}: {e}"
+        await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "metadata", message)
 
     async def _answer(self, ref: ScaledObjectRef, target: Target, context: _Context[_Req, _Resp]) -> Answer:
         try:
             return self.service.answer(target)
         except NoSnapshotYet as e:
-            code, message = grpc.StatusCode.UNAVAILABLE, f"ScaledObject {_who(ref)}: {e}"
+            code, reason = grpc.StatusCode.UNAVAILABLE, "no_snapshot"
+            message = f"ScaledObject {_who(ref)}: {e}"
         except UnknownPartition as e:
-            code, message = (
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"ScaledObject {_who(ref)}: metadata 'partition': {e}",
-            )
+            code, reason = grpc.StatusCode.INVALID_ARGUMENT, "unknown_partition"
+            message = f"ScaledObject {_who(ref)}: metadata 'partition': {e}"
         except TooManyTargets as e:
-            code, message = grpc.StatusCode.RESOURCE_EXHAUSTED, f"ScaledObject {_who(ref)}: {e}"
-        if code is not grpc.StatusCode.UNAVAILABLE:
-            log.warning("gRPC scaler: %s", message)
-        await context.abort(code, message)
+            code, reason = grpc.StatusCode.RESOURCE_EXHAUSTED, "too_many_targets"
+            message = f"ScaledObject {_who(ref)}: {e}"
+        await self._refuse(context, code, reason, message)
 
     # -- RPCs ----------------------------------------------------------------------------------
 
     async def is_active(
         self, raw: ScaledObjectRef | Undecodable, context: _Context[ScaledObjectRef, IsActiveResponse]
     ) -> IsActiveResponse:
-        request = await _decoded(raw, context)
+        request = await self._decoded(raw, context)
         target = await self._target(request, context)
         answer = await self._answer(request, target, context)
         return IsActiveResponse(result=answer.active)
@@ -268,20 +306,26 @@ class ExternalScaler:
         raw: ScaledObjectRef | Undecodable,
         context: _Context[ScaledObjectRef, GetMetricSpecResponse],
     ) -> GetMetricSpecResponse:
-        request = await _decoded(raw, context)
+        request = await self._decoded(raw, context)
         target = await self._target(request, context)
-        name = metric_name(request.scalerMetadata, target)
+        name = await self._metric_name(request, target, context)
         spec = MetricSpec(metricName=name, targetSize=TARGET_SIZE, targetSizeFloat=float(TARGET_SIZE))
         return GetMetricSpecResponse(metricSpecs=[spec])
 
     async def get_metrics(
         self, raw: GetMetricsRequest | Undecodable, context: _Context[GetMetricsRequest, GetMetricsResponse]
     ) -> GetMetricsResponse:
-        request = await _decoded(raw, context)
+        request = await self._decoded(raw, context)
         ref = request.scaledObjectRef
         target = await self._target(ref, context)
+        name = await self._metric_name(ref, target, context)
+        if request.metricName:  # KEDA's own name for the metric (``s0-...``), echoed when it is one
+            try:
+                name = check_metric_name(request.metricName)
+            except MetadataError as e:
+                message = f"ScaledObject {_who(ref)}: request {e}"
+                await self._refuse(context, grpc.StatusCode.INVALID_ARGUMENT, "metadata", message)
         answer = await self._answer(ref, target, context)
-        name = request.metricName or metric_name(ref.scalerMetadata, target)
         value = MetricValue(
             metricName=name, metricValue=answer.desired, metricValueFloat=float(answer.desired)
         )
@@ -295,7 +339,7 @@ class ExternalScaler:
         Ends on the client's cancel (the handler is cancelled) or cleanly (status OK, which KEDA
         answers by reconnecting) when the server stops.
         """
-        request = await _decoded(raw, context)
+        request = await self._decoded(raw, context)
         target = await self._target(request, context)
         await self._answer(request, target, context)  # UNAVAILABLE before the first snapshot
         self.streams += 1
@@ -355,6 +399,32 @@ class ExternalScaler:
 # --------------------------------------------------------------------------------------- server
 
 
+def probe_bind(address: str) -> None:
+    """Bind (and release) every socket ``address`` (``host:port``, ``[::]:9342``) stands for, as the
+    gRPC server will; ``RuntimeError`` in one line when one cannot be bound (port in use, address not
+    local). Port 0 is not probed."""
+    host_text, _, port_text = address.rpartition(":")
+    host = host_text.strip("[]") or None
+    port = int(port_text) if port_text.isdigit() else -1
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError) as e:
+        raise RuntimeError(f"gRPC scaler: cannot listen on {address} (--grpc-listen): {e}") from None
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC: TIME_WAIT is no conflict
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(where)
+            except OSError as e:
+                raise RuntimeError(
+                    f"gRPC scaler: cannot listen on {address} (--grpc-listen): {e.strerror or e}"
+                ) from None
+
+
 @dataclass
 class ScalerServer:
     """A started scaler server; :meth:`stop` it."""
@@ -384,6 +454,7 @@ async def start_grpc_server(
     Runs on the caller's event loop. Raises :class:`GrpcTLSError` for unusable TLS files and
     ``RuntimeError`` when the address cannot be bound.
     """
+    probe_bind(address)  # gRPC's C core would print its own lines for a port in use, then fail
     reloader = _CertReloader(tls) if tls is not None else None
     scaler = ExternalScaler(service)
     server = grpc.aio.server(handlers=[scaler.handler()], options=SERVER_OPTIONS)

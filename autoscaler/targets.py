@@ -48,6 +48,7 @@ from exporter.slurmtext import hostlist_count
 __all__ = [
     "KEYS",
     "MetadataError",
+    "check_metric_name",
     "load_targets_file",
     "metric_name",
     "parse_memory_bytes",
@@ -71,6 +72,9 @@ KEYS = frozenset(
 )
 KEDA_KEYS = frozenset({"scalerAddress", "caCert", "tlsClientCert", "tlsClientKey", "unsafeSsl", "enableTLS"})
 _NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_METRIC_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+"""What a ``metricName`` may hold: Kubernetes puts it in a URL path segment (HPA's
+``validateMetricIdentifier``: no ``/`` or ``%``, not ``.`` or ``..``), KEDA rewrites other punctuation."""
 _HOSTLIST = re.compile(r"[A-Za-z0-9_.\-\[\],*]+")
 _MEMORY = re.compile(r"(\d+)\s*([KMGTP]i?)?B?", re.IGNORECASE)
 _UNIT_BYTES = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
@@ -202,6 +206,7 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
         if bad:
             raise MetadataError("featuresPerNode", f"{shown(bad[0])} is not a valid feature name")
         features = frozenset(names)
+    _metric_name(meta)
     lo = _int(meta, "min") or 0
     hi = _int(meta, "max")
     if hi is not None and hi < lo:
@@ -218,9 +223,30 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     )
 
 
+def _metric_name(meta: Mapping[str, str]) -> str | None:
+    """The ``metricName`` given (stripped), or None; too long, or characters a Kubernetes metric name in a
+    URL path cannot hold, are a :class:`MetadataError` (never sent back to KEDA in GetMetricSpec)."""
+    value = _raw(meta, "metricName")
+    return None if value is None else check_metric_name(value)
+
+
+def check_metric_name(value: str) -> str:
+    """``value`` if it can be a metric name KEDA and Kubernetes take, else :class:`MetadataError`."""
+    if len(value) > MAX_VALUE_CHARS:
+        raise MetadataError("metricName", f"{shown(value)} is longer than {MAX_VALUE_CHARS} characters")
+    if not _METRIC_NAME.fullmatch(value) or value in (".", ".."):
+        raise MetadataError(
+            "metricName",
+            f"{shown(value)} is not a metric name (letters, digits, '-', '_', '.', ':'; "
+            "Kubernetes puts it in a URL path)",
+        )
+    return value
+
+
 def metric_name(meta: Mapping[str, str], target: Target) -> str:
-    """The metric name KEDA uses for this trigger (``metricName`` or a name from the target)."""
-    given = meta.get("metricName", "").strip()
+    """The metric name KEDA uses for this trigger (``metricName`` or a name from the target); a bad
+    ``metricName`` is a :class:`MetadataError`."""
+    given = _metric_name(_resolve_from_env(meta))
     if given:
         return given
     if target.name != target.partition:

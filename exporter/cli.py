@@ -28,6 +28,7 @@ from autoscaler.targets import MetadataError, load_targets_file, target_from_met
 from . import __version__
 from .client import ClientConfig, SlurmClient, TokenSource
 from .errors import ConfigError, SlurmError
+from .logs import configure as configure_logging
 from .model import Snapshot
 from .poller import Poller, PollerConfig
 from .settings import Settings, env_name, flag_name, load
@@ -65,6 +66,7 @@ POLL_FIELDS = [
     "tls_insecure",
     "use_update_time",
     "log_level",
+    "log_format",
 ]
 SERVE_FIELDS = [
     *POLL_FIELDS,
@@ -384,16 +386,11 @@ async def _serve(
         grpc_server: ScalerServer | None = None
         try:
             http_server = await start(app, s.listen_address, s.listen_port)
-        except ConfigError as e:  # certificate or key that won't load
+        except ConfigError as e:  # port in use, certificate or key that won't load
             print(f"slurm-keda: {e}", file=sys.stderr)
             return 2
         try:
-            log.info(
-                "serving on %s (metrics at /metrics%s)",
-                ", ".join(http_server.urls),
-                ", basic auth" if web_config.basic_auth_users else "",
-            )
-            if s.grpc_listen is not None:
+            if s.grpc_listen is not None:  # bound before anything claims to serve
                 tls = None
                 if s.grpc_tls_cert_file is not None and s.grpc_tls_key_file is not None:
                     tls = GrpcTLS(s.grpc_tls_cert_file, s.grpc_tls_key_file, s.grpc_tls_client_ca_file)
@@ -402,6 +399,12 @@ async def _serve(
                 except (GrpcTLSError, RuntimeError) as e:
                     print(f"slurm-keda: {e}", file=sys.stderr)
                     return 2
+                health.append(lambda now: grpc_server.scaler.families() if grpc_server else [])
+            log.info(
+                "serving on %s (metrics at /metrics%s)",
+                ", ".join(http_server.urls),
+                ", basic auth" if web_config.basic_auth_users else "",
+            )
             tasks["metrics-warm"] = app[RENDERER].warm
             return await supervise({name: run() for name, run in tasks.items()})
         finally:
@@ -440,9 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     try:
         if args.command == "snapshot":
             snap = asyncio.run(run_snapshot(settings))

@@ -182,7 +182,7 @@ def check_status(status: int, body: bytes, endpoint: str) -> None:
     if texts:
         detail = "; ".join(texts)
     else:
-        snippet = body[:120].decode("utf-8", "replace").strip()
+        snippet = " ".join(body[:120].decode("utf-8", "replace").split())  # pretty JSON: one line
         detail = snippet or "no body"
     cls = AuthError if status in AUTH_STATUSES else HTTPStatusError
     raise cls(f"HTTP {status}: {detail}", status=status, errors=texts, endpoint=endpoint)

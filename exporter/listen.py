@@ -25,6 +25,8 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .logs import Throttle
+
 log = logging.getLogger(__name__)
 
 _END_OF_HEADERS = b"\r\n\r\n"
@@ -175,25 +177,18 @@ class LoopErrorLimiter:
     seconds, then says how many were left out (asyncio logs every failed ``accept()`` otherwise)."""
 
     def __init__(self, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
-        self._every = every
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._held: dict[str, int] = {}
-        self.suppressed = 0
+        self._throttle = Throttle(every, clock=clock)
+
+    @property
+    def suppressed(self) -> int:
+        return self._throttle.suppressed
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         key = str(context.get("message", ""))[:200]
-        now = self._clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self._every:
-            self._held[key] = self._held.get(key, 0) + 1
-            self.suppressed += 1
+        left_out = self._throttle.admit(key)
+        if left_out is None:
             return
-        if len(self._last) > 1000:  # a flood of distinct messages: forget the oldest
-            self._last.clear()
-        self._last[key] = now
-        left_out = self._held.pop(key, 0)
-        message = f"{key} (and {left_out} more like it in {self._every:g} s)" if left_out else key
+        message = key + Throttle.note(left_out, self._throttle.every)
         exc = context.get("exception")
         if isinstance(exc, OSError):  # out of descriptors, buffers: one line, its traceback says nothing more
             log.error("%s: %s", message, exc)

@@ -156,6 +156,9 @@ class Settings(BaseSettings):
         description="kubeconfig of the bridge (default: in-cluster, else $KUBECONFIG, ~/.kube/config)",
     )
     log_level: Literal["debug", "info", "warning", "error"] = Field("info", description="log level")
+    log_format: Literal["text", "json"] = Field(
+        "text", description="log lines as text or as one JSON object each (time, level, logger, message)"
+    )
     metrics_per_node: bool = Field(True, description="export one series per node (CPUs, memory, GPUs, state)")
     metrics_per_user: bool = Field(False, description="export job counts and resources per user")
     metrics_per_account: bool = Field(False, description="export job counts and resources per account")
@@ -223,6 +226,17 @@ class Settings(BaseSettings):
             raise ValueError(
                 "--bridge-lease-retry-period < --bridge-lease-renew-deadline < --bridge-lease-duration"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Settings:
+        if self.grpc_listen is not None:
+            port = int(self.grpc_listen.rpartition(":")[2])
+            if port != 0 and port == self.listen_port:
+                raise ValueError(
+                    f"--grpc-listen and --listen-port both name port {port}: the gRPC scaler and the HTTP "
+                    "server need a port each"
+                )
         return self
 
     @model_validator(mode="after")

@@ -286,6 +286,9 @@ BAD_METADATA = [
     pytest.param({"partition": "p", "min": "abc"}, "min", id="min-not-integer"),
     pytest.param({"partiton": "p"}, "partiton", id="unknown-key-typo"),
     pytest.param({"partition": "p", "min": "3", "max": "2"}, "max", id="max-below-min"),
+    pytest.param({"partition": "p", "metricName": "m" * 1_000_000}, "metricName", id="metric-name-1MB"),
+    pytest.param({"partition": "p", "metricName": "Bad Name!/x"}, "metricName", id="metric-name-chars"),
+    pytest.param({"partition": "p", "metricName": ".."}, "metricName", id="metric-name-dotdot"),
 ]
 
 
@@ -308,6 +311,47 @@ async def test_bad_metadata_is_invalid_argument_naming_the_key(
             details = e.value.details() or ""
             assert f"'{key}'" in details, (rpc, details)
             assert "slurm/slurm-cpu" in details  # which ScaledObject
+
+
+async def test_a_bad_metric_name_from_keda_is_refused_not_echoed(scaler: Scaler) -> None:
+    await settle(scaler, synthetic([1], time.time()))
+    async with connect(scaler.port) as keda:
+        for bad in ("x" * 300, "s0-a/b"):
+            with pytest.raises(grpc.aio.AioRpcError) as e:
+                await keda.metrics({"partition": "p"}, bad)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert len(e.value.details() or "") < 400
+        (mv,) = (await keda.metrics({"partition": "p"}, "s0-slurm-desired-nodes-p")).metricValues
+    assert mv.metricName == "s0-slurm-desired-nodes-p"
+
+
+async def test_refused_calls_are_counted_and_logged_once_per_interval(
+    scaler: Scaler, caplog: pytest.LogCaptureFixture
+) -> None:
+    """2,000 refused calls (a ScaledObject with a typo, retried in a loop): every one counted by code and
+    reason, a handful of log lines — not one per call (28,107 lines in 12 s before)."""
+    await settle(scaler, synthetic([1], time.time()))
+    caplog.set_level("INFO", logger="autoscaler.grpc_scaler")
+    n = 2000
+    async with connect(scaler.port) as keda:
+
+        async def refused(meta: dict[str, str]) -> None:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await keda.is_active(meta)
+
+        for i in range(0, n, 200):
+            await asyncio.gather(*(refused({"partiton": "p"}) for _ in range(100)))
+            await asyncio.gather(*(refused({"partition": f"nosuch{i}"}) for _ in range(100)))
+    lines = [r for r in caplog.records if r.name == "autoscaler.grpc_scaler"]
+    assert len(lines) <= 4, [r.getMessage() for r in lines]  # one per reason, the interval is 10 s
+    assert {r.getMessage().split(": ")[2] for r in lines} >= {"metadata 'partiton'", "metadata 'partition'"}
+    assert scaler.server.scaler.refused == {
+        ("INVALID_ARGUMENT", "metadata"): n // 2,
+        ("INVALID_ARGUMENT", "unknown_partition"): n // 2,
+    }
+    (fam,) = scaler.server.scaler.families()
+    assert fam.name == "slurm_autoscaler_grpc_requests_refused"
+    assert sum(s.value for s in fam.samples if s.name.endswith("_total")) == n
 
 
 async def test_unavailable_before_the_first_snapshot_only(scaler: Scaler) -> None:

@@ -186,10 +186,25 @@ def test_a_port_in_use_is_one_clear_line(which: str) -> None:
             timeout=60,
             check=False,
         )
-    lines = [line for line in result.stderr.splitlines() if "slurm-keda:" in line or "Traceback" in line]
+    lines = result.stderr.splitlines()
     assert result.returncode == 2, result.stderr
-    assert len(lines) == 1 and str(busy) in lines[0], result.stderr
-    assert "Traceback" not in result.stderr
+    # one line, before anything claims to serve: no "serving on", no gRPC C-core lines
+    assert len(lines) == 1 and str(busy) in lines[0] and lines[0].startswith("slurm-keda:"), result.stderr
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+def test_one_port_for_http_and_grpc_is_refused_before_starting() -> None:
+    port = free_port()
+    result = subprocess.run(
+        [str(SCRIPT), "serve", "--slurmrestd-url", "http://127.0.0.1:9", "--listen-port", str(port),
+         "--grpc-listen", f"127.0.0.1:{port}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"slurm-keda: --grpc-listen and --listen-port both name port {port}: the gRPC scaler and the HTTP "
+        "server need a port each"
+    ]
 
 
 @pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")

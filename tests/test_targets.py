@@ -166,3 +166,17 @@ def test_keda_readme_targets_file_and_push_trigger_parse(tmp_path: Path) -> None
     (trigger,) = so["spec"]["triggers"]
     assert trigger["type"] == "external-push"
     assert target_from_metadata(trigger["metadata"]) == t
+
+
+@pytest.mark.parametrize("bad", ["m" * 1_000_000, "Bad Name!/x", "a%2Fb", "..", "s0 x"])
+def test_metric_name_is_validated(bad: str) -> None:
+    with pytest.raises(MetadataError) as e:
+        target_from_metadata({"partition": "p", "metricName": bad})
+    assert e.value.key == "metricName" and len(str(e.value)) < 300
+
+
+def test_metric_name_from_env_is_validated_too() -> None:
+    t = target_from_metadata({"partition": "p"})
+    with pytest.raises(MetadataError):
+        metric_name({"partition": "p", "metricNameFromEnv": "a/b"}, t)
+    assert metric_name({"partition": "p", "metricName": "s0-my_metric.v1:x"}, t) == "s0-my_metric.v1:x"
