@@ -166,7 +166,7 @@ class Bridge:
                 "pod groups",
                 kube.list_pod_groups,
                 lambda since: kube.watch_pod_groups(since),
-                lambda g: g.metadata.uid or f"{g.metadata.namespace}/{g.metadata.name}",
+                lambda g: g.metadata.uid or (f"{g.metadata.namespace}/{g.metadata.name}" if g.metadata.name else ""),
             )
         self.jobwatch: JobWatch | None = None
         """The fast path for the bridge's own jobs between snapshots (:mod:`bridge.jobwatch`)."""

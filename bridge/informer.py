@@ -2,7 +2,10 @@
 
 :meth:`Informer.run` lists, then watches from the list's resourceVersion, resuming each watch from the
 last version it saw; a watch answered 410 Gone (the version was compacted away) lists again; any other
-failure waits (exponential backoff with full jitter, at most ``max_backoff`` s) and lists again.
+failure waits (exponential backoff with jitter, at most ``max_backoff`` s) and lists again. A watch that
+ends within :data:`SHORT_WATCH` s without an event counts as a failure too (backed off, then resumed
+from the same version: nothing was lost). Only ADDED/MODIFIED events are stored and DELETED removes;
+other types (and objects without a key) are counted in :attr:`Informer.ignored_events` and logged.
 :attr:`Informer.synced` is True only while the cache is a complete, current copy — after a list, until a
 failure — so the bridge never takes a missing object for a deleted one (no cancel from a broken watch).
 Every change sets :attr:`Informer.changed`; :meth:`Informer.wait_change` waits for the next one.
@@ -13,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
+
+from exporter.logs import Throttle
 
 from .kube import Gone, KubeError
 
@@ -41,6 +47,15 @@ class Changes:
         event.set()
 
 
+SHORT_WATCH = 1.0
+"""Seconds a watch must last, or deliver an event within, to count as healthy. A shorter, empty one is a
+failure (client-go's reflector: "very short watch"): a server or proxy that closes watches at once
+was answered ~270 watch requests a second before."""
+
+WATCHED_TYPES = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
+"""Watch event types the cache acts on; ``ERROR`` is raised by the watch itself, anything else ignored."""
+
+
 class Informer(Generic[T]):
     """``list_fn() -> (objects, resourceVersion)``, ``watch_fn(since) -> (type, object)`` events,
     ``key(object)`` the cache key (uid)."""
@@ -55,6 +70,7 @@ class Informer(Generic[T]):
         max_backoff: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
         self._list = list_fn
@@ -63,12 +79,20 @@ class Informer(Generic[T]):
         self._max_backoff = max_backoff
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._clock = clock
         self.objects: dict[str, T] = {}
         self.synced = False
         self.lists = 0
         """Full lists made (the first, and one after each broken watch)."""
+        self.watches = 0
+        """Watch requests made."""
         self.errors = 0
+        self.short_watches = 0
+        """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
+        self.ignored_events = 0
+        """Watch events of a type the cache does not act on, or without a key: counted, not stored."""
         self._changes = Changes()
+        self._throttle = Throttle(60.0)
 
     async def wait_change(self) -> None:
         """Until the next change (or the next loss or gain of sync)."""
@@ -84,29 +108,51 @@ class Informer(Generic[T]):
         finally:
             self.synced = False  # stopped: the cache no longer follows the API server
 
+    async def _backoff(self, failures: int) -> None:
+        """Wait after the ``failures``-th failure in a row: half to all of 0.5 s × 2^failures, at most
+        ``max_backoff`` (never ~0: a tight loop against a failing server is what this prevents)."""
+        cap = min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
+        await self._sleep(self._rng.uniform(cap / 2, cap))
+
     async def _run(self) -> None:
         failures = 0
+        """Failures in a row (list or watch errors, short watches); back to 0 after a healthy watch."""
         while True:
             try:
                 objects, version = await self._list()
                 self.lists += 1
                 self.objects = {self._key(o): o for o in objects}
                 self.synced = True
-                failures = 0
                 self._notify()
                 while True:
+                    began, events = self._clock(), 0
+                    self.watches += 1
                     async for kind, obj in self._watch(version):
+                        events += 1
                         version = self._version(obj) or version
-                        if kind == "BOOKMARK":
-                            continue
-                        if kind == "DELETED":
-                            self.objects.pop(self._key(obj), None)
-                        else:
-                            self.objects[self._key(obj)] = obj
-                        self._notify()
-                    # the server ended the watch (its timeout): resume from the last version seen
+                        self._apply(kind, obj)
+                    # the server ended the watch (its timeout): resume from the last version seen, which
+                    # loses nothing — unless it ended at once, over and over: then back off first
+                    if events or self._clock() - began >= SHORT_WATCH:
+                        failures = 0
+                        continue
+                    failures += 1
+                    self.short_watches += 1
+                    held = self._throttle.admit("short")
+                    if held is not None:
+                        log.warning(
+                            "%s: the API server ended a watch after less than %g s without an event; "
+                            "backing off before watching again%s",
+                            self.name,
+                            SHORT_WATCH,
+                            Throttle.note(held, self._throttle.every),
+                        )
+                    await self._backoff(failures)
             except Gone:
                 log.info("%s: watch version compacted away; listing again", self.name)
+                if failures:  # a server answering 410 again and again is not listed in a loop
+                    await self._backoff(failures)
+                failures += 1
             except KubeError as e:
                 self.errors += 1
                 failures += 1
@@ -114,8 +160,31 @@ class Informer(Generic[T]):
                     log.warning("%s: %s; the cache is not trusted until the next list", self.name, e)
                 self.synced = False
                 self._notify()
-                delay = self._rng.uniform(0, min(self._max_backoff, 0.5 * 2 ** min(failures, 10)))
-                await self._sleep(delay)
+                await self._backoff(failures)
+
+    def _apply(self, kind: str, obj: T) -> None:
+        """One watch event into the cache: ADDED/MODIFIED store, DELETED removes, BOOKMARK only moves the
+        version; any other type, or an object without a key, is counted and logged, never stored."""
+        if kind == "BOOKMARK":
+            return
+        key = self._key(obj) if kind in WATCHED_TYPES else ""
+        if not key:
+            self.ignored_events += 1
+            held = self._throttle.admit(f"ignored {kind}")
+            if held is not None:
+                log.warning(
+                    "%s: ignored a watch event of type %r%s%s",
+                    self.name,
+                    kind[:40],
+                    "" if kind in WATCHED_TYPES else " (not ADDED, MODIFIED, DELETED or BOOKMARK)",
+                    " without a name or uid" if kind in WATCHED_TYPES else "",
+                )
+            return
+        if kind == "DELETED":
+            self.objects.pop(key, None)
+        else:
+            self.objects[key] = obj
+        self._notify()
 
     @staticmethod
     def _version(obj: object) -> str:

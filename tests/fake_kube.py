@@ -194,6 +194,11 @@ class FakeKube:
         self._always: list[tuple[str, re.Pattern[str], int]] = []
         self._watchers: list[_Watcher] = []
         self.dead_kubelets: set[str] = set()
+        self.watch_lifetime: float | None = None
+        """Seconds after which every watch ends, whatever its ``timeoutSeconds`` (0: at once, after its
+        backlog) — a server (or proxy) that closes watches early; None: as asked."""
+        self.watch_lines: list[bytes] = []
+        """Raw lines sent once, at the start of the next watch (malformed or unknown events)."""
 
     # -- helpers for tests ----------------------------------------------------------------------------
 
@@ -482,7 +487,12 @@ class FakeKube:
         try:
             for kind, obj in backlog:
                 await send(kind, obj)
+            lines, self.watch_lines = self.watch_lines, []
+            for line in lines:
+                await resp.write(line + b"\n")
             loop = asyncio.get_running_loop()
+            if self.watch_lifetime is not None:
+                timeout = min(timeout, self.watch_lifetime)
             deadline = loop.time() + timeout
             while (left := deadline - loop.time()) > 0:
                 try:

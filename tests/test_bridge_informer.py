@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -25,8 +26,15 @@ async def _no_sleep(_: float) -> None:
 
 
 @contextlib.asynccontextmanager
-async def informed(tmp_path: Path, watch_timeout: int = 300) -> AsyncIterator[tuple[FakeKube, Informer[Pod]]]:
-    fake = FakeKube(token=TOKEN, history=10)
+async def informed(
+    tmp_path: Path,
+    watch_timeout: int = 300,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = _no_sleep,
+    clock: Callable[[], float] = time.monotonic,
+    fake: FakeKube | None = None,
+) -> AsyncIterator[tuple[FakeKube, Informer[Pod]]]:
+    fake = fake or FakeKube(token=TOKEN, history=10)
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
         async with client.ApiClient(cfg) as api:
@@ -36,7 +44,8 @@ async def informed(tmp_path: Path, watch_timeout: int = 300) -> AsyncIterator[tu
                 lambda: k.list_pods("slurm-bridge"),
                 lambda since: k.watch_pods("slurm-bridge", since, timeout=watch_timeout),
                 lambda p: p.metadata.uid,
-                sleep=_no_sleep,
+                sleep=sleep,
+                clock=clock,
             )
             task = asyncio.create_task(informer.run(), name="pod-informer")
             try:
@@ -96,3 +105,58 @@ async def test_an_outage_marks_the_cache_incomplete_until_listed_again(tmp_path:
         want = {f"p{i}" for i in range(15)}
         await eventually(lambda: informer.synced and names(informer) == want, 10, "a fresh list", 0.02)
         assert informer.lists >= 2 and informer.errors >= 1
+
+
+async def test_a_watch_that_ends_at_once_is_backed_off_not_reopened_at_once(tmp_path: Path) -> None:
+    """A server (or proxy) that closes every watch at once: each empty short watch is a failure, backed off
+    exponentially (0.5 s × 2^n, jittered between half and all of it, at most 30 s); the cache stays
+    synced (a clean end loses nothing), is never listed again, and a healthy watch resets the backoff."""
+    delays: list[float] = []
+
+    async def recorded(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(0.005)
+
+    fake = FakeKube(token=TOKEN, history=100)
+    fake.watch_lifetime = 0.0
+    frozen = 0.0  # every watch lasts 0 s by this clock: short whatever the machine's load
+    async with informed(tmp_path, sleep=recorded, clock=lambda: frozen, fake=fake) as (_, informer):
+        fake.put("pods", pod("a"))
+        await eventually(lambda: len(delays) >= 8, 10, "eight backoffs", 0.01)
+        watches = sum(1 for _, path, watch in fake.requests if watch)
+        assert watches <= len(delays) + 1  # one watch per backoff, no watch without one before it
+        for n, delay in enumerate(delays[:8], start=1):
+            cap = min(30.0, 0.5 * 2**n)
+            assert cap / 2 <= delay <= cap, (n, delays)
+        assert sum(delays[:8]) >= 0.5 * sum(min(30.0, 0.5 * 2**n) for n in range(1, 9))  # ≥ 63 s at 8
+        assert informer.synced and informer.lists == 1 and informer.short_watches >= 8
+        # a watch that delivers an event is healthy: the next short one starts from the first step again
+        before = len(delays)
+        fake.watch_lifetime = None
+        fake.put("pods", pod("b"))
+        await eventually(lambda: names(informer) == {"a", "b"}, 10, "the event", 0.01)
+        fake.watch_lifetime = 0.0
+        fake.close_watches()
+        await eventually(lambda: len(delays) > before, 10, "the next backoff", 0.01)
+        assert delays[before] <= 1.0
+
+
+async def test_unknown_and_keyless_watch_events_are_counted_not_stored(tmp_path: Path) -> None:
+    async with informed(tmp_path) as (fake, informer):
+        fake.put("pods", pod("a"))
+        await eventually(lambda: names(informer) == {"a"}, 5, "the first list", 0.02)
+        fake.watch_lines = [
+            b'{"type": "WEIRD", "object": {"metadata": {"uid": "u-weird", "name": "weird"}}}',
+            b'{"type": "ADDED", "object": {"metadata": {}}}',
+            b'{"type": "MODIFIED", "object": {"spec": {}}}',
+            b'{"type": 7, "object": "x"}',
+        ]
+        fake.close_watches()
+        await eventually(lambda: informer.ignored_events == 4, 5, "four ignored events", 0.02)
+        assert names(informer) == {"a"} and "" not in informer.objects and "u-weird" not in informer.objects
+        assert informer.synced and informer.lists == 1
+        # a line that is not JSON may be a lost change: the watch is broken, the cache listed again
+        fake.watch_lines = [b"{not json"]
+        fake.close_watches()
+        await eventually(lambda: informer.lists == 2 and informer.synced, 5, "a list after a bad line", 0.02)
+        assert names(informer) == {"a"} and informer.errors == 1
