@@ -125,7 +125,7 @@ class World:
     """The pod list is a full, current list (a synced watch): only then is a job's missing pod gone."""
     namespaces: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Namespace name → its labels (for the policy's namespace selectors; empty without selectors)."""
-    pod_groups: Mapping[tuple[str, str], int] | None = None
+    pod_groups: Mapping[tuple[str, str], int] | str | None = None
     """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
     admissions: MutableMapping[AdmissionKey, JobRequest | Refusal | None] | None = None
     """A memo of admissions the caller keeps between passes (the same options each time), or None."""

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 RECHECK = 5.0
 """Seconds between passes when nothing changes (deadlines such as a pod stuck Terminating still pass)."""
+MISSING_CRD_RECHECK = 300.0
+"""Seconds between looks for the PodGroup CRD while the API server has none (said once in the log)."""
 SUBMIT_BACKOFF = (10.0, 300.0)
 """After Slurm refuses a pod's job: wait 10 s before submitting it again, doubling to at most 300 s (one
 Event per attempt, not one per pass)."""
@@ -166,7 +168,8 @@ class Bridge:
                 "pod groups",
                 kube.list_pod_groups,
                 lambda since: kube.watch_pod_groups(since),
-                lambda g: g.metadata.uid or (f"{g.metadata.namespace}/{g.metadata.name}" if g.metadata.name else ""),
+                _pod_group_key,
+                missing_recheck=MISSING_CRD_RECHECK,
             )
         self.jobwatch: JobWatch | None = None
         """The fast path for the bridge's own jobs between snapshots (:mod:`bridge.jobwatch`)."""
@@ -296,9 +299,17 @@ class Bridge:
                 awaited[submitted.job_id] = ""
         return awaited
 
-    def _pod_group_sizes(self) -> dict[tuple[str, str], int] | None:
+    def _pod_group_sizes(self) -> dict[tuple[str, str], int] | str | None:
+        """``(namespace, name) → minMember``; None while not listed yet; why PodGroups are off."""
         informer = self.pod_groups
-        if informer is None or not informer.synced:
+        if informer is None:
+            return "PodGroups are off (--no-bridge-pod-groups)"
+        if informer.missing:
+            return (
+                "PodGroups are off: the Kubernetes API has no scheduling.x-k8s.io/v1alpha1 podgroups "
+                "(the scheduler-plugins PodGroup CRD is not installed)"
+            )
+        if not informer.synced:
             return None
         return {(g.metadata.namespace, g.metadata.name): g.spec.minMember for g in informer.objects.values()}
 
@@ -452,6 +463,12 @@ class Bridge:
         if not pod.spec.nodeName:
             with contextlib.suppress(KubeError):  # the pod may be gone already
                 await self.kube.unschedulable(pod, reason, message)
+
+
+def _pod_group_key(group: PodGroup) -> str:
+    """A PodGroup's cache key: its uid, else namespace/name; "" (not stored) for one with neither."""
+    meta = group.metadata
+    return meta.uid or (f"{meta.namespace}/{meta.name}" if meta.name else "")
 
 
 def _name(action: Action) -> str:

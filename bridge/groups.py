@@ -159,13 +159,16 @@ def membership(pod: Pod) -> Membership | None:
     )
 
 
-def group_size(member: Membership, pod_groups: Mapping[tuple[str, str], int] | None) -> int | str:
+def group_size(member: Membership, pod_groups: Mapping[tuple[str, str], int] | str | None) -> int | str:
     """The number of members the group's job needs, or why it is not known yet: a PodGroup's ``minMember``
-    comes from ``pod_groups`` (``(namespace, name) → minMember``; None while those are not listed)."""
+    comes from ``pod_groups`` (``(namespace, name) → minMember``; None while those are not listed; a text
+    saying why PodGroups are off)."""
     if member.size is not None:
         return member.size
     if pod_groups is None:
         return "PodGroups are not listed yet"
+    if isinstance(pod_groups, str):
+        return pod_groups
     key = member.group
     found = pod_groups.get((key.namespace, key.name))
     if found is None:

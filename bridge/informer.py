@@ -71,8 +71,13 @@ class Informer(Generic[T]):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        missing_recheck: float | None = None,
     ) -> None:
         self.name = name
+        self._missing_recheck = missing_recheck
+        self.missing = False
+        """True while the API server answers the list 404 (a custom resource whose CRD is not installed),
+        when ``missing_recheck`` is set: then the list is tried again only every ``missing_recheck`` s."""
         self._list = list_fn
         self._watch = watch_fn
         self._key = key
@@ -120,6 +125,9 @@ class Informer(Generic[T]):
         while True:
             try:
                 objects, version = await self._list()
+                if self.missing:
+                    log.info("%s: the API server has this resource now; watching it", self.name)
+                    self.missing = False
                 self.lists += 1
                 self.objects = {self._key(o): o for o in objects}
                 self.synced = True
@@ -154,6 +162,19 @@ class Informer(Generic[T]):
                     await self._backoff(failures)
                 failures += 1
             except KubeError as e:
+                if e.status == 404 and self._missing_recheck is not None:
+                    if not self.missing:
+                        log.warning(
+                            "%s: the API server has no such resource (%s); off, checked again every %g s",
+                            self.name,
+                            e,
+                            self._missing_recheck,
+                        )
+                        self.missing = True
+                        self.synced = False
+                        self._notify()
+                    await self._sleep(self._missing_recheck)
+                    continue
                 self.errors += 1
                 failures += 1
                 if self.synced:

@@ -95,6 +95,7 @@ SERVE_FIELDS = [
     "bridge_scheduler_name",
     "bridge_namespace",
     "bridge_job_watch_interval",
+    "bridge_pod_groups",
     "bridge_leader_election",
     "bridge_lease_name",
     "bridge_identity",
@@ -311,6 +312,7 @@ async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[
         scheduler_name=s.bridge_scheduler_name,
         own_namespace=namespace,
         job_watch_interval=s.bridge_job_watch_interval,
+        pod_groups=s.bridge_pod_groups,
     )
     lease = None
     if s.bridge_leader_election:

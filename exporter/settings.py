@@ -133,6 +133,11 @@ class Settings(BaseSettings):
         ge=0.0,
         description="seconds between /jobs/state looks at the bridge's awaited jobs between polls (0: off)",
     )
+    bridge_pod_groups: bool = Field(
+        True,
+        description="watch scheduler-plugins PodGroups for pod-group gangs (when the API has no PodGroup "
+        "CRD this is said once and checked again every 5 minutes)",
+    )
     bridge_leader_election: bool = Field(
         True, description="only the holder of a coordination.k8s.io Lease writes (run several replicas)"
     )

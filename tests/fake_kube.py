@@ -197,6 +197,10 @@ class FakeKube:
         self.watch_lifetime: float | None = None
         """Seconds after which every watch ends, whatever its ``timeoutSeconds`` (0: at once, after its
         backlog) — a server (or proxy) that closes watches early; None: as asked."""
+        self.missing: set[str] = set()
+        """Resources the server does not have, as ``group/version/plural`` (a CRD not installed): every
+        request for them is 404 NotFound "the server could not find the requested resource", as the real
+        API server answers for a group/version/resource no CRD or built-in registers."""
         self.watch_lines: list[bytes] = []
         """Raw lines sent once, at the start of the next watch (malformed or unknown events)."""
 
@@ -338,6 +342,8 @@ class FakeKube:
         if m is None:
             return status(404, "NotFound", f"the server could not find {request.path}")
         prefix = (f"{m['group']}/{m['version']}" if m["group"] else "v1") + "/" + m["plural"]
+        if prefix in self.missing:
+            return status(404, "NotFound", "the server could not find the requested resource")
         try:
             return await self._route(request, prefix, m["ns"] or "", m["name"], m["sub"])
         except _Answer as a:

@@ -141,6 +141,8 @@ def test_a_pod_groups_size_is_its_min_member() -> None:
     m = membership(member("a", labels={"scheduling.x-k8s.io/pod-group": "train"}))
     assert m is not None
     assert group_size(m, None) == "PodGroups are not listed yet"
+    off = "PodGroups are off: the Kubernetes API has no scheduling.x-k8s.io/v1alpha1 podgroups"
+    assert group_size(m, off) == off  # said as it is: no CRD (or --no-bridge-pod-groups)
     assert group_size(m, {}) == "PodGroup team-a/train does not exist"
     assert group_size(m, {("team-a", "train"): 2}) == 2
     assert group_size(m, {("other", "train"): 2}) == "PodGroup team-a/train does not exist"  # own namespace

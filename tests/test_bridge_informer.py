@@ -14,7 +14,7 @@ from kubernetes_asyncio import client
 
 from bridge.informer import Informer
 from bridge.kube import Kube, load_configuration
-from bridge.pods import Pod
+from bridge.pods import Pod, PodGroup
 from tests.fake_kube import FakeKube, serve_kube
 from tests.test_bridge_kube import pod
 from tests.test_fake_kube import TOKEN, write_kubeconfig
@@ -160,3 +160,46 @@ async def test_unknown_and_keyless_watch_events_are_counted_not_stored(tmp_path:
         fake.close_watches()
         await eventually(lambda: informer.lists == 2 and informer.synced, 5, "a list after a bad line", 0.02)
         assert names(informer) == {"a"} and informer.errors == 1
+
+
+async def test_a_missing_crd_is_said_once_and_checked_again_rarely(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No PodGroup CRD: one warning, no failure backoff loop, a list every ``missing_recheck`` s; once the
+    CRD is installed the informer lists and watches (and says so)."""
+    fake = FakeKube(token=TOKEN)
+    fake.missing.add("scheduling.x-k8s.io/v1alpha1/podgroups")
+    delays: list[float] = []
+
+    async def recorded(delay: float) -> None:
+        delays.append(delay)
+        await asyncio.sleep(0.01)
+
+    caplog.set_level("INFO", logger="bridge.informer")
+    async with serve_kube(fake) as url:
+        cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
+        async with client.ApiClient(cfg) as api:
+            k = Kube(api)
+            groups: Informer[PodGroup] = Informer(
+                "pod groups", k.list_pod_groups, k.watch_pod_groups, lambda g: g.metadata.uid,
+                sleep=recorded, missing_recheck=300.0,
+            )  # fmt: skip
+            task = asyncio.create_task(groups.run(), name="podgroup-informer")
+            try:
+                await eventually(lambda: len(delays) >= 5, 5, "five rechecks", 0.01)
+                assert groups.missing and not groups.synced and groups.errors == 0
+                assert set(delays) == {300.0}
+                said = [r.getMessage() for r in caplog.records if "no such resource" in r.getMessage()]
+                assert len(said) == 1 and "checked again every 300 s" in said[0]
+                fake.missing.clear()
+                fake.put(
+                    "podgroups",
+                    {"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"minMember": 2}},
+                    prefix="scheduling.x-k8s.io/v1alpha1",
+                )
+                await eventually(lambda: groups.synced, 5, "the list once the CRD is there", 0.01)
+                assert not groups.missing and [g.spec.minMember for g in groups.objects.values()] == [2]
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
