@@ -99,6 +99,9 @@ class BridgeOptions:
     turns that fast path off (the snapshot alone, one /jobs listing per poll interval or more)."""
     pod_groups: bool = True
     """Watch coscheduling PodGroups (their CRD installed) for the ``minMember`` of pod-group gangs."""
+    bind_deadline: float = 300.0
+    """Seconds a running job's pod may keep failing to be bound (binding forbidden, webhook refusing...)
+    before the job is released (cancelled) rather than holding its node; retries back off meanwhile."""
 
 
 @dataclass(frozen=True)

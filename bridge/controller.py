@@ -57,6 +57,9 @@ RECHECK = 5.0
 """Seconds between passes when nothing changes (deadlines such as a pod stuck Terminating still pass)."""
 MISSING_CRD_RECHECK = 300.0
 """Seconds between looks for the PodGroup CRD while the API server has none (said once in the log)."""
+BIND_BACKOFF = (2.0, 60.0)
+"""After a pod's binding (its job-id patch, or the Binding itself) fails: wait 2 s before trying again,
+doubling to at most 60 s, until ``BridgeOptions.bind_deadline`` — then the job is released."""
 SUBMIT_BACKOFF = (10.0, 300.0)
 """After Slurm refuses a pod's job: wait 10 s before submitting it again, doubling to at most 300 s (one
 Event per attempt, not one per pass)."""
@@ -77,6 +80,10 @@ class BridgeStats:
     last_bind_latency: float | None = None
     oldest_waiting_created: float | None = None
     """Creation time (epoch seconds) of the oldest pod still waiting at the last pass; None when none."""
+    bind_backoff: int = 0
+    """Pods whose binding failed and that wait for their next attempt."""
+    released: int = 0
+    """Running jobs released (cancelled) because their pod could not be bound within the deadline."""
 
     def families(self) -> Iterable[Metric]:
         pods = GaugeMetricFamily(
@@ -108,6 +115,17 @@ class BridgeStats:
         for (action, kind), n in sorted(self.errors.items()):
             errors.add_metric([action, kind], n)
         yield errors
+        yield GaugeMetricFamily(
+            "slurm_bridge_bind_backoff_pods",
+            "Pods whose binding to the node Slurm chose failed and that wait (backing off) for the next try",
+            value=self.bind_backoff,
+        )
+        released = CounterMetricFamily(
+            "slurm_bridge_unbindable_jobs_released",
+            "Running Slurm jobs cancelled because their pod could not be bound within --bridge-bind-deadline",
+        )
+        released.add_metric([], self.released)
+        yield released
         latency = GaugeMetricFamily(
             "slurm_bridge_bind_latency_seconds",
             "Seconds from the Slurm job's start (RUNNING) to the pod's binding, for the last binding",
@@ -180,6 +198,8 @@ class Bridge:
         self._said: dict[str, str] = {}
         self._refused_until: dict[str, tuple[float, int]] = {}
         """Pod uid → (no submission before, refusals so far) after Slurm refused its job."""
+        self._bind_failed: dict[str, _BindFailure] = {}
+        """Pod uid → its failed bindings (for the backoff and the deadline)."""
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._busy: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -260,7 +280,7 @@ class Bridge:
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
         live = {p.metadata.uid for p in world.pods}
-        for memo in (self._said, self._refused_until):  # forget pods that are gone
+        for memo in (self._said, self._refused_until, self._bind_failed):  # forget pods that are gone
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
         current = {(p.metadata.uid, p.metadata.resourceVersion) for p in world.pods}
@@ -269,7 +289,16 @@ class Bridge:
         self._count_pods(world, actions)
         if self.jobwatch is not None:
             self.jobwatch.awaited = self._awaited(world)
+        self.stats.bind_backoff = sum(1 for f in self._bind_failed.values() if f.retry_at > now)
         for action in actions:
+            if isinstance(action, Bind) and (failed := self._bind_failed.get(action.uid)) is not None:
+                if failed.job_id != action.job_id:  # another job now: a fresh start
+                    del self._bind_failed[action.uid]
+                elif now - failed.first >= self.options.bind_deadline:
+                    why = _release_reason(failed, self.options.bind_deadline)
+                    action = Cancel(action.job_id, why, action.pod)
+                elif failed.retry_at > now:
+                    continue
             key = _busy_key(action)
             if key in self._busy:
                 continue
@@ -346,7 +375,10 @@ class Bridge:
                 self.stats.done[kind] += 1
         except (SlurmError, KubeError) as e:
             self.stats.errors[(kind, e.kind)] += 1
-            log.warning("bridge: %s failed: %s", kind, e)
+            if isinstance(action, Bind) and isinstance(e, KubeError):
+                await self._bind_failure(action, e)
+            else:
+                log.warning("bridge: %s failed: %s", kind, e)
         except Exception:  # a bug must not stop the bridge; the next pass tries again
             self.stats.errors[(kind, "internal")] += 1
             log.exception("bridge: %s failed unexpectedly", kind)
@@ -436,9 +468,12 @@ class Bridge:
                 f"Slurm job {action.job_id} runs on {action.slurm_node}; bound to {action.node}",
             )
             self._said.pop(action.uid, None)
+            self._bind_failed.pop(action.uid, None)
             return True
         if isinstance(action, Cancel):
             cancelled = await cancel_job(self.slurm, version, action.job_id)
+            if action.why.startswith(RELEASED):
+                self.stats.released += cancelled
             log.info(
                 "bridge: cancel Slurm job %d: %s%s",
                 action.job_id,
@@ -457,12 +492,69 @@ class Bridge:
             return deleted
         raise AssertionError(f"unknown action {action!r}")
 
+    async def _bind_failure(self, action: Bind, error: KubeError) -> None:
+        """Back off the pod's next binding; the first failure is said in one Event (and the log), later
+        ones only counted (the log says it again at most every minute)."""
+        now = self._clock()
+        failed = self._bind_failed.get(action.uid)
+        if failed is None or failed.job_id != action.job_id:
+            failed = self._bind_failed[action.uid] = _BindFailure(action.job_id, now)
+        failed.count += 1
+        first, cap = BIND_BACKOFF
+        failed.retry_at = now + min(cap, first * 2 ** (failed.count - 1))
+        failed.error = str(error)
+        if failed.count == 1 or now - failed.logged >= 60.0:
+            failed.logged = now
+            log.warning(
+                "bridge: cannot bind pod %s to %s (Slurm job %d), attempt %d, next in %.0f s, job released "
+                "after %.0f s: %s",
+                action.pod,
+                action.node,
+                action.job_id,
+                failed.count,
+                failed.retry_at - now,
+                self.options.bind_deadline,
+                error,
+            )
+        pod = self._pod(action.uid)
+        if failed.count == 1 and pod is not None:
+            text = (
+                f"cannot bind the pod to {action.node}, where Slurm job {action.job_id} runs: {error}; "
+                f"retrying with backoff, the job is released after {self.options.bind_deadline:.0f} s"
+            )
+            with contextlib.suppress(KubeError):  # the Event may be forbidden as well: counted, logged above
+                await self._tell(pod, "SlurmBindFailed", text, warning=True)
+
     async def _tell(self, pod: Pod, reason: str, message: str, *, warning: bool = False) -> None:
         """An Event and, for a pod not yet bound, the PodScheduled=False message."""
         await self.kube.event(pod, reason, message, warning=warning)
         if not pod.spec.nodeName:
             with contextlib.suppress(KubeError):  # the pod may be gone already
                 await self.kube.unschedulable(pod, reason, message)
+
+
+RELEASED = "released: "
+"""How a Cancel that releases an unbindable pod's job begins its reason."""
+
+
+@dataclass
+class _BindFailure:
+    """A pod's failed bindings to one job's node."""
+
+    job_id: int
+    first: float
+    """When the first binding failed, epoch seconds."""
+    count: int = 0
+    retry_at: float = 0.0
+    logged: float = 0.0
+    error: str = ""
+
+
+def _release_reason(failed: _BindFailure, deadline: float) -> str:
+    return (
+        f"{RELEASED}its pod could not be bound for {deadline:.0f} s ({failed.count} attempts; last: "
+        f"{failed.error})"
+    )
 
 
 def _pod_group_key(group: PodGroup) -> str:

@@ -96,6 +96,7 @@ SERVE_FIELDS = [
     "bridge_namespace",
     "bridge_job_watch_interval",
     "bridge_pod_groups",
+    "bridge_bind_deadline",
     "bridge_leader_election",
     "bridge_lease_name",
     "bridge_identity",
@@ -313,6 +314,7 @@ async def _bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> tuple[
         own_namespace=namespace,
         job_watch_interval=s.bridge_job_watch_interval,
         pod_groups=s.bridge_pod_groups,
+        bind_deadline=s.bridge_bind_deadline,
     )
     lease = None
     if s.bridge_leader_election:

@@ -133,6 +133,12 @@ class Settings(BaseSettings):
         ge=0.0,
         description="seconds between /jobs/state looks at the bridge's awaited jobs between polls (0: off)",
     )
+    bridge_bind_deadline: float = Field(
+        300.0,
+        gt=0.0,
+        description="seconds a running job's pod may keep failing to be bound (retried with backoff) before "
+        "the job is cancelled rather than holding its node",
+    )
     bridge_pod_groups: bool = Field(
         True,
         description="watch scheduler-plugins PodGroups for pod-group gangs (when the API has no PodGroup "

@@ -194,6 +194,7 @@ class FakeKube:
         self._always: list[tuple[str, re.Pattern[str], int]] = []
         self._watchers: list[_Watcher] = []
         self.dead_kubelets: set[str] = set()
+        self.stopping = False
         self.watch_lifetime: float | None = None
         """Seconds after which every watch ends, whatever its ``timeoutSeconds`` (0: at once, after its
         backlog) — a server (or proxy) that closes watches early; None: as asked."""
@@ -499,6 +500,8 @@ class FakeKube:
             loop = asyncio.get_running_loop()
             if self.watch_lifetime is not None:
                 timeout = min(timeout, self.watch_lifetime)
+            if self.stopping:  # began while the server was stopping: close_watches() missed it
+                timeout = 0.0
             deadline = loop.time() + timeout
             while (left := deadline - loop.time()) > 0:
                 try:
@@ -518,6 +521,11 @@ class FakeKube:
         """End every open watch stream (the API server restarting); clients must re-watch."""
         for w in self._watchers:
             w.queue.put_nowait(None)
+
+    def shut_down(self) -> None:
+        """End every open watch, and any watch still starting, for good (the server stops)."""
+        self.stopping = True
+        self.close_watches()
 
     def _bind(self, key: Key, body: Obj) -> web.Response:
         pod = self.objects.get(key)
@@ -555,4 +563,4 @@ class _Answer(Exception):
 
 def serve_kube(fake: FakeKube) -> AbstractAsyncContextManager[str]:
     """Run ``fake`` on 127.0.0.1 (free port); yield its base URL. Open watches end first on exit."""
-    return serve_app(fake.app(), before_cleanup=fake.close_watches, shutdown_timeout=1.0)
+    return serve_app(fake.app(), before_cleanup=fake.shut_down, shutdown_timeout=1.0)

@@ -68,6 +68,7 @@ async def running_bridge(
     nodes: tuple[str, ...] = (NODE,),
     fake: FakeKube | None = None,
     terminating_grace: float = 30.0,
+    bind_deadline: float = 300.0,
 ) -> AsyncIterator[tuple[FakeKube, Bridge]]:
     """A bridge with its own poller on ``lab``, against ``fake`` (by default a new one holding ``nodes``)."""
     if fake is None:
@@ -76,7 +77,10 @@ async def running_bridge(
             fake.put("nodes", k8s_node(name))
     doc = policy or {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
     options = BridgeOptions(
-        instance=f"live-{tmp_path.name}", policy=parse_policy(doc), terminating_grace=terminating_grace
+        instance=f"live-{tmp_path.name}",
+        policy=parse_policy(doc),
+        terminating_grace=terminating_grace,
+        bind_deadline=bind_deadline,
     )
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
@@ -382,3 +386,36 @@ async def test_missing_kubernetes_data_never_cancels_and_a_dead_kubelet_frees_th
             assert (
                 fake.get("pods", "team-a", "stuck") is not None
             )  # still Terminating: Slurm freed the node anyway
+
+
+async def test_a_forbidden_binding_backs_off_says_why_once_and_releases_the_job(
+    lab_2605: Lab, tmp_path: Path
+) -> None:
+    """``pods/binding`` missing from the RBAC: the bridge retried ~2 times a second while the job held its
+    node. Now: retries back off (2 s, 4 s, ...), one SlurmBindFailed Event says why, and past the bind
+    deadline the job is cancelled (and the pod deleted, saying so) instead of holding the node."""
+    lab = lab_2605
+    deadline = 8.0
+    with reserved_node(lab, NODE):
+        async with running_bridge(lab, "v0.0.45", tmp_path, bind_deadline=deadline) as (fake, bridge):
+            fake.fail_always("POST", r"/pods/[^/]+/binding$", 403)
+            fake.put("pods", bridge_pod("unbindable"))
+
+            def job_id() -> str | None:
+                p = fake.get("pods", "team-a", "unbindable")
+                return p["metadata"].get("labels", {}).get(JOB_ID_LABEL) if p is not None else None
+
+            jid = await eventually(job_id, 60.0, "the job-id label (bindings are refused)", 0.1)
+            assert squeue(lab, jid).split("|")[1] == "RUNNING"
+            await eventually(lambda: squeue(lab, jid) == "", deadline + 30, "the job to be released", 0.5)
+            bindings = [r for r in fake.requests if r[0] == "POST" and r[1].endswith("/binding")]
+            # 2 s, 4 s, 8 s...: at most 4 attempts within the 8 s deadline (about 16 at 2 a second before)
+            assert 1 <= len(bindings) <= 5, len(bindings)
+            reasons = [e["reason"] for e in fake.events_for("team-a", "unbindable")]
+            assert reasons.count("SlurmBindFailed") == 1, reasons
+            await eventually(
+                lambda: fake.get("pods", "team-a", "unbindable") is None, 30.0, "the pod deleted", 0.2
+            )
+            assert bridge.stats.released == 1 and bridge.stats.errors[("bind", "http_403")] == len(bindings)
+            ended = [e for e in fake.events_for("team-a", "unbindable") if e["reason"] == "SlurmJobEnded"]
+            assert ended and "CANCELLED" in ended[0]["message"]
