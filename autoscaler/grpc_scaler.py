@@ -57,7 +57,14 @@ from autoscaler._proto.externalscaler_pb2 import (
     ScaledObjectRef,
 )
 from autoscaler.demand import Target
-from autoscaler.service import Answer, DemandService, NoSnapshotYet, TooManyTargets, UnknownPartition
+from autoscaler.service import (
+    Answer,
+    DemandService,
+    NoSnapshotYet,
+    NoTrustedAnswer,
+    TooManyTargets,
+    UnknownPartition,
+)
 from autoscaler.targets import MetadataError, check_metric_name, metric_name, target_from_metadata
 from exporter.logs import Throttle
 
@@ -235,7 +242,7 @@ class ExternalScaler:
         fam = CounterMetricFamily(
             "slurm_autoscaler_grpc_requests_refused",
             "KEDA external scaler calls answered with an error, by gRPC status code and reason (undecodable, "
-            "metadata, unknown_partition, too_many_targets, no_snapshot)",
+            "metadata, unknown_partition, too_many_targets, no_snapshot, invalid_records)",
             labels=["code", "reason"],
         )
         for (code, reason), n in sorted(self.refused.items()):
@@ -280,6 +287,9 @@ class ExternalScaler:
     async def _answer(self, ref: ScaledObjectRef, target: Target, context: _Context[_Req, _Resp]) -> Answer:
         try:
             return self.service.answer(target)
+        except NoTrustedAnswer as e:
+            code, reason = grpc.StatusCode.UNAVAILABLE, "invalid_records"
+            message = f"ScaledObject {_who(ref)}: {e}"
         except NoSnapshotYet as e:
             code, reason = grpc.StatusCode.UNAVAILABLE, "no_snapshot"
             message = f"ScaledObject {_who(ref)}: {e}"

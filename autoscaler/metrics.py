@@ -56,6 +56,13 @@ def demand_families(
         "Pending jobs that can never run on the target (larger than its node shape or max)",
         labels=_LABELS,
     )
+    held = GaugeMetricFamily(
+        "slurm_autoscaler_held",
+        "1 while the target's jobs or nodes data is partly invalid (records of its partition dropped as "
+        "impossible): desired_nodes is held at the last answer on valid data or above, never lowered, and "
+        "is absent while there is no such answer yet; else 0",
+        labels=_LABELS,
+    )
     info = GaugeMetricFamily(
         "slurm_autoscaler_target_info",
         "1 per exported target; source is configured (targets file), scaler (a KEDA trigger asked for it) "
@@ -65,7 +72,9 @@ def demand_families(
     for target, d in demands.items():
         key = [label(target), target.partition]
         info.add_metric([*key, source(target)], 1)
-        desired.add_metric(key, d.desired)
+        if d.answered:
+            desired.add_metric(key, d.desired)
+        held.add_metric(key, 0 if d.held is None else 1)
         busy.add_metric(key, d.busy)
         needed.add_metric(key, d.needed)
         nodes.add_metric(key, d.nodes)
@@ -73,4 +82,4 @@ def demand_families(
         too_large.add_metric(key, sum(t.tasks for t in d.too_large))
         for reason, count in sorted(d.ignored.items()):
             ignored.add_metric([*key, reason], count)
-    return [desired, busy, needed, nodes, eligible, ignored, too_large, info]
+    return [desired, busy, needed, nodes, eligible, ignored, too_large, held, info]

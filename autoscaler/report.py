@@ -59,6 +59,14 @@ def explain(target: Target, d: Demand) -> tuple[str, ...]:
     lines = [
         f"desired {d.desired} = clamp(busy {d.busy} + needed {d.needed}, min {target.min_nodes}, max {top})"
     ]
+    if d.held is not None:
+        lines[0] = (
+            f"desired {d.desired}: HELD — records of partition {target.partition} were dropped as impossible;"
+            f" the model computed {d.held} on the rest, never lower than the last answer on valid data"
+            if d.answered
+            else f"desired: NO ANSWER — records of partition {target.partition} were dropped as impossible"
+            f" and there is no answer on valid data to hold (the model computed {d.held} on the rest)"
+        )
     if d.busy:
         names = ",".join(d.busy_nodes[:BUSY_NAMES]) + ("…" if d.busy > BUSY_NAMES else "")
         lines.append(f"busy: {d.busy} of {d.nodes} nodes have allocated CPUs or jobs ({names})")

@@ -9,6 +9,13 @@
   answer (:class:`NoSnapshotYet`); afterwards the poller keeps serving the last good data when
   slurmrestd fails, so the answer is held (``stale`` says so) and never drops to zero for lack
   of data.
+* **Invalid data never scales down**: a snapshot whose jobs or nodes answer had records dropped as
+  impossible (:attr:`exporter.model.Snapshot.dropped`) is *partly invalid* for every target whose
+  partition a dropped record names (a record naming no partition: every target). Such a target's answer
+  is trusted upward only: ``desired`` = max(the model's count on the valid rest, the last answer on a
+  snapshot valid for it) — it may rise, never fall — and :attr:`Demand.held` keeps the model's count.
+  With no earlier valid answer there is none (:class:`NoTrustedAnswer`: UNAVAILABLE to KEDA, no
+  ``desired_nodes`` series). Targets of other partitions are answered as usual.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -32,6 +39,7 @@ __all__ = [
     "Answer",
     "DemandService",
     "NoSnapshotYet",
+    "NoTrustedAnswer",
     "SnapshotSource",
     "StaticSource",
     "TooManyTargets",
@@ -55,6 +63,19 @@ class SnapshotSource(Protocol):
 
 class NoSnapshotYet(Exception):
     """No snapshot with jobs and nodes yet (the only time scalers answer UNAVAILABLE)."""
+
+
+class NoTrustedAnswer(NoSnapshotYet):
+    """The target's data is partly invalid and there is no answer on valid data to hold yet."""
+
+
+def partly_invalid(snap: Snapshot, target: Target) -> bool:
+    """Whether jobs or nodes records dropped from ``snap`` name ``target``'s partition (or none)."""
+    for endpoint in REQUIRED_ENDPOINTS:
+        names = snap.dropped.get(endpoint)
+        if names and ("" in names or target.partition in names):
+            return True
+    return False
 
 
 class UnknownPartition(ValueError):
@@ -121,6 +142,9 @@ class DemandService:
         self._asked: dict[Target, float] = {}
         """Targets asked for by a scaler (not configured): when last asked, epoch seconds."""
         self._memo_lock = threading.Lock()
+        self._trusted: dict[Target, tuple[float, int]] = {}
+        """Target → (taken_at, desired) of its last answer on a snapshot valid for it."""
+        self._trust_lock = threading.Lock()
         self._memo: tuple[Snapshot, tuple[Target, ...], dict[Target, Demand]] | None = None
         self._snap: Snapshot | None = None
         self._demands: dict[Target, Demand] = {}
@@ -203,9 +227,29 @@ class DemandService:
             self._asked[target] = self._clock()
         demand = self._demands.get(target)
         if demand is None:
-            demand = self._demands[target] = compute_demand(snap, [target])[target.name]
+            demand = self._demands[target] = self.judged(
+                snap, target, compute_demand(snap, [target])[target.name]
+            )
+        if not demand.answered:
+            raise NoTrustedAnswer(
+                f"records of partition {target.partition!r} were dropped as impossible and there is no "
+                "answer on valid data to hold yet"
+            )
         when = data_time(snap)
         return Answer(target, demand, when, self._judge(self._clock() - when))
+
+    def judged(self, snap: Snapshot, target: Target, demand: Demand) -> Demand:
+        """``demand`` (computed on ``snap``) as it may be served: on a snapshot valid for ``target``, as it
+        is (and remembered); on a partly invalid one, held at the last valid answer or above."""
+        with self._trust_lock:
+            prior = self._trusted.get(target)
+            if not partly_invalid(snap, target):
+                if prior is None or prior[0] <= snap.taken_at:
+                    self._trusted[target] = (snap.taken_at, demand.desired)
+                return demand
+        if prior is None:
+            return replace(demand, held=demand.desired, answered=False)
+        return replace(demand, held=demand.desired, desired=max(demand.desired, prior[1]))
 
     def _admit(self, target: Target, snap: Snapshot) -> None:
         """Take a target a scaler asks about for the first time, if its partition exists and the
@@ -269,16 +313,21 @@ class DemandService:
             memo = self._memo
             if memo is not None and memo[0] is snap and memo[1] == targets:
                 return memo[2]
-            out = _compute(snap, list(targets))
+            out = {t: self.judged(snap, t, d) for t, d in _compute(snap, list(targets)).items()}
             self._memo = (snap, targets, out)
             return out
 
     def answers(self) -> list[Answer]:
-        """Answers for every known target (empty before the first snapshot)."""
-        try:
-            return [self.answer(t) for t in self._targets]
-        except NoSnapshotYet:
-            return []
+        """Answers for every known target that has one (empty before the first snapshot)."""
+        out = []
+        for t in self._targets:
+            try:
+                out.append(self.answer(t))
+            except NoTrustedAnswer:
+                continue
+            except NoSnapshotYet:
+                return []
+        return out
 
     async def refresh(self, snap: Snapshot) -> None:
         """Compute every known target on ``snap`` (in a thread) and wake :meth:`changes` waiters."""
@@ -291,7 +340,7 @@ class DemandService:
         self.computations += 1
         for t in self._targets:  # targets first asked for while the thread ran
             if t not in by_name:
-                by_name[t] = compute_demand(snap, [t])[t.name]
+                by_name[t] = self.judged(snap, t, compute_demand(snap, [t])[t.name])
         self._snap, self._demands = snap, by_name
         updated, self._updated = self._updated, asyncio.Event()
         updated.set()

@@ -264,10 +264,21 @@ ALERTS = (
         "SlurmExporterRecordsDropped",
         f"sum by ({BY}, endpoint) (increase(slurm_exporter_records_dropped_total[1h])) > 0",
         "0m",
-        "info",
-        "slurmrestd sent records with impossible values.",
+        "warning",
+        "slurmrestd sent records with impossible values; the autoscaler holds the targets they touch.",
         "{{ $value }} {{ $labels.endpoint }} record(s) were dropped in the last hour on "
-        "{{ $labels.instance }}.",
+        "{{ $labels.instance }}: the targets of their partitions are held (never scaled down) until "
+        "slurmrestd answers valid records again.",
+    ),
+    Alert(
+        "SlurmAutoscalerHeld",
+        f"max by ({BY}, target, partition) (slurm_autoscaler_held) == 1",
+        "15m",
+        "warning",
+        "A scaling target is held on partly invalid Slurm data.",
+        "Target {{ $labels.target }} (partition {{ $labels.partition }}) on {{ $labels.instance }} has "
+        "been held for 15 minutes: records of its partition are dropped as impossible, so its NodeSet is "
+        "never scaled down (and has no answer at all if it never had one on valid data).",
     ),
 )
 

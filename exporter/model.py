@@ -280,6 +280,10 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     data holds everything Slurm accepted before then (a 10,000-job /jobs takes seconds to answer)."""
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
+    dropped: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    """Per endpoint whose data held is partly invalid: the partitions named by the records dropped from it
+    as impossible (:mod:`exporter.validate`), sorted; ``""`` stands for a record naming no partition (read
+    as any). Absent for endpoints whose every record was valid."""
 
     @property
     def jobs_as_of(self) -> float:

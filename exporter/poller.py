@@ -33,8 +33,8 @@ from . import versions
 from .client import ApiPaths, NotModified, SlurmClient, choose_jobs_version, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import StreamingArrayDecoder
-from .model import ENDPOINTS, Diag, Envelope, Job, Snapshot, wall_time
-from .validate import check_jobs, check_nodes
+from .model import ENDPOINTS, Diag, Envelope, Job, Node, Snapshot, wall_time
+from .validate import check_jobs, check_nodes, dropped_partitions
 from .versions._common import decode
 
 log = logging.getLogger(__name__)
@@ -105,6 +105,10 @@ class EndpointState:
     """Whether the last finished fetch succeeded (or was answered "unchanged")."""
     dropped: int = 0
     """Records dropped for impossible values (:mod:`exporter.validate`), over all fetches."""
+    dropped_partitions: frozenset[str] = frozenset()
+    """Partitions named by the records dropped from the data held (see :attr:`Snapshot.dropped`)."""
+    _fetch_dropped: frozenset[str] = frozenset()
+    """The same for the fetch in progress (moved to ``dropped_partitions`` when its data is taken)."""
 
     def record_error(self, err: SlurmError, now: float) -> None:
         self.last_ok = False
@@ -312,6 +316,9 @@ class Poller:
                 for e, st in eps.items()
                 if st.envelope is not None and st.envelope.last_update is not None
             },
+            dropped={
+                e: tuple(sorted(st.dropped_partitions)) for e, st in eps.items() if st.dropped_partitions
+            },
         )
 
     async def _fetch(self, name: str) -> bool:
@@ -334,6 +341,7 @@ class Poller:
             assert st.envelope is not None and st.envelope.last_update is not None
             params["update_time"] = str(int(st.envelope.last_update))
         t0 = time.perf_counter()
+        st._fetch_dropped = frozenset()
         try:
             try:
                 data, env, nbytes = await self._get_parsed(name, path, params)
@@ -367,6 +375,7 @@ class Poller:
             st.unchanged += 1
         else:
             st.data = tuple(data) if isinstance(data, list) else data  # shared by every later snapshot
+            st.dropped_partitions = st._fetch_dropped
             st.full_fetch_at = finished
             st.envelope = env
         st.successes += 1
@@ -436,7 +445,7 @@ class Poller:
             b"jobs", adapter.job_array, max_element_bytes=cap, max_envelope_bytes=cap
         )
         jobs: list[Any] = []
-        dropped: list[str] = []
+        dropped: list[tuple[Job, str]] = []
 
         def keep(batch: list[Job]) -> None:
             good, bad = check_jobs(batch)  # batch by batch: no long stall at 100k jobs
@@ -458,15 +467,20 @@ class Poller:
         self._note_dropped("jobs", dropped)
         return jobs, env, decoder.bytes_seen
 
-    def _note_dropped(self, name: str, problems: list[str]) -> None:
-        """Count (and log once per poll) records of ``name`` dropped for impossible values."""
-        if problems:
-            self.status.endpoints[name].dropped += len(problems)
+    def _note_dropped(self, name: str, dropped: Sequence[tuple[Job | Node, str]]) -> None:
+        """Count (and log once per poll) records of ``name`` dropped for impossible values; note the
+        partitions they name for the data this fetch brings."""
+        if dropped:
+            st = self.status.endpoints[name]
+            st.dropped += len(dropped)
+            st._fetch_dropped = dropped_partitions(dropped)
             log.warning(
-                "%s: dropped %d record(s) with impossible values (first: %s)",
+                "%s: dropped %d record(s) with impossible values (first: %s); demand for partition(s) %s "
+                "is held, never lowered, while they are",
                 name,
-                len(problems),
-                problems[0],
+                len(dropped),
+                dropped[0][1],
+                ", ".join(p or "(none)" for p in sorted(st._fetch_dropped)),
             )
 
 

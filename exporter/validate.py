@@ -13,7 +13,15 @@ from typing import TypeVar
 
 from .model import Job, Node
 
-__all__ = ["MAX_COUNT", "job_problem", "keep_valid", "node_problem"]
+__all__ = [
+    "MAX_COUNT",
+    "check_jobs",
+    "check_nodes",
+    "dropped_partitions",
+    "job_problem",
+    "keep_valid",
+    "node_problem",
+]
 
 R = TypeVar("R")
 
@@ -59,20 +67,31 @@ def node_problem(node: Node) -> str | None:
     return None
 
 
-def keep_valid(records: Sequence[R], problem: Callable[[R], str | None]) -> tuple[list[R], list[str]]:
-    """(the records without a :func:`problem`, the problems of those dropped), in order."""
+def keep_valid(
+    records: Sequence[R], problem: Callable[[R], str | None]
+) -> tuple[list[R], list[tuple[R, str]]]:
+    """(the records without a :func:`problem`, (record, problem) of those dropped), in order."""
     kept: list[R] = []
-    dropped: list[str] = []
+    dropped: list[tuple[R, str]] = []
     for r in records:
         why = problem(r)
         if why is None:
             kept.append(r)
         else:
-            dropped.append(why)
+            dropped.append((r, why))
     return kept, dropped
 
 
-def check_jobs(jobs: Sequence[Job]) -> tuple[Sequence[Job], list[str]]:
+def dropped_partitions(dropped: Sequence[tuple[Job | Node, str]]) -> frozenset[str]:
+    """The partitions the dropped records name; ``""`` for a record that names none (it may belong to
+    any: whoever reads them treats ``""`` as every partition)."""
+    out: set[str] = set()
+    for record, _ in dropped:
+        out.update(record.partitions or ("",))
+    return frozenset(out)
+
+
+def check_jobs(jobs: Sequence[Job]) -> tuple[Sequence[Job], list[tuple[Job, str]]]:
     """:func:`keep_valid` for jobs, ``jobs`` itself when none has a problem. Hot (100k jobs a poll): one
     comprehension with :func:`job_problem`'s comparisons finds the few records to check in full."""
     big, huge, prio = MAX_COUNT, MAX_BYTES, 1 << 32
@@ -93,6 +112,6 @@ def check_jobs(jobs: Sequence[Job]) -> tuple[Sequence[Job], list[str]]:
     return keep_valid(jobs, job_problem)
 
 
-def check_nodes(nodes: Sequence[Node]) -> tuple[Sequence[Node], list[str]]:
+def check_nodes(nodes: Sequence[Node]) -> tuple[Sequence[Node], list[tuple[Node, str]]]:
     """:func:`keep_valid` for nodes (thousands a poll, not 100k: no fast path)."""
     return keep_valid(nodes, node_problem)

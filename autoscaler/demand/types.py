@@ -136,3 +136,10 @@ class Demand:
     """Pending jobs whose ``--constraint`` no node of the target satisfies (another NodeSet's)."""
     packing: Packing | None = None
     """None when nothing was packed (no eligible job, or no shape)."""
+    held: int | None = None
+    """Set (by :class:`autoscaler.service.DemandService`) when the snapshot's jobs or nodes data of the
+    target's partition is partly invalid (records dropped as impossible): the desired count the model
+    computed on it. ``desired`` is then the larger of it and the last answer on valid data."""
+    answered: bool = True
+    """False when ``held`` is set and there is no answer on valid data to hold yet: no desired count is
+    served (KEDA is told UNAVAILABLE and keeps the replicas it has; no ``desired_nodes`` series)."""
