@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, NoReturn, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -41,6 +41,7 @@ _CLASS[ord('"')] = _QUOTE
 _CLASS[ord("\\")] = _BACKSLASH
 _DELTA = np.array([0, 1, 1, -1, -1, 0, 0], dtype=np.int64)
 _WS_COMMA = b" \t\r\n,"
+Buffer = bytes | memoryview
 
 
 class _Brackets:
@@ -57,21 +58,24 @@ class _Brackets:
 
 
 def _scan(
-    buf: bytes | bytearray, start: int, end: int, depth0: int, in_string0: bool
+    buf: Buffer | bytearray, start: int, end: int, depth0: int, in_string0: bool, backslashes0: int = 0
 ) -> tuple[_Brackets, bool]:
     """Find the brackets outside strings in ``buf[start:end]``.
 
-    ``depth0``/``in_string0`` are the state at ``start``; ``buf[end-1]`` must not be a backslash
-    (the caller holds a trailing backslash run back). Returns the brackets and whether ``end`` is
-    inside a string.
+    ``depth0``/``in_string0`` are the state at ``start``, ``backslashes0`` the length of the run of
+    backslashes just before it (scanned earlier: a quote at ``start`` is escaped when it is odd); else
+    ``buf[end-1]`` must not be a backslash (the caller holds a trailing backslash run back). Returns the
+    brackets and whether ``end`` is inside a string.
     """
     arr = np.frombuffer(buf, dtype=np.uint8, count=end - start, offset=start)
     classes = _CLASS[arr]
     idx = np.flatnonzero(classes)
     cls = classes[idx]
-    if (cls == _BACKSLASH).any():
+    if (cls == _BACKSLASH).any() or (backslashes0 and arr.size and arr[0] == 0x22):
         quote_idx = idx[cls == _QUOTE]
-        escaped_candidates = quote_idx[(quote_idx > 0) & (arr[quote_idx - 1] == 0x5C)]
+        escaped_candidates = quote_idx[
+            ((quote_idx > 0) & (arr[quote_idx - 1] == 0x5C)) | ((quote_idx == 0) & (backslashes0 > 0))
+        ]
         drop: list[int] = []
         for q in escaped_candidates.tolist():
             run = 0
@@ -79,6 +83,8 @@ def _scan(
             while j >= 0 and arr[j] == 0x5C:
                 run += 1
                 j -= 1
+            if j < 0:
+                run += backslashes0
             if run % 2:
                 drop.append(q)
         keep = cls != _BACKSLASH
@@ -115,6 +121,15 @@ def _array_pieces(pieces: Sequence[Buffer]) -> list[Buffer]:
     return out
 
 
+def _trailing_backslashes(piece: Buffer, before: int) -> int:
+    """The length of the run of backslashes ending ``piece``, continuing ``before`` if it is all of them."""
+    n = len(piece)
+    end = n
+    while end > 0 and piece[end - 1] == 0x5C:
+        end -= 1
+    return before + n if end == 0 else n - end
+
+
 def _scan_end(buf: bytes | bytearray, start: int) -> int:
     """End of the region safe to scan: hold back a trailing run of backslashes."""
     end = len(buf)
@@ -133,9 +148,9 @@ MAX_ELEMENT_BYTES = 16 << 20
 thousands of nodes)."""
 MAX_ENVELOPE_BYTES = 16 << 20
 """Default cap on the text around the array (``meta``, ``errors``, ``warnings``, ...)."""
-
-
-Buffer = bytes | memoryview
+SCAN_STEP_BYTES = 64 << 10
+"""Most bytes one :meth:`ArrayCutter.feed` scans on the slow path (the rest waits as :attr:`backlog`):
+64 KiB of nothing but brackets take the scan ~5 ms, a 256 KiB chunk of them 20 ms."""
 
 
 class Cut(NamedTuple):
@@ -172,6 +187,12 @@ class ArrayCutter:
     (``}``, separator, ``{`` and the first key) are learnt; later cuts use ``bytes.rfind`` of that
     separator and are returned unproven. If such a cut fails to decode, hand its bytes (and those of
     any later cut) to :meth:`rewind`, which cuts them again by scan.
+
+    Slow path (no separator learnt yet, or none in the bytes waiting): the bytes are scanned as they
+    arrive, from the state the scan left (depth, inside a string, a trailing run of backslashes), at most
+    ``scan_step_bytes`` per :meth:`feed` — never the size of an element, which may reach
+    ``max_element_bytes``. What is left is :attr:`backlog`: ``feed(b"")`` scans the next step, so a
+    caller on an event loop yields between steps; :meth:`finish` scans the rest.
     """
 
     def __init__(
@@ -181,13 +202,13 @@ class ArrayCutter:
         min_batch_bytes: int = 512 << 10,
         max_element_bytes: int = MAX_ELEMENT_BYTES,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+        scan_step_bytes: int = SCAN_STEP_BYTES,
     ) -> None:
         self._key = key
         self._min_batch = min_batch_bytes
+        self._scan_step = scan_step_bytes
         self._max_element = max_element_bytes
         self._max_envelope = max_envelope_bytes
-        self._next_try = min_batch_bytes
-        """Array mode: unconsumed bytes needed to try the next cut (doubles after a fruitless try)."""
         self._text = bytearray()
         """Head mode: the body so far."""
         self._buf: Buffer = b""
@@ -202,6 +223,9 @@ class ArrayCutter:
         self._tail: list[bytes] = []
         self._tail_len = 0
         self._separator: bytes | None = None
+        self._scanning = False
+        """Array mode, slow path: every chunk is scanned as it arrives (see the class doc)."""
+        self._reset_scan()
         self.bytes_seen = 0
         """Bytes fed so far."""
         self.elements = 0
@@ -212,10 +236,42 @@ class ArrayCutter:
         """Bytes examined by structural scans and separator searches: a small multiple of
         :attr:`bytes_seen`, whatever the shape of the body."""
 
+    def _reset_scan(self) -> None:
+        """Forget the slow path's scan: the unconsumed bytes begin at an element boundary, unscanned."""
+        self._sc_pos = 0
+        """Bytes of the unconsumed stream (``_buf`` then ``_pending``) scanned so far."""
+        self._sc_depth = 2
+        self._sc_in_string = False
+        self._sc_backslashes = 0
+        self._sc_first_close = -1
+        """Just after the first element's ``}`` scanned since the last cut (-1: none)."""
+        self._sc_last_close = 0
+        """Just after the last element's ``}`` scanned since the last cut (0: none)."""
+        self._sc_closes = 0
+        self._sc_array_end = -1
+        """Where the array's ``]`` is, once scanned (-1: not yet)."""
+
     @property
     def found_array(self) -> bool:
         """True once the ``[`` of ``key``'s array has been seen."""
         return self._mode != "head"
+
+    @property
+    def slow(self) -> bool:
+        """True while every byte fed is scanned (before the array, or on the slow path): feed such bytes
+        in steps of about ``scan_step_bytes``, yielding between them."""
+        return self._mode == "head" or (self._mode == "array" and (self._scanning or self._separator is None))
+
+    @property
+    def backlog(self) -> int:
+        """Bytes the slow path has yet to scan (``feed(b"")`` scans the next step of them)."""
+        if (
+            self._mode != "array"
+            or not (self._scanning or self._separator is None)
+            or self._sc_array_end >= 0
+        ):
+            return 0
+        return len(self._buf) + self._pending_len - self._sc_pos
 
     def feed(self, chunk: bytes) -> list[Cut]:
         """Add a chunk of the body; return the cuts it allows (possibly none)."""
@@ -230,24 +286,18 @@ class ArrayCutter:
                 self._check_envelope(len(self._text))
                 return []
             self._check_envelope(len(self._head))
-        else:
+        elif chunk:
             self._pending.append(chunk)
             self._pending_len += len(chunk)
-        unconsumed = len(self._buf) + self._pending_len
-        if unconsumed < self._next_try:
+        if self._scanning or self._separator is None:
+            return self._scan_cut(final=False)
+        if len(self._buf) + self._pending_len < self._min_batch:
             return []
-        cuts = self._cut(final=False)
-        if cuts:
-            self._next_try = self._min_batch
-        elif self._mode == "array":
-            # no element ends in these bytes: one element is at least this long
-            if unconsumed > self._max_element:
-                raise TooLargeError(
-                    f'one element of the "{self._key.decode()}" array is larger than'
-                    f" {self._max_element >> 20} MiB (--max-record-bytes)"
-                )
-            self._next_try = min(2 * unconsumed, self._max_element + 1)
-        return cuts
+        cut = self._fast_cut(self._separator)
+        if cut is not None:
+            return [cut]
+        self._scanning = True  # no separator in the waiting bytes: a long element, or a lookalike
+        return self._scan_cut(final=False)
 
     def finish(self) -> tuple[bytes, list[Cut]]:
         """Mark the end of the body; return the envelope (array emptied) and the last cuts.
@@ -262,7 +312,7 @@ class ArrayCutter:
             return bytes(self._text), []
         cuts: list[Cut] = []
         if self._mode == "array":
-            cuts = self._cut_by_scan(final=True)
+            cuts = self._scan_cut(final=True)
         envelope = self._head + b"".join(self._tail)
         self._tail = []
         return envelope, cuts
@@ -278,7 +328,9 @@ class ArrayCutter:
         self._pending, self._pending_len = [], 0
         self._tail, self._tail_len = [], 0
         self._mode = "array"
-        return self._cut_by_scan(final=False)
+        self._scanning = True
+        self._reset_scan()
+        return self._scan_cut(final=False, at_least=1)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -288,20 +340,10 @@ class ArrayCutter:
                 f'more than {self._max_envelope >> 20} MiB of text around the "{self._key.decode()}" array'
             )
 
-    def _add_tail(self, chunk: bytes) -> None:
-        self._tail.append(chunk)
+    def _add_tail(self, chunk: Buffer) -> None:
+        self._tail.append(bytes(chunk))
         self._tail_len += len(chunk)
         self._check_envelope(len(self._head) + self._tail_len)
-
-    def _contiguous(self) -> bytes:
-        """Array mode: the unconsumed bytes as one ``bytes`` (joined once, kept)."""
-        buf = self._buf
-        if self._pending or not isinstance(buf, bytes):
-            buf = b"".join((buf, *self._pending))
-            self._buf = buf
-            self._pending = []
-            self._pending_len = 0
-        return buf
 
     def _find_array(self) -> None:
         """In head mode: scan for the ``[`` that opens ``key``'s array at depth 1."""
@@ -322,21 +364,11 @@ class ArrayCutter:
                 self._buf = bytes(buf[p + 1 :])
                 self._text = bytearray()
                 self._mode = "array"
+                self._reset_scan()
                 return
         self._scan_pos = end
         if br.depth.size:
             self._depth = int(br.depth[-1])
-
-    def _make_cut(self, buf: bytes, consumed: int, proven: bool) -> Cut:
-        """The cut of the elements in ``buf[:consumed]`` (which ends after a ``}``, maybe + spaces)."""
-        return Cut((memoryview(buf)[:consumed],), proven)
-
-    def _cut(self, *, final: bool) -> list[Cut]:
-        if not final and self._separator is not None:
-            cut = self._fast_cut(self._separator)
-            if cut is not None:
-                return [cut]
-        return self._cut_by_scan(final=final)
 
     def _fast_cut(self, sep: bytes) -> Cut | None:
         """Cut at the last separator found inside one piece (newest first), copying each byte once."""
@@ -352,47 +384,142 @@ class ArrayCutter:
             self._buf = view[q + 1 :]
             self._pending = [memoryview(p) for p in pieces[k + 1 :]]
             self._pending_len = sum(len(p) for p in self._pending)
+            self._reset_scan()
             return Cut(taken, False)
         return None
 
-    def _cut_by_scan(self, *, final: bool) -> list[Cut]:
-        buf = self._contiguous()
-        end = _scan_end(buf, 0)
-        self.bytes_scanned += end
-        br, _ = _scan(buf, 0, end, 2, False)
-        close_idx = np.flatnonzero((br.cls == _CLOSE_OBJ) & (br.depth == 2))
-        array_end = np.flatnonzero((br.cls == _CLOSE_ARR) & (br.depth == 1))
-        limit = int(br.pos[array_end[0]]) if array_end.size else len(buf)
-        close_pos = br.pos[close_idx]
-        if array_end.size:
-            close_pos = close_pos[close_pos < limit]
-        if self._separator is None and close_pos.size >= 2:
-            self._learn_separator(buf, int(close_pos[0]))
-        rest_from = 0
-        if close_pos.size:
-            rest_from = int(close_pos[-1]) + 1
-        if array_end.size and buf[rest_from:limit].strip(_WS_COMMA):
-            raise NotJSONError(
-                f'unexpected text in the "{self._key.decode()}" array: {buf[rest_from:limit][:40]!r}'
-            )
-        consumed = limit if array_end.size else rest_from
-        cuts: list[Cut] = []
-        if close_pos.size:
-            cuts.append(self._make_cut(buf, consumed, proven=True))
-            self.elements += int(close_pos.size)
-        if array_end.size:
+    def _scan_new(self, budget: int | None) -> None:
+        """Scan the unconsumed bytes not scanned yet (at most ``budget``, None: all), piece by piece, up to
+        the array's ``]``."""
+        offset = 0
+        left = budget
+        for piece in (self._buf, *self._pending):
+            n = len(piece)
+            if self._sc_array_end >= 0 or left == 0:
+                return
+            if offset + n <= self._sc_pos:
+                offset += n
+                continue
+            start = self._sc_pos - offset
+            n = n if left is None else min(n, start + left)
+            if left is not None:
+                left -= n - start
+            self.bytes_scanned += n - start
+            br, in_string = _scan(piece, start, n, self._sc_depth, self._sc_in_string, self._sc_backslashes)
+            mine = (br.cls == _CLOSE_OBJ) & (br.depth == 2)
+            ends = np.flatnonzero((br.cls == _CLOSE_ARR) & (br.depth == 1))
+            stop = n
+            if ends.size:
+                stop = int(br.pos[ends[0]])
+                mine &= br.pos < stop
+                self._sc_array_end = offset + stop
+            closes = br.pos[mine]
+            if closes.size:
+                longest = int(np.diff(closes, prepend=self._sc_last_close - offset - 1).max())
+                if longest > self._max_element:
+                    self._too_large()
+                if self._sc_first_close < 0:
+                    self._sc_first_close = offset + int(closes[0]) + 1
+                self._sc_last_close = offset + int(closes[-1]) + 1
+                self._sc_closes += int(closes.size)
+            self._sc_pos = offset + stop
+            if ends.size:
+                return
+            if br.depth.size:
+                self._sc_depth = int(br.depth[-1])
+            self._sc_in_string = in_string
+            self._sc_backslashes = _trailing_backslashes(memoryview(piece)[start:n], self._sc_backslashes)
+            if self._sc_pos - self._sc_last_close > self._max_element:
+                self._too_large()
+            offset += len(piece)
+
+    def _too_large(self) -> NoReturn:
+        raise TooLargeError(
+            f'one element of the "{self._key.decode()}" array is larger than'
+            f" {self._max_element >> 20} MiB (--max-record-bytes)"
+        )
+
+    def _take(self, upto: int) -> tuple[Buffer, ...]:
+        """Remove the first ``upto`` unconsumed bytes; return them as pieces (no copy)."""
+        taken: list[Buffer] = []
+        rest: list[Buffer] = []
+        offset = 0
+        for piece in (self._buf, *self._pending):
+            n = len(piece)
+            if offset + n <= upto:
+                taken.append(piece)
+            elif offset >= upto:
+                rest.append(piece)
+            else:
+                view = memoryview(piece)
+                taken.append(view[: upto - offset])
+                rest.append(view[upto - offset :])
+            offset += n
+        self._buf = rest[0] if rest else b""
+        self._pending = rest[1:]
+        self._pending_len = sum(len(p) for p in self._pending)
+        return tuple(taken)
+
+    def _between(self, a: int, b: int) -> bytes:
+        """The unconsumed bytes from ``a`` to ``b`` (a copy)."""
+        out: list[Buffer] = []
+        offset = 0
+        for piece in (self._buf, *self._pending):
+            n = len(piece)
+            lo, hi = max(a, offset), min(b, offset + n)
+            if lo < hi:
+                out.append(memoryview(piece)[lo - offset : hi - offset])
+            offset += n
+        return b"".join(out)
+
+    def _scan_cut(self, *, final: bool, at_least: int | None = None) -> list[Cut]:
+        """Slow path: scan what arrived, cut the complete elements once a batch's worth (``at_least``
+        bytes, default the minimum batch) or the whole array is there. Scans one step unless ``final``."""
+        self._scan_new(None if final else self._scan_step)
+        end = self._sc_array_end
+        if end >= 0:
+            gap = self._between(self._sc_last_close, end)
+            if gap.strip(_WS_COMMA):
+                raise NotJSONError(f'unexpected text in the "{self._key.decode()}" array: {gap[:40]!r}')
+            if self._sc_closes:
+                cuts = [self._proven_cut(end)]
+            else:
+                cuts = []
+                self._take(end)  # separators only: nothing to decode
+            rest = (self._buf, *self._pending)
             self._mode = "tail"
             self._tail, self._tail_len = [], 0
-            self._add_tail(buf[limit:])
-            self._buf = b""
-        else:
-            self._buf = buf[rest_from:]
-            if final:
-                raise TruncatedError(
-                    f'body ended inside the "{self._key.decode()}" array '
-                    f"({self.bytes_seen} bytes, {self.elements} elements read)"
-                )
-        return cuts
+            self._add_tail(b"".join(rest))
+            self._buf, self._pending, self._pending_len = b"", [], 0
+            self._reset_scan()
+            return cuts
+        if final:
+            raise TruncatedError(
+                f'body ended inside the "{self._key.decode()}" array '
+                f"({self.bytes_seen} bytes, {self.elements} elements read)"
+            )
+        if not self._sc_closes or self._sc_last_close < (self._min_batch if at_least is None else at_least):
+            return []
+        cut = self._proven_cut(self._sc_last_close)
+        if self._separator is not None:
+            self._scanning = False  # back to the fast path (its cuts reset the scan)
+        return [cut]
+
+    def _proven_cut(self, upto: int) -> Cut:
+        """The scanned elements up to ``upto`` (just after an element's ``}``, or the array's end) as a
+        proven cut; learns the separator from its first two elements; rebases the scan state."""
+        closes = self._sc_closes
+        first = self._sc_first_close
+        raw = self._take(upto)
+        if self._separator is None and closes >= 2:
+            joined = b"".join(raw)
+            self._learn_separator(joined, first - 1)
+            raw = (joined,)
+        self.elements += closes
+        self._sc_pos -= upto
+        self._sc_array_end = self._sc_array_end - upto if self._sc_array_end >= 0 else -1
+        self._sc_first_close, self._sc_last_close, self._sc_closes = -1, 0, 0
+        return Cut(raw, True)
 
     def _learn_separator(self, buf: bytes, close: int) -> None:
         """Remember the exact bytes from an element's ``}`` through the next element's first key."""
@@ -429,12 +556,14 @@ class StreamingArrayDecoder(Generic[T]):
         min_batch_bytes: int = 512 << 10,
         max_element_bytes: int = MAX_ELEMENT_BYTES,
         max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+        scan_step_bytes: int = SCAN_STEP_BYTES,
     ) -> None:
         self.cutter = ArrayCutter(
             key,
             min_batch_bytes=min_batch_bytes,
             max_element_bytes=max_element_bytes,
             max_envelope_bytes=max_envelope_bytes,
+            scan_step_bytes=scan_step_bytes,
         )
         self._decode = decode_batch
 
@@ -445,6 +574,16 @@ class StreamingArrayDecoder(Generic[T]):
     @property
     def bytes_seen(self) -> int:
         return self.cutter.bytes_seen
+
+    @property
+    def backlog(self) -> int:
+        """Bytes not scanned yet (:attr:`ArrayCutter.backlog`); ``feed(b"")`` scans the next step."""
+        return self.cutter.backlog
+
+    @property
+    def slow(self) -> bool:
+        """:attr:`ArrayCutter.slow`."""
+        return self.cutter.slow
 
     def feed(self, chunk: bytes) -> list[T]:
         """Add a chunk of the body; return the items it completes (possibly none)."""

@@ -32,7 +32,7 @@ import msgspec
 from . import versions
 from .client import ApiPaths, NotModified, SlurmClient, choose_jobs_version, choose_version
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
-from .jsonsplit import StreamingArrayDecoder
+from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Node, Snapshot, wall_time
 from .validate import check_jobs, check_nodes, dropped_partitions
 from .versions._common import decode
@@ -453,10 +453,20 @@ class Poller:
             dropped.extend(bad)
 
         final = UPDATE_TIME_REJECTED if params else frozenset()
+        step = SCAN_STEP_BYTES
         async for chunk in self.client.stream(path, endpoint="jobs", params=params, final_statuses=final):
-            got = decoder.feed(chunk)
-            if got:
-                keep(got)
+            # where every byte is scanned (before the array, a body the fast path cannot cut), a bounded
+            # step at a time, yielding between steps: scrapes stay fast whatever slurmrestd sends
+            at = 0
+            while at < len(chunk):
+                n = step if decoder.slow else len(chunk) - at
+                keep(decoder.feed(chunk[at : at + n]))
+                at += n
+                while decoder.backlog:
+                    await asyncio.sleep(0)
+                    keep(decoder.feed(b""))
+                if at < len(chunk):
+                    await asyncio.sleep(0)
         envelope_bytes, rest = decoder.finish()
         if not decoder.found_array:  # no "jobs": [...] at all: let the full parser say why
             whole, env = adapter.jobs(envelope_bytes)

@@ -197,3 +197,50 @@ def test_elements_just_under_the_cap_pass() -> None:
         b"jobs", decode_to_dicts, min_batch_bytes=1024, max_element_bytes=100_000, max_envelope_bytes=100_000
     )
     assert _feed_all(dec, body, 4096) == jobs
+
+
+HOSTILE = {
+    # issue 20 item 3: 32 MB of nesting in /jobs used to be scanned 512 KiB, 1, 2, 4, 8, 16 MiB at a time —
+    # one feed took a second of the event loop before the element was refused as too large
+    "nested arrays": b'{"jobs": [' + b"[" * (16 << 20) + b"]" * (16 << 20) + b"]}",
+    "nested in a job": b'{"jobs": [{"x": ' + b"[" * (16 << 20) + b"]" * (16 << 20) + b"}]}",
+    "brackets in a job": b'{"jobs": [{"x": [' + b"[]," * (8 << 20) + b"[]]}]}",
+    "backslashes in a job": b'{"jobs": [{"x": "' + b"\\\\" * (8 << 20) + b'"}]}',
+}
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_the_work_of_one_feed_is_bounded_by_its_step(name: str) -> None:
+    """Whatever the body, fed in steps as the poller feeds it, one feed scans at most two steps (64 KiB
+    each: the rest of the text before the array and the first of it): the event loop gets control back
+    within milliseconds (bench_hostile.py times it), and the element is refused at the cap."""
+    body = HOSTILE[name]
+    chunk = step = 64 << 10
+    dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+        b"jobs", decode_to_dicts, max_element_bytes=16 << 20, scan_step_bytes=step
+    )
+    most = 0
+
+    def feed(data: bytes) -> None:
+        nonlocal most
+        before = dec.cutter.bytes_scanned
+        dec.feed(data)
+        most = max(most, dec.cutter.bytes_scanned - before)
+
+    with pytest.raises(TooLargeError, match="one element"):
+        for at in range(0, len(body), chunk):
+            feed(body[at : at + chunk])
+            while dec.backlog:  # as the poller does, yielding to the event loop between steps
+                feed(b"")
+    assert most <= 2 * step, most
+    assert dec.bytes_seen <= (16 << 20) + 2 * chunk  # refused at the cap, not at the end of the body
+
+
+def test_a_backslash_run_split_across_chunks_escapes_the_quote_after_it() -> None:
+    jobs = [{"job_id": i, "comment": "x" * (i * 7) + "\\" * (i % 5) + '"},{"job_id": -1}'} for i in range(60)]
+    body = json.dumps({"jobs": jobs, "meta": {}}).encode()
+    for chunk in (1, 2, 3, 5, 64):
+        dec: StreamingArrayDecoder[object] = StreamingArrayDecoder(
+            b"jobs", decode_to_dicts, min_batch_bytes=1
+        )
+        assert _feed_all(dec, body, chunk) == jobs
