@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector
 from . import __version__
 from .collector import health_families, snapshot_families
 from .errors import ConfigError
-from .listen import ConnectionGuard, ListenLimits
+from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
 from .model import Snapshot, wall_time
 from .poller import Poller
 from .webconfig import BasicAuth, WebConfig, ssl_context
@@ -357,10 +357,10 @@ def make_app(
 
 @dataclass
 class HttpServer:
-    """A started app: its runner and the guarded listening socket(s); :meth:`close` it."""
+    """A started app: its runner and the guarded listener; :meth:`close` it."""
 
     runner: web.AppRunner
-    listener: asyncio.Server
+    listener: Listener
 
     @property
     def urls(self) -> list[str]:
@@ -373,9 +373,8 @@ class HttpServer:
         return out
 
     async def close(self) -> None:
-        self.listener.close()
-        await self.runner.cleanup()  # closes the open connections, then waits for the listener
-        await self.listener.wait_closed()
+        await self.listener.close()
+        await self.runner.cleanup()  # closes the open connections
 
 
 async def start(app: web.Application, host: str, port: int) -> HttpServer:
@@ -385,20 +384,21 @@ async def start(app: web.Application, host: str, port: int) -> HttpServer:
     tls = app[WEB_CONFIG].tls
     ctx = ssl_context(tls) if tls is not None else None
     guard = app[GUARD]
-    runner = web.AppRunner(app, access_log=None, keepalive_timeout=guard.limits.idle_timeout)
-    await runner.setup()
-    assert runner.server is not None
-    loop = asyncio.get_running_loop()
-    try:
-        listener = await loop.create_server(
-            guard.factory(runner.server), host or None, port, ssl=ctx, backlog=128, reuse_address=True
-        )
+    try:  # a listen backlog that holds a burst of scrapers while the cap is reached
+        sockets = bind_sockets(host or None, port, backlog=max(1024, guard.limits.max_connections))
     except OSError as e:  # port in use, address not local, no permission: one line, not a traceback
-        await runner.cleanup()
         raise ConfigError(
             f"cannot listen on {host}:{port} (--listen-address, --listen-port): {e.strerror or e}"
         ) from None
+    runner = web.AppRunner(app, access_log=None, keepalive_timeout=guard.limits.idle_timeout)
+    try:
+        await runner.setup()
+        assert runner.server is not None
+        listener = Listener(guard, runner.server, sockets, ctx)
+        listener.start()
     except BaseException:
+        for sock in sockets:
+            sock.close()
         await runner.cleanup()
         raise
     return HttpServer(runner, listener)

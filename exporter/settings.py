@@ -79,7 +79,11 @@ class Settings(BaseSettings):
     listen_address: str = Field("0.0.0.0", description="address the HTTP server listens on")
     listen_port: int = Field(9341, ge=0, le=65535, description="port of the HTTP server (/metrics)")
     http_max_connections: int = Field(
-        512, ge=1, le=100_000, description="HTTP connections open at once at most; more are closed on arrival"
+        1024,
+        ge=1,
+        le=100_000,
+        description="HTTP connections open at once at most; more wait in the listen backlog until a "
+        "half-open or idle kept-alive connection is closed for them, or a request ends",
     )
     http_header_timeout: float = Field(
         10.0, gt=0.0, description="seconds an HTTP client has to send a request's headers"

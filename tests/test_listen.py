@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from exporter.listen import ConnectionGuard, ListenLimits, LoopErrorLimiter, fitting_limits
-from exporter.server import GUARD
+from exporter.server import GUARD, make_app, start
 from tests.test_server import Served, get, served, value
 from tests.tools import eventually
 
@@ -99,31 +100,98 @@ async def test_a_kept_alive_connection_idle_between_requests_is_not_a_header_tim
         assert guard.header_timeouts == 0
 
 
-async def test_at_the_cap_the_oldest_half_open_connection_makes_room() -> None:
+async def test_at_the_cap_a_half_open_connection_makes_room() -> None:
     async with guarded(ListenLimits(max_connections=5, header_timeout=30.0)) as (s, guard):
         async with raw_connections(s.url, 5):
             await eventually(lambda: guard.open == 5, 2.0, "5 open connections", 0.02)
-            status, _, _ = await get(s.url + "/metrics")  # a scraper still gets in
+            status, _, _ = await get(s.url + "/metrics")  # a scraper still gets in, after the grace
             assert status == 200
-        assert guard.refused == 1
+            assert guard.closed_half_open == 1 and guard.closed_idle == 0  # one, only for the scraper
         assert guard.header_timeouts == 0
 
 
-async def test_at_the_cap_with_every_connection_busy_the_new_one_is_closed() -> None:
+async def test_at_the_cap_an_idle_kept_alive_connection_makes_room() -> None:
     async with guarded(ListenLimits(max_connections=2, header_timeout=30.0, idle_timeout=30.0)) as (s, guard):
         host, port = host_port(s.url)
-        busy = [await asyncio.open_connection(host, port) for _ in range(2)]
+        kept = [await asyncio.open_connection(host, port) for _ in range(2)]
         try:
-            for reader, writer in busy:  # requests answered, connections kept alive: not waiting
+            for reader, writer in kept:  # requests answered, connections kept alive: idle
                 writer.write(REQUEST)
                 await reader.readuntil(b"\r\n\r\n")
-            reader, writer = await asyncio.open_connection(host, port)
-            assert await closed_by_server(reader, 2.0)
-            writer.close()
-            assert guard.refused == 1
+            status, _, _ = await get(s.url + "/metrics")
+            assert status == 200
+            assert guard.closed_idle == 1 and guard.closed_half_open == 0
+            await asyncio.wait_for(kept[0][0].read(), 2.0)  # to EOF: the longest idle one went
+            assert not kept[1][0].at_eof()
         finally:
-            for _, w in busy:
+            for _, w in kept:
                 w.close()
+
+
+@contextlib.asynccontextmanager
+async def guarded_with_slow_route(
+    limits: ListenLimits,
+) -> AsyncIterator[tuple[str, ConnectionGuard, asyncio.Event]]:
+    """The app with one more route, ``/slow``, whose answer waits for the event (a request in flight)."""
+    release = asyncio.Event()
+
+    async def slow(_: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="done\n")
+
+    async with served(listen_limits=limits) as s:
+        app = make_app(s.poller, listen_limits=limits)
+        app.router.add_get("/slow", slow)
+        server = await start(app, "127.0.0.1", 0)
+        try:
+            yield server.urls[0], app[GUARD], release
+        finally:
+            release.set()
+            await server.close()
+
+
+async def test_a_request_in_flight_is_never_closed_for_room_the_newcomer_waits() -> None:
+    async with guarded_with_slow_route(ListenLimits(max_connections=2, header_timeout=30.0)) as (
+        url,
+        guard,
+        go,
+    ):
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as http:
+            slow = [asyncio.create_task(_read(http, url + "/slow")) for _ in range(2)]
+            await eventually(
+                lambda: guard.open == 2 and not guard._waiting, 5.0, "two requests in flight", 0.02
+            )
+            newcomer = asyncio.create_task(_read(http, url + "/metrics"))
+            await asyncio.sleep(1.5)  # past the half-open grace: nobody may be closed for it
+            assert not newcomer.done() and guard.refused == 0 and guard.waited_at_cap == 1
+            go.set()
+            assert [await t for t in slow] == [200, 200]
+            assert await asyncio.wait_for(newcomer, 5.0) == 200  # answered, never refused
+        assert guard.refused == 0
+
+
+async def _read(http: aiohttp.ClientSession, url: str) -> int:
+    async with http.get(url) as r:
+        await r.read()
+        return r.status
+
+
+async def test_a_thousand_keep_alive_scrapers_beside_a_thousand_half_open_all_answered() -> None:
+    """Issue 20 item 2: with keep-alive clients only 520–612 of 1,000 got an answer (the cap disconnected the
+    rest). Now every scraper is answered (slower is fine) while half-open connections are still cut."""
+    async with guarded(ListenLimits(max_connections=300, header_timeout=5.0)) as (s, guard):
+        async with raw_connections(s.url, 1000):
+            connector = aiohttp.TCPConnector(limit=0)  # one kept-alive connection per scraper
+            async with aiohttp.ClientSession(connector=connector) as http:
+                t0 = time.perf_counter()
+                statuses = await asyncio.gather(
+                    *(_read(http, s.url + "/metrics") for _ in range(1000)), return_exceptions=True
+                )
+                took = time.perf_counter() - t0
+                assert statuses == [200] * 1000
+                assert guard.open <= 300
+                assert guard.closed_half_open >= 700  # the half-open ones made the room
+        logging.getLogger(__name__).info("1,000 keep-alive scrapers beside 1,000 half-open: %.2f s", took)
 
 
 async def test_many_half_open_connections_and_scrapes_at_once() -> None:
