@@ -87,6 +87,8 @@ async def one_cap(cap: int, args: argparse.Namespace, rest_port: int) -> str:
                 w.close()
         fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
         ok = results.count(200)
+        if ok < len(results):
+            print("  failures:", {r: results.count(r) for r in set(results) if r != 200})
         return (
             f"{cap:6d} {per_conn:9.1f} {took:8.2f} {ok:5d}/{args.scrapers:<5d} {fds:6d} "
             f"{rss_kib(proc.pid) / 1024:8.1f}"

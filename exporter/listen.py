@@ -8,8 +8,9 @@ and asyncio then logged each failed ``accept()`` (hundreds of thousands of lines
 :class:`Listener` accepts connections itself (``loop.sock_accept``) and only while the
 :class:`ConnectionGuard` has room: at ``max_connections`` it stops accepting, and new connections wait in
 the kernel's listen backlog — slower, never refused. To make room it closes, oldest first, a connection
-still waiting for its request headers :data:`HALF_OPEN_GRACE` s after it opened or began a request (a
-scraper sends its request at once, a half-open peer never does), else the longest-idle kept-alive
+still waiting for its request headers :data:`HALF_OPEN_GRACE` s after it opened or began a request with
+nothing unread in its socket (a scraper sends its request at once, a half-open peer never does), else
+the longest-idle kept-alive
 connection (no request in flight: the client opens a new one for its next scrape). A connection with a
 complete request in flight, or a response being written, is never closed for room. Every connection's
 request headers must be complete ``header_timeout`` s after its first byte of a request (or after it
@@ -21,11 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import resource
 import socket
 import ssl
+import termios
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,7 +44,12 @@ _END_OF_HEADERS = b"\r\n\r\n"
 
 HALF_OPEN_GRACE = 1.0
 """Seconds a connection may wait for its request headers before, at the cap, it may be closed to make
-room (never sooner than this; ``header_timeout`` closes it anyway)."""
+room — and only while no byte of it waits unread in its socket (a scraper whose request the server has
+not read yet is never taken for a half-open peer); ``header_timeout`` closes it anyway."""
+IDLE_GRACE = 1.0
+"""Seconds a kept-alive connection must have been idle before, at the cap, it may be closed to make room:
+a client that just got its answer may be sending its next request on it (a request already in its
+socket makes it busy, not idle)."""
 AT_CAP_POLL = 0.05
 """Seconds between looks for a connection that turned idle while the listener waits at the cap."""
 
@@ -103,8 +111,8 @@ class ConnectionGuard:
         closed = CounterMetricFamily(
             "slurm_exporter_http_connections_closed",
             "HTTP connections closed by the server's limits: at the connection cap, one still waiting for "
-            "its request headers after a second (half_open) or a kept-alive one with no request in flight "
-            "(idle); request headers not complete within the header timeout (header_timeout).",
+            "its request headers after 1 s with nothing unread (half_open) or a kept-alive one idle for "
+            "1 s (idle); request headers not complete within the header timeout (header_timeout).",
             labels=["reason"],
         )
         closed.add_metric(["half_open"], self.closed_half_open)
@@ -128,11 +136,13 @@ class ConnectionGuard:
     def _victim(self, now: float) -> _Guarded | None:
         """The connection to close for room: the oldest one waiting for headers past the grace, else the
         longest-idle kept-alive one; None when every connection is busy (or too young to judge)."""
+        grace = min(HALF_OPEN_GRACE, self.limits.header_timeout)
         for conn, since in self._waiting.items():
-            if now - since >= min(HALF_OPEN_GRACE, self.limits.header_timeout):
+            if now - since < grace:
+                break  # the oldest left is too young: so are the rest
+            if not conn.unread():
                 return conn
-            break  # the oldest is too young: so are the rest
-        idle = [c for c in self._connections if c.idle()]
+        idle = [c for c in self._connections if now - c.active_at >= IDLE_GRACE and c.idle()]
         return min(idle, key=lambda c: c.active_at) if idle else None
 
     async def room(self) -> None:
@@ -185,8 +195,14 @@ class Listener:
     async def _accept_loop(self, sock: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            await _readable(loop, sock)  # a connection waits: only now make room for it
-            await self.guard.room()
+            try:
+                await _readable(loop, sock)  # a connection waits: only now make room for it
+                await self.guard.room()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop the server from accepting
+                log.exception("HTTP listener: making room failed; accepting anyway")
+                await asyncio.sleep(0.1)
             try:
                 conn, _ = sock.accept()
             except BlockingIOError:  # it went away meanwhile
@@ -320,6 +336,18 @@ class _Guarded(asyncio.Protocol):
         return (
             waiter is not None and not waiter.done() and not busy and not getattr(self._inner, "_messages", 1)
         )
+
+    def unread(self) -> bool:
+        """Whether bytes from the peer wait in the socket, not yet read by the event loop."""
+        transport = self._transport
+        sock = transport.get_extra_info("socket") if transport is not None else None
+        if sock is None:
+            return False
+        try:
+            pending = fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0\0\0\0")
+        except (OSError, ValueError):
+            return False
+        return int.from_bytes(pending, "little") > 0
 
     def _arm(self) -> None:
         loop = asyncio.get_running_loop()
