@@ -216,7 +216,12 @@ class DemandService:
         if age is None:
             return "demand: no snapshot with jobs and nodes yet"
         held = f"HELD: older than {self.stale_after:.0f} s" if age > self.stale_after else "fresh"
-        return f"demand: {len(self._targets)} targets known; jobs/nodes data {age:.1f} s old ({held})"
+        line = f"demand: {len(self._targets)} targets known; jobs/nodes data {age:.1f} s old ({held})"
+        snap = self._snap if self._snap is not None else self._source.snapshot
+        invalid = sorted(t.name for t in self._targets if snap is not None and partly_invalid(snap, t))
+        if invalid:
+            line += f"; HELD on records dropped as impossible: {', '.join(invalid)}"
+        return line
 
     def answer(self, target: Target) -> Answer:
         """The demand of ``target`` now; raises :class:`NoSnapshotYet` before the first poll."""

@@ -142,6 +142,7 @@ async def test_dropped_records_hold_the_answer_never_lower_it(mix: str) -> None:
             assert _series(fams, "slurm_autoscaler_held", "cpu") == 1.0
             assert _series(fams, "slurm_autoscaler_held", "gpu") == float(partly_invalid(snap, GPU))
             assert _series(fams, "slurm_autoscaler_desired_nodes", "cpu") == cpu.desired
+            assert "HELD on records dropped as impossible: " in service.status_line(clock.now)
             # the records valid again: the answer is the model's, whatever it is, and no longer held
             fake.override.clear()
             await _poll(p, clock, service)

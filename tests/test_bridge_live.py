@@ -411,6 +411,7 @@ async def test_a_forbidden_binding_backs_off_says_why_once_and_releases_the_job(
             bindings = [r for r in fake.requests if r[0] == "POST" and r[1].endswith("/binding")]
             # 2 s, 4 s, 8 s...: at most 4 attempts within the 8 s deadline (about 16 at 2 a second before)
             assert 1 <= len(bindings) <= 5, len(bindings)
+            print(f"bindings forbidden, {deadline:g} s deadline: {len(bindings)} tries, then released")
             reasons = [e["reason"] for e in fake.events_for("team-a", "unbindable")]
             assert reasons.count("SlurmBindFailed") == 1, reasons
             await eventually(
