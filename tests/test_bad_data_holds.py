@@ -10,8 +10,10 @@ and a target without such an answer has none (UNAVAILABLE, no ``desired_nodes`` 
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -111,70 +113,83 @@ async def _poll(p: Poller, clock: Clock, service: DemandService) -> None:
     await service.refresh(snap)
 
 
-@pytest.mark.parametrize("mix", list(MIXES))
-async def test_dropped_records_hold_the_answer_never_lower_it(mix: str) -> None:
-    fake = FakeSlurmrestd(DATA)
+@contextlib.asynccontextmanager
+async def polling(fake: FakeSlurmrestd, targets: list[Target]) -> AsyncIterator[Polled]:
+    """The real poller on ``fake`` and a demand service over it; polled once."""
     clock = Clock()
     async with serve(fake) as url:
         client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
         p = Poller(client, PollerConfig(), clock=clock)
-        service = DemandService(p, targets=[CPU, GPU], clock=clock)
+        service = DemandService(p, targets=targets, clock=clock)
         async with client:
             await _poll(p, clock, service)
-            good = {t: service.answer(t).desired for t in (CPU, GPU)}
-            assert good == {CPU: 6, GPU: 2}  # the hand-checked figures of the recorded lab (test_demand)
-            _setup(fake, *MIXES[mix])
-            await _poll(p, clock, service)
-            snap = p.snapshot
-            assert snap is not None and p.status.up(clock.now)  # slurm_up stays 1: the rest is good data
-            cpu = service.answer(CPU)
-            assert cpu.desired >= good[CPU], (mix, cpu.demand)  # held, never lowered
-            assert cpu.demand.held is not None and cpu.demand.held < good[CPU]  # the model's own count
-            assert not cpu.stale
-            assert explain(CPU, cpu.demand)[0].startswith(f"desired {cpu.desired}: HELD")
-            # gpu: held as well when a dropped record names it (its jobs), else answered as usual
-            gpu = service.answer(GPU)
-            if partly_invalid(snap, GPU):
-                assert gpu.demand.held is not None and gpu.desired >= good[GPU]
-            else:
-                assert gpu.demand.held is None and gpu.desired == good[GPU]
-            fams = list(demand_families(service.demands_on(snap)))
-            assert _series(fams, "slurm_autoscaler_held", "cpu") == 1.0
-            assert _series(fams, "slurm_autoscaler_held", "gpu") == float(partly_invalid(snap, GPU))
-            assert _series(fams, "slurm_autoscaler_desired_nodes", "cpu") == cpu.desired
-            assert "HELD on records dropped as impossible: " in service.status_line(clock.now)
-            # the records valid again: the answer is the model's, whatever it is, and no longer held
-            fake.override.clear()
-            await _poll(p, clock, service)
-            again = service.answer(CPU)
-            assert again.demand.held is None and again.desired == good[CPU]
+            yield Polled(p, clock, service)
+
+
+@dataclass
+class Polled:
+    poller: Poller
+    clock: Clock
+    service: DemandService
+
+    async def again(self) -> None:
+        await _poll(self.poller, self.clock, self.service)
+
+
+@pytest.mark.parametrize("mix", list(MIXES))
+async def test_dropped_records_hold_the_answer_never_lower_it(mix: str) -> None:
+    fake = FakeSlurmrestd(DATA)
+    async with polling(fake, [CPU, GPU]) as polled:
+        p, clock, service = polled.poller, polled.clock, polled.service
+        good = {t: service.answer(t).desired for t in (CPU, GPU)}
+        assert good == {CPU: 6, GPU: 2}  # the hand-checked figures of the recorded lab (test_demand)
+        _setup(fake, *MIXES[mix])
+        await polled.again()
+        snap = p.snapshot
+        assert snap is not None and p.status.up(clock.now)  # slurm_up stays 1: the rest is good data
+        cpu = service.answer(CPU)
+        assert cpu.desired >= good[CPU], (mix, cpu.demand)  # held, never lowered
+        assert cpu.demand.held is not None and cpu.demand.held < good[CPU]  # the model's own count
+        assert not cpu.stale
+        assert explain(CPU, cpu.demand)[0].startswith(f"desired {cpu.desired}: HELD")
+        # gpu: held as well when a dropped record names it (its jobs), else answered as usual
+        gpu = service.answer(GPU)
+        if partly_invalid(snap, GPU):
+            assert gpu.demand.held is not None and gpu.desired >= good[GPU]
+        else:
+            assert gpu.demand.held is None and gpu.desired == good[GPU]
+        fams = list(demand_families(service.demands_on(snap)))
+        assert _series(fams, "slurm_autoscaler_held", "cpu") == 1.0
+        assert _series(fams, "slurm_autoscaler_held", "gpu") == float(partly_invalid(snap, GPU))
+        assert _series(fams, "slurm_autoscaler_desired_nodes", "cpu") == cpu.desired
+        assert "HELD on records dropped as impossible: " in service.status_line(clock.now)
+        # the records valid again: the answer is the model's, whatever it is, and no longer held
+        fake.override.clear()
+        await polled.again()
+        again = service.answer(CPU)
+        assert again.demand.held is None and again.desired == good[CPU]
 
 
 async def test_held_data_rises_with_more_demand_but_never_falls() -> None:
     """A partly valid answer is trusted upward: more pending jobs on the valid rest raise the target."""
     fake = FakeSlurmrestd(DATA)
-    clock = Clock()
-    async with serve(fake) as url:
-        client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
-        p = Poller(client, PollerConfig(), clock=clock)
-        service = DemandService(p, targets=[CPU], clock=clock)
-        async with client:
-            await _poll(p, clock, service)
-            assert service.answer(CPU).desired == 6
-            nodes = _doc("nodes", "v0.0.45")
-            node("c3")(nodes)
-            jobs = _doc("jobs", "v0.0.44")
-            pending = [j for j in jobs["jobs"] if "PENDING" in j["job_state"] and j["partition"] == "cpu"]
-            extra = []
-            for k in range(10):  # ten more copies of a pending cpu job: the model asks for more nodes
-                copy = json.loads(json.dumps(pending[0]))
-                copy["job_id"] = 900_000 + k
-                extra.append(copy)
-            jobs["jobs"] += extra
-            fake.override = {"nodes": json.dumps(nodes).encode(), "jobs": json.dumps(jobs).encode()}
-            await _poll(p, clock, service)
-            cpu = service.answer(CPU)
-            assert cpu.demand.held is not None and cpu.desired == cpu.demand.held > 6
+    async with polling(fake, [CPU]) as polled:
+        service = polled.service
+        assert service.answer(CPU).desired == 6
+        nodes = _doc("nodes", "v0.0.45")
+        node("c3")(nodes)
+        jobs = _doc("jobs", "v0.0.44")
+        pending = [j for j in jobs["jobs"] if "PENDING" in j["job_state"] and j["partition"] == "cpu"]
+        extra = []
+        for k in range(10):  # ten more copies of a pending cpu job: the model asks for more nodes
+            copy = json.loads(json.dumps(pending[0]))
+            copy["job_id"] = 900_000 + k
+            extra.append(copy)
+        jobs["jobs"] += extra
+        fake.override = {"nodes": json.dumps(nodes).encode(), "jobs": json.dumps(jobs).encode()}
+        await polled.again()
+        cpu = service.answer(CPU)
+        assert cpu.demand.held is not None and cpu.desired == cpu.demand.held > 6
 
 
 async def test_no_valid_answer_yet_means_no_answer() -> None:
@@ -182,13 +197,8 @@ async def test_no_valid_answer_yet_means_no_answer() -> None:
     desired series — never a low number taken for the truth."""
     fake = FakeSlurmrestd(DATA)
     _setup(fake, *MIXES["every cpu node"])
-    clock = Clock()
-    async with serve(fake) as url:
-        client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
-        p = Poller(client, PollerConfig(), clock=clock)
-        service = DemandService(p, targets=[CPU, GPU], clock=clock)
-        async with client:
-            await _poll(p, clock, service)
+    async with polling(fake, [CPU, GPU]) as polled:
+        p, service = polled.poller, polled.service
     with pytest.raises(NoTrustedAnswer, match="'cpu'"):
         service.answer(CPU)
     assert service.answer(GPU).desired == 2
