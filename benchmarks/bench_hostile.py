@@ -1,8 +1,9 @@
 """Scrape latency of ``slurm-keda serve`` while slurmrestd sends hostile ``/jobs`` bodies.
 
 A small slurmrestd stand-in (aiohttp, in this process) answers every endpoint with the lab's recorded 26.05
-answers, except ``/jobs``, which is one of: the recorded body (the baseline, same run), 32 MB of nested
-arrays in the first job, 32 MB of nested arrays as the array's element, 32 MB of ``[],`` in a job. The real
+answers, except one, which answers: the recorded ``/jobs`` (the baseline, same run), 32 MB of nested arrays
+in the first job, 32 MB of nested arrays as the array's element, 32 MB of ``[],`` in a job, 32 MB of ``[],``
+in a node (``/nodes``). The real
 ``slurm-keda serve`` runs as a child process (``--poll-interval 1``: every second a poll downloads and
 refuses the body) while this process scrapes ``/metrics`` one request after another for ``--seconds``,
 timing each. Prints per body: polls done, scrapes, p50 / p99 / max scrape latency, and p99 ÷ the
@@ -33,18 +34,27 @@ MB = 32 << 20
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
 
 
-def bodies() -> dict[str, bytes]:
+def bodies() -> dict[str, tuple[str, bytes]]:
+    """Name → (the endpoint answering it, the body)."""
     half = MB // 2
+    NEST, FLAT = b"[" * half + b"]" * half, b"[]," * (MB // 3)  # noqa: N806
     return {
-        "recorded (baseline)": (DATA / "v0.0.44" / "jobs.json").read_bytes(),
-        "32 MB nested in a job": b'{"jobs": [{"job_id": 1, "x": ' + b"[" * half + b"]" * half + b"}]}",
-        "32 MB nested element": b'{"jobs": [' + b"[" * half + b"]" * half + b"]}",
-        "32 MB of [], in a job": b'{"jobs": [{"job_id": 1, "x": [' + b"[]," * (MB // 3) + b"[]]}]}",
+        "recorded (baseline)": ("jobs", (DATA / "v0.0.44" / "jobs.json").read_bytes()),
+        "32 MB nested in a job": (
+            "jobs",
+            b'{"jobs": [{"job_id": 1, "x": ' + b"[" * half + b"]" * half + b"}]}",
+        ),
+        "32 MB nested element": ("jobs", b'{"jobs": [' + NEST + b"]}"),
+        "32 MB of [], in a job": ("jobs", b'{"jobs": [{"job_id": 1, "x": [' + b"[]," * (MB // 3) + b"[]]}]}"),
+        "32 MB of [], in a node": (
+            "nodes",
+            b'{"nodes": [{"name": "x", "x": [' + b"[]," * (MB // 3) + b"[]]}]}",
+        ),
     }
 
 
-def stand_in(jobs: bytes, polls: list[float]) -> web.Application:
-    """slurmrestd 26.05 as recorded, ``/jobs`` answering ``jobs``."""
+def stand_in(jobs: bytes, polls: list[float], hostile: str = "jobs") -> web.Application:
+    """slurmrestd 26.05 as recorded, the ``hostile`` endpoint (``/jobs``) answering ``jobs``."""
     versions = ("v0.0.44", "v0.0.45")
 
     async def openapi(_: web.Request) -> web.Response:
@@ -53,7 +63,7 @@ def stand_in(jobs: bytes, polls: list[float]) -> web.Application:
 
     async def endpoint(request: web.Request) -> web.StreamResponse:
         name, version = request.match_info["endpoint"], request.match_info["version"]
-        if name == "jobs":
+        if name == hostile:
             polls.append(time.monotonic())
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})
             resp.content_length = len(jobs)
@@ -79,9 +89,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-async def measure(tree: Path, jobs: bytes, seconds: float) -> tuple[int, list[float]]:
+async def measure(tree: Path, endpoint: str, body: bytes, seconds: float) -> tuple[int, list[float]]:
     polls: list[float] = []
-    runner = web.AppRunner(stand_in(jobs, polls), access_log=None)
+    runner = web.AppRunner(stand_in(body, polls, endpoint), access_log=None)
     await runner.setup()
     rest_port, port = free_port(), free_port()
     site = web.TCPSite(runner, "127.0.0.1", rest_port)
@@ -134,8 +144,8 @@ async def main() -> None:
     head = ("/jobs body", "polls", "scrapes", "p50 ms", "p99 ms", "max ms", "p99/base")
     print(f"{head[0]:24} {head[1]:>5} {head[2]:>7} {head[3]:>7} {head[4]:>7} {head[5]:>7} {head[6]:>8}")
     base: float | None = None
-    for name, jobs in bodies().items():
-        polls, lat = await measure(args.tree.resolve(), jobs, args.seconds)
+    for name, (endpoint, body) in bodies().items():
+        polls, lat = await measure(args.tree.resolve(), endpoint, body, args.seconds)
         p50, p99, top = pct(lat, 50) * 1000, pct(lat, 99) * 1000, max(lat) * 1000
         base = base or p99
         print(f"{name:24} {polls:5d} {len(lat):7d} {p50:7.1f} {p99:7.1f} {top:7.1f} {p99 / base:8.2f}")

@@ -18,7 +18,7 @@ import random
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -447,7 +447,7 @@ class SlurmClient:
         method: str = "GET",
         body: bytes | None = None,
         final_statuses: frozenset[int] = frozenset(),
-    ) -> AsyncIterator[bytes]:
+    ) -> AsyncGenerator[bytes, None]:
         """GET ``path`` (or ``method`` with a JSON ``body``) and yield the body of a 2xx answer in chunks
         as it arrives.
 

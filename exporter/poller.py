@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -38,6 +39,9 @@ from .validate import check_jobs, check_nodes, dropped_partitions
 from .versions._common import decode
 
 log = logging.getLogger(__name__)
+
+STREAMED_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "licenses", "reservations"})
+"""Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
 
 INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"})
 """Endpoints whose GET takes ``update_time``; "no change" is HTTP 304 (24.11+) or an empty list."""
@@ -421,61 +425,76 @@ class Poller:
         only a status that means "this server can't do update_time" (:data:`UPDATE_TIME_REJECTED`) is not
         retried with it: :meth:`_fetch` falls back to a full fetch at once."""
         assert self._adapter is not None
-        if name == "jobs":
-            data, env, nbytes = await self._fetch_jobs(path, params)
+        if name in STREAMED_ENDPOINTS:
+            data, env, nbytes = await self._fetch_array(name, path, params)
         else:
             final = UPDATE_TIME_REJECTED if params else frozenset()
             body = await self.client.get(path, endpoint=name, params=params, final_statuses=final)
             nbytes = len(body)
             data, env = _parse(self._adapter, name, body)
-            if name == "nodes":
-                nodes, bad = check_nodes(data)
-                data = list(nodes)
-                self._note_dropped(name, bad)
         if env.errors:
             raise SlurmReportedError("; ".join(env.errors), endpoint=name)
         return data, env, nbytes
 
-    async def _fetch_jobs(self, path: str, params: dict[str, str]) -> tuple[list[Any], Envelope, int]:
-        """Stream /jobs, decoding batches of jobs as they arrive (bounded memory, no long stall)."""
-        assert self._jobs_adapter is not None
-        adapter = self._jobs_adapter
+    async def _fetch_array(
+        self, name: str, path: str, params: dict[str, str]
+    ) -> tuple[list[Any], Envelope, int]:
+        """Stream an endpoint whose data is one array (``/jobs``, ``/nodes``, ...), decoding batches of
+        records as they arrive: bounded memory, and no stall of the event loop whatever the body — where
+        every byte must be scanned (before the array, a body the fast path cannot cut) the decoder works a
+        bounded step at a time and the loop runs between steps. Impossible jobs and nodes are dropped."""
+        adapter = self._jobs_adapter if name == "jobs" else self._adapter
+        assert adapter is not None
+        decode_batch: Callable[[bytes], list[Any]] = (
+            adapter.job_array if name == "jobs" else functools.partial(adapter.records, name)
+        )
+        check: Callable[[Sequence[Any]], tuple[Sequence[Any], list[tuple[Any, str]]]] | None = None
+        if name == "jobs":
+            check = check_jobs
+        elif name == "nodes":
+            check = check_nodes
         cap = self.client.config.max_record_bytes
         decoder = StreamingArrayDecoder(
-            b"jobs", adapter.job_array, max_element_bytes=cap, max_envelope_bytes=cap
+            name.encode(), decode_batch, max_element_bytes=cap, max_envelope_bytes=cap
         )
-        jobs: list[Any] = []
-        dropped: list[tuple[Job, str]] = []
+        records: list[Any] = []
+        dropped: list[tuple[Any, str]] = []
 
-        def keep(batch: list[Job]) -> None:
-            good, bad = check_jobs(batch)  # batch by batch: no long stall at 100k jobs
-            jobs.extend(good)
+        def keep(batch: list[Any]) -> None:
+            if check is None:
+                records.extend(batch)
+                return
+            good, bad = check(batch)  # batch by batch: no long stall at 100k jobs
+            records.extend(good)
             dropped.extend(bad)
 
         final = UPDATE_TIME_REJECTED if params else frozenset()
         step = SCAN_STEP_BYTES
-        async for chunk in self.client.stream(path, endpoint="jobs", params=params, final_statuses=final):
-            # where every byte is scanned (before the array, a body the fast path cannot cut), a bounded
-            # step at a time, yielding between steps: scrapes stay fast whatever slurmrestd sends
-            at = 0
-            while at < len(chunk):
-                n = step if decoder.slow else len(chunk) - at
-                keep(decoder.feed(chunk[at : at + n]))
-                at += n
-                while decoder.backlog:
-                    await asyncio.sleep(0)
-                    keep(decoder.feed(b""))
-                if at < len(chunk):
-                    await asyncio.sleep(0)
+        stream = self.client.stream(
+            path, endpoint=name, params=params, whole=name != "jobs", final_statuses=final
+        )
+        async with contextlib.aclosing(stream) as chunks:  # a decode error ends the request, frees its lane
+            async for chunk in chunks:
+                at = 0
+                while at < len(chunk):
+                    n = step if decoder.slow else len(chunk) - at
+                    keep(decoder.feed(chunk[at : at + n]))
+                    at += n
+                    while decoder.backlog:
+                        await asyncio.sleep(0)
+                        keep(decoder.feed(b""))
+                    if at < len(chunk):
+                        await asyncio.sleep(0)
         envelope_bytes, rest = decoder.finish()
-        if not decoder.found_array:  # no "jobs": [...] at all: let the full parser say why
-            whole, env = adapter.jobs(envelope_bytes)
+        if not decoder.found_array:  # no "<name>": [...] at all: let the full parser say why
+            whole, env = _parse(adapter, name, envelope_bytes)
             keep(whole)
         else:
             keep(rest)
-            env = adapter.envelope(envelope_bytes, "jobs")
-        self._note_dropped("jobs", dropped)
-        return jobs, env, decoder.bytes_seen
+            env = adapter.envelope(envelope_bytes, name)
+        if check is not None:
+            self._note_dropped(name, dropped)
+        return records, env, decoder.bytes_seen
 
     def _note_dropped(self, name: str, dropped: Sequence[tuple[Job | Node, str]]) -> None:
         """Count (and log once per poll) records of ``name`` dropped for impossible values; note the

@@ -227,6 +227,11 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
             "SlurmRestdUnreachable pending",
         )
         assert await alert_state(port, "SlurmRestdUnreachable") == "pending"  # for: 5m
+
+        async def timed_out() -> bool:  # requests are retried (--retries 2): an error once every try failed
+            return bool(await instant(port, 'slurm_exporter_poll_errors_total{kind="timeout"} > 0'))
+
+        await eventually(timed_out, 60, "a poll error of kind timeout")
     finally:
         os.kill(pid, signal.SIGCONT)
 

@@ -24,7 +24,7 @@ data field is missing and ``errors[]`` says why); an unknown version raises ``Ve
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from exporter import errors
 from exporter.model import Diag, Envelope, Job, License, Node, Partition, Reservation
@@ -45,6 +45,11 @@ class Adapter(Protocol):
 
     def job_array(self, array_text: bytes) -> list[Job]:
         """Jobs from the bytes of a JSON array of job objects (``b"[{...},{...}]"``)."""
+        ...
+
+    def records(self, endpoint: str, array_text: bytes) -> list[Any]:
+        """Records of ``endpoint`` (nodes, partitions, licenses, reservations) from the bytes of a JSON
+        array of them, as :meth:`nodes` & co. translate them (the streamed path)."""
         ...
 
     def nodes(self, body: bytes) -> tuple[list[Node], Envelope]: ...

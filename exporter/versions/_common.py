@@ -456,6 +456,17 @@ class Adapter:
         caches.trim()
         return guarded("jobs", "job", lambda: schema.convert_jobs(raw, caches))
 
+    def records(self, endpoint: str, array_text: bytes) -> list[Any]:
+        """Records of ``endpoint`` (``nodes``, ``partitions``, ``licenses``, ``reservations``) from the bytes
+        of a JSON array of them: decoded as the whole answer ``{"<endpoint>": [...]}`` would be."""
+        whole: dict[str, Callable[[bytes], tuple[list[Any], Envelope]]] = {
+            "nodes": self.nodes,
+            "partitions": self.partitions,
+            "licenses": self.licenses,
+            "reservations": self.reservations,
+        }
+        return whole[endpoint](b'{"%s":%s}' % (endpoint.encode(), array_text))[0]
+
     def nodes(self, body: bytes) -> tuple[list[Node], Envelope]:
         convert = self.schema.convert_node
         items, env = self._data(self.schema.nodes_decoder, body, "nodes", "nodes")
