@@ -37,19 +37,13 @@ ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
 def bodies() -> dict[str, tuple[str, bytes]]:
     """Name → (the endpoint answering it, the body)."""
     half = MB // 2
-    NEST, FLAT = b"[" * half + b"]" * half, b"[]," * (MB // 3)  # noqa: N806
+    nest, flat = b"[" * half + b"]" * half, b"[]," * (MB // 3)
     return {
         "recorded (baseline)": ("jobs", (DATA / "v0.0.44" / "jobs.json").read_bytes()),
-        "32 MB nested in a job": (
-            "jobs",
-            b'{"jobs": [{"job_id": 1, "x": ' + b"[" * half + b"]" * half + b"}]}",
-        ),
-        "32 MB nested element": ("jobs", b'{"jobs": [' + NEST + b"]}"),
-        "32 MB of [], in a job": ("jobs", b'{"jobs": [{"job_id": 1, "x": [' + b"[]," * (MB // 3) + b"[]]}]}"),
-        "32 MB of [], in a node": (
-            "nodes",
-            b'{"nodes": [{"name": "x", "x": [' + b"[]," * (MB // 3) + b"[]]}]}",
-        ),
+        "32 MB nested in a job": ("jobs", b'{"jobs": [{"job_id": 1, "x": ' + nest + b"}]}"),
+        "32 MB nested element": ("jobs", b'{"jobs": [' + nest + b"]}"),
+        "32 MB of [], in a job": ("jobs", b'{"jobs": [{"job_id": 1, "x": [' + flat + b"[]]}]}"),
+        "32 MB of [], in a node": ("nodes", b'{"nodes": [{"name": "x", "x": [' + flat + b"[]]}]}"),
     }
 
 
