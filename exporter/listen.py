@@ -453,8 +453,8 @@ def raise_open_files_limit() -> int:
 def fitting_limits(limits: ListenLimits, open_files: int, in_use: int | None = None) -> ListenLimits:
     """``limits`` with the connection cap lowered, when the open-files limit is low, to leave room for
     the descriptors already ``in_use`` (default: counted now), slurmrestd's and the gRPC port's
-    connections, and one burst of accepts (asyncio accepts up to 100 a tick; an evicted
-    connection's descriptor is freed only on the next)."""
+    connections, and a margin (160; sized when asyncio's own server accepted up to 100 a tick — the
+    :class:`Listener` accepts one at a time, so it is generous now)."""
     if in_use is None:
         try:
             in_use = len(os.listdir("/proc/self/fd"))
