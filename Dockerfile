@@ -7,13 +7,15 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY slurm_keda slurm_keda
 COPY exporter exporter
 COPY autoscaler autoscaler
 COPY bridge bridge
 COPY dashboards dashboards
-# The local Slurm lab is a development tool: it stays out of the image. Every dependency has a binary
-# wheel for linux/amd64 and arm64, so no compiler is needed here either.
-RUN rm -rf exporter/lab && pip wheel --no-cache-dir --wheel-dir /wheels .
+# Only the product's packages are copied: the local Slurm lab (lab/), the tests and the benchmarks are
+# development tools beside them. Every dependency has a binary wheel for linux/amd64 and arm64, so no
+# compiler is needed here either.
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1

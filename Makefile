@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the local Slurm lab: a development tool beside the product (lab/, not in the wheel or the image)
+LAB := $(BIN)/python -m lab
 # Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots;
 # prometheus gives promtool (metric and rule checks) and a real server for scrape tests; the host's own
 # Slurm 22.05 + munge run the "host" lab (API v0.0.38).
@@ -31,17 +33,16 @@ $(BIN)/slurm-keda: pyproject.toml
 	touch $@
 
 lab: deps
-	$(BIN)/slurm-keda lab up --slurm 24.11
-	$(BIN)/slurm-keda lab up --slurm 26.05
+	$(LAB) up --slurm 24.11
+	$(LAB) up --slurm 26.05
 
 lab-down:
-	-$(BIN)/slurm-keda lab down --all
+	-$(LAB) down --all
 
 demo: deps
-	$(BIN)/slurm-keda lab up --slurm $(DEMO_SLURM) --demo
-	@$(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM)
-	@url=$$($(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["url"])'); \
-	tok=$$($(BIN)/slurm-keda lab status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["token_file"])'); \
+	$(LAB) up --slurm $(DEMO_SLURM) --demo
+	@url=$$($(LAB) status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["url"])'); \
+	tok=$$($(LAB) status --slurm $(DEMO_SLURM) --json | $(BIN)/python -c 'import json,sys; print(json.load(sys.stdin)[0]["token_file"])'); \
 	echo; echo "== one poll, as a table (slurm-keda snapshot) =="; \
 	$(BIN)/slurm-keda snapshot --slurmrestd-url $$url --token-file $$tok; \
 	echo; echo "== the nodes each target needs (slurm-keda demand; dyn = a NodeSet at zero, shape from the flags) =="; \
@@ -58,7 +59,7 @@ kustomize: $(KUSTOMIZE)
 
 $(KUSTOMIZE): | $(BIN)/slurm-keda
 	@set -e; tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	mirror=$$($(BIN)/python -c 'from exporter.lab.chroot import find_mirror; print(find_mirror())'); \
+	mirror=$$($(BIN)/python -c 'from lab.chroot import find_mirror; print(find_mirror())'); \
 	mkdir -p $$tmp/lists/partial $$tmp/archives/partial; \
 	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $$mirror $(KUSTOMIZE_SUITE) main" > $$tmp/sources.list; \
 	opts="-o Dir::Etc::SourceList=$$tmp/sources.list -o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$$tmp/lists \

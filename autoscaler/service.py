@@ -27,12 +27,13 @@ import threading
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from autoscaler.demand import Demand, Target, compute_demand
 from exporter.model import Snapshot, wall_time
+from exporter.notify import Notifier
+from exporter.source import SnapshotSource
 
 __all__ = [
     "MAX_ASKED",
@@ -40,7 +41,6 @@ __all__ = [
     "DemandService",
     "NoSnapshotYet",
     "NoTrustedAnswer",
-    "SnapshotSource",
     "StaticSource",
     "TooManyTargets",
     "UnknownPartition",
@@ -50,15 +50,6 @@ log = logging.getLogger(__name__)
 
 REQUIRED_ENDPOINTS = ("jobs", "nodes")
 """A snapshot answers demand only once both were fetched (never 'no jobs' for lack of data)."""
-
-
-class SnapshotSource(Protocol):
-    """Where snapshots come from: :class:`exporter.poller.Poller`, or a test's recorded list."""
-
-    @property
-    def snapshot(self) -> Snapshot | None: ...
-
-    async def wait_next(self, after: Snapshot | None = None) -> Snapshot: ...
 
 
 class NoSnapshotYet(Exception):
@@ -148,7 +139,7 @@ class DemandService:
         self._memo: tuple[Snapshot, tuple[Target, ...], dict[Target, Demand]] | None = None
         self._snap: Snapshot | None = None
         self._demands: dict[Target, Demand] = {}
-        self._updated = asyncio.Event()
+        self._updated = Notifier()
         self._following = False
         self._stale = False
         self.computations = 0
@@ -347,8 +338,7 @@ class DemandService:
             if t not in by_name:
                 by_name[t] = self.judged(snap, t, compute_demand(snap, [t])[t.name])
         self._snap, self._demands = snap, by_name
-        updated, self._updated = self._updated, asyncio.Event()
-        updated.set()
+        self._updated.notify()
 
     async def run(self) -> None:
         """Follow the source forever (cancel to stop)."""
@@ -368,7 +358,7 @@ class DemandService:
         """The current answer at once, then each answer whose desired count differs."""
         last: Answer | None = None
         while True:
-            updated = self._updated
+            updated = self._updated.next()
             try:
                 ans = self.answer(target)
             except NoSnapshotYet:

@@ -1,6 +1,6 @@
 """Activation latency of the KEDA external-push path: a job is submitted → ``StreamIsActive`` says active.
 
-On the 26.05 lab (root; ``slurm-keda lab up --slurm 26.05`` is done if needed), which is **restarted fresh**
+On the 26.05 lab (root; ``python -m lab up --slurm 26.05`` is done if needed), which is **restarted fresh**
 first (its demo and jobs are gone; the lab is left up): partition ``dyn`` has zero nodes. A real
 ``slurm-keda serve --poll-interval 1 --grpc-listen`` subprocess polls the lab's slurmrestd; a gRPC client
 opens ``StreamIsActive`` for the dyn NodeSet exactly as KEDA's ``external-push`` trigger does (the metadata
@@ -38,7 +38,7 @@ from aiohttp import ClientSession, ClientTimeout
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.scale_harness, tests.test_autoscale_live
 
-from exporter.lab import Lab
+from lab import Lab
 from tests.scale_harness import ScalerFeed, ScalerProcess
 from tests.test_autoscale_live import SCALER_METADATA
 

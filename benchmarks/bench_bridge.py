@@ -55,9 +55,10 @@ from bridge.policy import Policy, parse_policy
 from bridge.requests import PREFIX, JobRequest, admit, gang_request
 from bridge.slurm import submit_job
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.lab import Lab
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
+from lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
 from tests.test_fake_kube import TOKEN, write_kubeconfig
 
@@ -248,9 +249,10 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
     k8s_nodes(fake, nodes)
     result = Result("ours", args.pods)
     async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
-        poller = Poller(slurm, PollerConfig(interval=args.poll_interval, api_version=VERSION))
+        session = SlurmSession(slurm, api_version=VERSION)
+        poller = Poller(session, PollerConfig(interval=args.poll_interval))
         bridge = Bridge(
-            poller, kube, slurm, BridgeOptions(instance="bench-ours", policy=policy, pod_groups=False)
+            poller, session, kube, BridgeOptions(instance="bench-ours", policy=policy, pod_groups=False)
         )
         tasks = [
             asyncio.create_task(poller.run(), name="poller"),

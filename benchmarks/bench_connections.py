@@ -58,7 +58,7 @@ async def one_cap(cap: int, args: argparse.Namespace, rest_port: int) -> str:
     port = free_port()
     env = {**os.environ, "SLURM_JWT": "x", "PYTHONPATH": str(ROOT)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
+        sys.executable, "-m", "slurm_keda.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
         "--listen-address", "127.0.0.1", "--listen-port", str(port), "--poll-interval", "5",
         "--http-max-connections", str(cap), "--log-level", "error",
         cwd=ROOT, env=env, stderr=asyncio.subprocess.DEVNULL,

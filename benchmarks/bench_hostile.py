@@ -92,7 +92,7 @@ async def measure(tree: Path, endpoint: str, body: bytes, seconds: float) -> tup
     await site.start()
     env = {**os.environ, "SLURM_JWT": "x", "PYTHONPATH": str(tree)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
+        sys.executable, "-m", "slurm_keda.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
         "--listen-address", "127.0.0.1", "--listen-port", str(port), "--poll-interval", "1",
         "--retries", "0", "--log-level", "error",
         cwd=tree, env=env, stderr=asyncio.subprocess.DEVNULL,

@@ -44,7 +44,7 @@ async def main() -> None:
     await web.TCPSite(runner, "127.0.0.1", rest_port).start()
     env = {**os.environ, "SLURM_JWT": "x", "PYTHONPATH": str(ROOT)}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "exporter.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
+        sys.executable, "-m", "slurm_keda.cli", "serve", "--slurmrestd-url", f"http://127.0.0.1:{rest_port}",
         "--listen-address", "127.0.0.1", "--listen-port", str(port),
         "--grpc-listen", f"127.0.0.1:{grpc_port}",
         cwd=ROOT, env=env, stderr=asyncio.subprocess.PIPE,

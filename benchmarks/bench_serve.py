@@ -20,7 +20,7 @@ file with ``--scrape``): 1 scraper and 50 concurrent scrapers (each its own keep
 Also the first scrape right after a new snapshot is published (``POST /bench/publish`` swaps in a fresh
 copy; the scrape waits for the warm render).
 
-Part B — the 26.05 lab (``slurm-keda lab up --slurm 26.05``, root; skipped otherwise). N individual held
+Part B — the 26.05 lab (``python -m lab up --slurm 26.05``, root; skipped otherwise). N individual held
 jobs are submitted with a loop of ``sbatch -H`` inside the lab (named ``bench-serve``, half in partition
 cpu, half in gpu; an array would be one pending record). Then, interleaved over a few rounds, median of:
 slurmctld's ``/metrics/jobs`` and ``/metrics/partitions`` (``MetricsType=metrics/openmetrics``), and the
@@ -408,13 +408,11 @@ async def timed_get(s: ClientSession, url: str, headers: dict[str, str] | None =
 
 
 async def part_b(args: argparse.Namespace) -> None:
-    from exporter.lab import Lab
+    from lab import Lab
 
     lab = Lab("26.05")
     if os.geteuid() != 0 or not lab.is_running():
-        print(
-            "26.05 lab: not running (or not root); start it with `slurm-keda lab up --slurm 26.05`: skipped"
-        )
+        print("26.05 lab: not running (or not root); start it with `python -m lab up --slurm 26.05`: skipped")
         return
     native = lab.ctld_metrics_url
     if native is None:
@@ -439,7 +437,7 @@ async def part_b(args: argparse.Namespace) -> None:
 
         port = free_port()
         argv = [
-            sys.executable, "-c", "import sys; from exporter.cli import main; sys.exit(main())", "serve",
+            sys.executable, "-c", "import sys; from slurm_keda.cli import main; sys.exit(main())", "serve",
             "--slurmrestd-url", lab.url, "--token-file", str(lab.token_file), "--api-version", API,
             "--poll-interval", "30", "--listen-address", "127.0.0.1", "--listen-port", str(port),
             "--log-level", "warning",

@@ -1,6 +1,8 @@
 """The bridge controller: watches the bridge's pods and the nodes, and on every new snapshot or change asks
 :func:`bridge.actions.plan` what to do and does it — Slurm writes through the slurmrestd client, Kubernetes
-writes through :class:`bridge.kube.Kube`. All Slurm reads come from the poller's snapshot.
+writes through :class:`bridge.kube.Kube`. All Slurm reads come from the poller's snapshot (``source``) and,
+between snapshots, the job watch; Slurm is written through the process's one session (its client and
+negotiated API version).
 
 One action per pod (or job) is in flight at a time; a failed action is counted by kind, logged, and
 tried again on a later pass (the plan is recomputed from the world, not from a queue of intents). Writes
@@ -18,10 +20,11 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from exporter.client import SlurmClient
+from exporter.backoff import Backoff
 from exporter.errors import SlurmError
 from exporter.model import Snapshot, wall_time
-from exporter.poller import Poller
+from exporter.session import SlurmSession
+from exporter.source import PolledSource
 
 from .actions import (
     ENDED,
@@ -57,10 +60,10 @@ RECHECK = 5.0
 """Seconds between passes when nothing changes (deadlines such as a pod stuck Terminating still pass)."""
 MISSING_CRD_RECHECK = 300.0
 """Seconds between looks for the PodGroup CRD while the API server has none (said once in the log)."""
-BIND_BACKOFF = (2.0, 60.0)
+BIND_BACKOFF = Backoff(2.0, 60.0)
 """After a pod's binding (its job-id patch, or the Binding itself) fails: wait 2 s before trying again,
 doubling to at most 60 s, until ``BridgeOptions.bind_deadline`` — then the job is released."""
-SUBMIT_BACKOFF = (10.0, 300.0)
+SUBMIT_BACKOFF = Backoff(10.0, 300.0)
 """After Slurm refuses a pod's job: wait 10 s before submitting it again, doubling to at most 300 s (one
 Event per attempt, not one per pass)."""
 
@@ -149,16 +152,17 @@ class Bridge:
 
     def __init__(
         self,
-        poller: Poller,
+        source: PolledSource,
+        session: SlurmSession,
         kube: Kube,
-        slurm: SlurmClient,
         options: BridgeOptions,
         *,
         clock: Callable[[], float] = wall_time,
     ) -> None:
-        self.poller = poller
+        self.source = source
+        self.session = session
         self.kube = kube
-        self.slurm = slurm
+        self.slurm = session.client
         self.options = options
         self._clock = clock
         self.pods: Informer[Pod] = Informer(
@@ -192,7 +196,7 @@ class Bridge:
         self.jobwatch: JobWatch | None = None
         """The fast path for the bridge's own jobs between snapshots (:mod:`bridge.jobwatch`)."""
         if options.job_watch_interval > 0:
-            self.jobwatch = JobWatch(poller, interval=options.job_watch_interval, clock=clock)
+            self.jobwatch = JobWatch(session, interval=options.job_watch_interval, clock=clock)
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
@@ -212,7 +216,7 @@ class Bridge:
         """Watch and reconcile forever (cancel to stop). Nothing is done until a /jobs listing requested
         after this start: a new leader's last snapshot may predate its predecessor's last submissions."""
         self.since = self._clock()
-        self.poller.poll_soon()
+        self.source.poll_soon()
         watchers = [
             asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
             asyncio.create_task(self.nodes.run(), name="bridge-node-informer"),
@@ -227,7 +231,7 @@ class Bridge:
             seen: Snapshot | None = None
             while True:
                 await self._next_change(seen)
-                seen = self.poller.snapshot
+                seen = self.source.snapshot
                 await self.reconcile()
         finally:
             for t in [*watchers, *self._tasks]:
@@ -236,7 +240,7 @@ class Bridge:
 
     async def _next_change(self, seen: Snapshot | None) -> None:
         waits = [
-            asyncio.ensure_future(self.poller.wait_next(seen)),
+            asyncio.ensure_future(self.source.wait_next(seen)),
             asyncio.ensure_future(self.pods.wait_change()),
             asyncio.ensure_future(self.nodes.wait_change()),
         ]
@@ -254,8 +258,8 @@ class Bridge:
         """One pass: plan on the current world and start each action not already in flight. Nothing is
         done before the pod and node caches are complete and a snapshot exists."""
         self.passes += 1
-        snap = self.poller.snapshot
-        if snap is None or not self.nodes.synced or self.poller.status.api_version is None:
+        snap = self.source.snapshot
+        if snap is None or not self.nodes.synced or self.session.api_version is None:
             return []
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
@@ -386,7 +390,7 @@ class Bridge:
             self._busy.discard(key)
 
     async def _do(self, action: Action) -> bool:
-        version = self.poller.status.api_version
+        version = self.session.api_version
         assert version is not None
         if isinstance(action, Submit):
             pod = self._pod(action.uid)
@@ -400,9 +404,8 @@ class Bridge:
                 )
             except SlurmError as e:
                 refusals = self._refused_until.get(action.uid, (0.0, 0))[1] + 1
-                first, cap = SUBMIT_BACKOFF
                 self._refused_until[action.uid] = (
-                    self._clock() + min(cap, first * 2 ** (refusals - 1)),
+                    self._clock() + SUBMIT_BACKOFF.delay(refusals - 1),
                     refusals,
                 )
                 if pod is not None:
@@ -412,7 +415,7 @@ class Bridge:
             for uid in action.uids:
                 self.submitted[uid] = Submitted(job_id, self._clock())
             if self.jobwatch is None:  # else the job watch follows it: no full /jobs listing per submission
-                self.poller.poll_soon()
+                self.source.poll_soon()
             partition = action.request.partition
             if action.group is None:
                 log.info("bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, partition)
@@ -480,7 +483,7 @@ class Bridge:
                 action.why,
                 "" if cancelled else " (already gone)",
             )
-            self.poller.poll_soon()
+            self.source.poll_soon()
             return cancelled
         if isinstance(action, DeletePod):
             pod = self._pod(action.uid)
@@ -500,8 +503,7 @@ class Bridge:
         if failed is None or failed.job_id != action.job_id:
             failed = self._bind_failed[action.uid] = _BindFailure(action.job_id, now)
         failed.count += 1
-        first, cap = BIND_BACKOFF
-        failed.retry_at = now + min(cap, first * 2 ** (failed.count - 1))
+        failed.retry_at = now + BIND_BACKOFF.delay(failed.count - 1)
         failed.error = str(error)
         if failed.count == 1 or now - failed.logged >= 60.0:
             failed.logged = now

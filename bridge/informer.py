@@ -20,31 +20,17 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
+from exporter.backoff import Backoff
 from exporter.logs import Throttle
+from exporter.notify import Notifier
 
 from .kube import Gone, KubeError
 
-__all__ = ["Changes", "Informer"]
+__all__ = ["Informer"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class Changes:
-    """A level-free "something changed" signal: :meth:`wait` returns at the next :meth:`notify` after it
-    was called (never for an earlier one), however many tasks wait."""
-
-    def __init__(self) -> None:
-        self._event = asyncio.Event()
-
-    async def wait(self) -> None:
-        event = self._event
-        await event.wait()
-
-    def notify(self) -> None:
-        event, self._event = self._event, asyncio.Event()
-        event.set()
 
 
 SHORT_WATCH = 1.0
@@ -96,7 +82,7 @@ class Informer(Generic[T]):
         """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
         self.ignored_events = 0
         """Watch events of a type the cache does not act on, or without a key: counted, not stored."""
-        self._changes = Changes()
+        self._changes = Notifier()
         self._throttle = Throttle(60.0)
 
     async def wait_change(self) -> None:
@@ -116,8 +102,7 @@ class Informer(Generic[T]):
     async def _backoff(self, failures: int) -> None:
         """Wait after the ``failures``-th failure in a row: half to all of 0.5 s × 2^failures, at most
         ``max_backoff`` (never ~0: a tight loop against a failing server is what this prevents)."""
-        cap = min(self._max_backoff, 0.5 * 2 ** min(failures, 10))
-        await self._sleep(self._rng.uniform(cap / 2, cap))
+        await self._sleep(Backoff(0.5, self._max_backoff, jitter=0.5).delay(failures, self._rng))
 
     async def _run(self) -> None:
         failures = 0

@@ -22,9 +22,8 @@ import msgspec
 
 from exporter.errors import SlurmError
 from exporter.model import Job, Snapshot, wall_time
-from exporter.poller import Poller
-
-from .informer import Changes
+from exporter.notify import Notifier
+from exporter.session import SlurmSession
 
 __all__ = ["JobWatch"]
 
@@ -37,13 +36,13 @@ class JobWatch:
 
     def __init__(
         self,
-        poller: Poller,
+        session: SlurmSession,
         *,
         interval: float = 1.0,
         lanes: int = 16,
         clock: Callable[[], float] = wall_time,
     ) -> None:
-        self.poller = poller
+        self.session = session
         self.interval = interval
         self.lanes = lanes
         self._clock = clock
@@ -53,7 +52,7 @@ class JobWatch:
         self.reads = 0
         """Requests made (``/jobs/state`` and ``/job/{id}``)."""
         self.errors = 0
-        self._changes = Changes()
+        self._changes = Notifier()
 
     async def wait_change(self) -> None:
         """Until the overlay gets a new record."""
@@ -62,7 +61,7 @@ class JobWatch:
     async def run(self) -> None:
         """Follow the awaited jobs forever (cancel to stop); never raises on Slurm errors."""
         while True:
-            if self.awaited and self.poller.status.api_version is not None:
+            if self.awaited and self.session.api_version is not None:
                 try:
                     await self.check()
                 except SlurmError as e:
@@ -73,7 +72,7 @@ class JobWatch:
     async def check(self) -> int:
         """One look: the number of records added to the overlay."""
         began = self._clock()
-        states = await self.poller.job_states()
+        states = await self.session.job_states()
         self.reads += 1
         moved = [
             job_id
@@ -84,7 +83,7 @@ class JobWatch:
         for start in range(0, len(moved), self.lanes):  # each batch published at once: binds start early
             batch = moved[start : start + self.lanes]
             got = await asyncio.gather(
-                *(self.poller.job(j, lane=i) for i, j in enumerate(batch)), return_exceptions=True
+                *(self.session.job(j, lane=i) for i, j in enumerate(batch)), return_exceptions=True
             )
             self.reads += len(batch)
             records = []

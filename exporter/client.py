@@ -26,6 +26,7 @@ from pathlib import Path
 import aiohttp
 import msgspec
 
+from .backoff import Backoff
 from .errors import (
     AuthError,
     HTTPStatusError,
@@ -255,6 +256,10 @@ class TokenSource:
 # -- client --------------------------------------------------------------------------------------
 
 
+RETRY_BACKOFF_CAP = 10.0
+"""Seconds between two tries of one request at most."""
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """How to reach slurmrestd; durations in seconds."""
@@ -283,7 +288,7 @@ class ClientConfig:
     retries: int = 2
     """Extra attempts after a retryable failure (unreachable, timeout, 429, 5xx)."""
     backoff: float = 0.5
-    """First backoff; doubles per attempt, with full jitter, capped at 10 s."""
+    """First backoff; doubles per attempt, with full jitter, capped at :data:`RETRY_BACKOFF_CAP`."""
     max_concurrency: int = 4
     tls_ca_file: Path | None = None
     tls_insecure: bool = False
@@ -476,7 +481,7 @@ class SlurmClient:
             except SlurmError as err:
                 if started or attempt >= max_retries or not _retryable(err, final_statuses):
                     raise
-                delay = self._rng.uniform(0, min(10.0, self.config.backoff * 2**attempt))
+                delay = Backoff(self.config.backoff, RETRY_BACKOFF_CAP, jitter=1.0).delay(attempt, self._rng)
                 attempt += 1
                 log.warning("%s; retry %d/%d in %.2fs", err, attempt, max_retries, delay)
                 await self._sleep(delay)

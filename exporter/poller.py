@@ -28,15 +28,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
-
 from . import versions
-from .client import ApiPaths, NotModified, SlurmClient, choose_jobs_version, choose_version
+from .client import NotModified
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Node, Snapshot, wall_time
+from .notify import Notifier
+from .session import Negotiated, SlurmSession
 from .validate import check_jobs, check_nodes, dropped_partitions
-from .versions._common import decode
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +55,10 @@ Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestam
 @dataclass(frozen=True)
 class PollerConfig:
     interval: float = 5.0
+    """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
     early_gap: float = 0.5
     """Seconds from one poll's start to the next one's at least, when :meth:`Poller.poll_soon` asks
     early (a burst of submissions costs two polls a second, not one per submission)."""
-    """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
-    api_version: str | None = None
-    """Force this API version instead of negotiating the highest common one."""
     use_update_time: bool = True
     full_refresh: float = 60.0
     """Seconds after which an endpoint is fetched in full even if ``last_update`` did not move."""
@@ -159,27 +156,24 @@ class PollStatus:
 
 
 class Poller:
-    """Polls slurmrestd and holds the current snapshot."""
+    """Polls slurmrestd through ``session`` and holds the current snapshot."""
 
     def __init__(
         self,
-        client: SlurmClient,
+        session: SlurmSession,
         config: PollerConfig | None = None,
         *,
         clock: Callable[[], float] = wall_time,
     ) -> None:
-        self.client = client
+        self.session = session
+        self.client = session.client
         self.config = config or PollerConfig()
         self._clock = clock
         self.status = PollStatus(
             endpoints={e: EndpointState(e) for e in self.config.endpoints}, up_max_age=self.config.up_max_age
         )
-        self._paths: dict[str, str] = {}
-        self._adapter: versions.Adapter | None = None
-        self._jobs_adapter: versions.Adapter | None = None
-        """The adapter of the version /jobs is listed with (:func:`.client.choose_jobs_version`)."""
         self._snapshot: Snapshot | None = None
-        self._changed = asyncio.Event()
+        self._swapped = Notifier()
         self._early = asyncio.Event()
 
     # -- reading ------------------------------------------------------------------------------
@@ -192,7 +186,7 @@ class Poller:
     async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
         """Return the current snapshot once it is not ``after`` (waits for the next swap)."""
         while self._snapshot is None or self._snapshot is after:
-            await self._changed.wait()
+            await self._swapped.wait()
         return self._snapshot
 
     # -- polling ------------------------------------------------------------------------------
@@ -224,16 +218,12 @@ class Poller:
         placement shows a whole interval earlier). A poll in progress is not interrupted."""
         self._early.set()
 
-    async def negotiate(self) -> str:
-        """Read /openapi/v3 and choose the API version (logged). Raises SlurmError."""
+    async def negotiate(self) -> Negotiated:
+        """Negotiate the session's API version, counted as the ``openapi`` endpoint. Raises SlurmError."""
         st = self.status.negotiation
         t0 = time.perf_counter()
         try:
-            offered: ApiPaths = await self.client.openapi()
-            version = choose_version(offered, versions.SUPPORTED_VERSIONS, self.config.api_version)
-            adapter = versions.adapter_for(version)
-            jobs_version = choose_jobs_version(offered, version, self.config.api_version)
-            jobs_adapter = versions.adapter_for(jobs_version)
+            negotiated = await self.session.negotiate()
         except SlurmError as e:
             st.record_error(e, self._clock())
             self.status.last_error = str(e)
@@ -242,21 +232,10 @@ class Poller:
             st.last_duration = time.perf_counter() - t0
         st.successes += 1
         st.fetched_at = self._clock()
-        self.status.offered_versions = tuple(sorted(offered, key=_vkey))
-        self.status.api_version = version
-        self._paths = dict(offered.get(version, {}))
-        self._paths["jobs"] = offered.get(jobs_version, {}).get("jobs") or f"/slurm/{jobs_version}/jobs"
-        self._adapter = adapter
-        self._jobs_adapter = jobs_adapter
-        self.status.jobs_api_version = jobs_version
-        log.info(
-            "slurmrestd offers API %s; using %s%s%s",
-            ", ".join(self.status.offered_versions) or "none",
-            version,
-            " (forced)" if self.config.api_version else "",
-            f", /jobs with {jobs_version} (job exclusivity)" if jobs_version != version else "",
-        )
-        return version
+        self.status.offered_versions = negotiated.offered
+        self.status.api_version = negotiated.version
+        self.status.jobs_api_version = negotiated.jobs_version
+        return negotiated
 
     async def poll_once(self) -> Snapshot | None:
         """One poll: fetch every endpoint, swap in a new snapshot; None if nothing succeeded."""
@@ -266,18 +245,20 @@ class Poller:
         ok = False  # last_poll_ok changes only when a poll ends: slurm_up must not dip during a poll
         t0 = time.perf_counter()
         try:
-            if self._adapter is None:
+            negotiated = self.session.negotiated
+            if negotiated is None:
                 try:
-                    await self.negotiate()
+                    negotiated = await self.negotiate()
                 except SlurmError:
                     return None
-            wanted = [e for e in self.config.endpoints if not self._paths or e in self._paths]
-            results = await asyncio.gather(*(self._fetch(e) for e in wanted))
+            paths = negotiated.paths
+            wanted = [e for e in self.config.endpoints if not paths or e in paths]
+            results = await asyncio.gather(*(self._fetch(e, negotiated) for e in wanted))
             if not any(results):
                 if all(self.status.endpoints[e].last_error_kind == "http_404" for e in wanted):
-                    self._adapter = None  # slurmrestd was upgraded: negotiate again next poll
+                    self.session.forget()  # slurmrestd was upgraded: negotiate again next poll
                 return None
-            snap = self._build(wanted)
+            snap = self._build(wanted, negotiated)
             self._swap(snap)
             ok = True
             return snap
@@ -289,12 +270,10 @@ class Poller:
     def _swap(self, snap: Snapshot) -> None:
         self._snapshot = snap
         self.status.last_success = snap.taken_at
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._swapped.notify()
 
-    def _build(self, wanted: Sequence[str]) -> Snapshot:
+    def _build(self, wanted: Sequence[str], negotiated: Negotiated) -> Snapshot:
         eps = self.status.endpoints
-        assert self._adapter is not None
         env = next((eps[e].envelope for e in wanted if eps[e].envelope is not None), None)
         diag = eps["diag"].data if "diag" in eps else None
 
@@ -304,7 +283,7 @@ class Poller:
 
         return Snapshot(
             taken_at=self._clock(),
-            api_version=self._adapter.version,
+            api_version=negotiated.version,
             slurm_version=env.slurm_version if env else "",
             cluster=env.cluster if env else "",
             jobs=items("jobs"),
@@ -325,11 +304,10 @@ class Poller:
             },
         )
 
-    async def _fetch(self, name: str) -> bool:
+    async def _fetch(self, name: str, negotiated: Negotiated) -> bool:
         """Fetch one endpoint into its state; True on success (or confirmed no change)."""
         st = self.status.endpoints[name]
-        assert self._adapter is not None
-        path = self._paths.get(name) or f"/slurm/{self._adapter.version}/{name}"
+        path = negotiated.paths.get(name) or f"/slurm/{negotiated.version}/{name}"
         params: dict[str, str] = {}
         now = self._clock()
         incremental = (
@@ -348,13 +326,13 @@ class Poller:
         st._fetch_dropped = frozenset()
         try:
             try:
-                data, env, nbytes = await self._get_parsed(name, path, params)
+                data, env, nbytes = await self._get_parsed(name, path, params, negotiated)
             except HTTPStatusError as e:
                 if not params or e.status not in UPDATE_TIME_REJECTED:
                     raise
                 params = {}
                 incremental = False
-                data, env, nbytes = await self._get_parsed(name, path, params)
+                data, env, nbytes = await self._get_parsed(name, path, params, negotiated)
                 st.update_time_broken = True  # the same request without update_time worked
                 log.warning("%s: %s with update_time; fetching in full from now on", name, e)
         except NotModified:
@@ -388,63 +366,31 @@ class Poller:
         st.last_ok = True
         return True
 
-    # -- single jobs (the bridge's fast path) ----------------------------------------------------
-
-    async def job_states(self) -> dict[int, str]:
-        """``GET /jobs/state/``: every job's id and base state (no other field: 0.25 s for 10,000 jobs where
-        ``/jobs`` takes 8 s). Raises SlurmError (also before the first negotiation)."""
-        if self._adapter is None:
-            raise SlurmError("no API version negotiated yet", endpoint="jobs/state")
-        path = f"/slurm/{self._adapter.version}/jobs/state/"
-        body = await self.client.get(path, endpoint="jobs/state", retries=0)
-        answer = decode(_JOB_STATES, body, "jobs/state")
-        if answer.errors:
-            raise SlurmReportedError("; ".join(str(e) for e in answer.errors), endpoint="jobs/state")
-        return {int(j.job_id): j.state[0] if j.state else "" for j in answer.jobs if str(j.job_id).isdigit()}
-
-    async def job(self, job_id: int, *, lane: int = 0) -> Job | None:
-        """``GET /job/{job_id}``: one job's full record (None when Slurm no longer knows it). ``lane``
-        picks one of several request lanes, so a few single-job reads can run side by side."""
-        if self._jobs_adapter is None:
-            raise SlurmError("no API version negotiated yet", endpoint="job")
-        path = f"/slurm/{self._jobs_adapter.version}/job/{job_id}"  # job records as the listing reads them
-        try:
-            body = await self.client.get(path, endpoint=f"job:{lane}", retries=0)
-        except HTTPStatusError as e:
-            if e.unknown_job:
-                return None
-            raise
-        jobs, env = self._jobs_adapter.jobs(body)
-        if env.errors and not jobs:
-            return None
-        good, _ = check_jobs(jobs)
-        return next((j for j in good if j.job_id == job_id), None)
-
-    async def _get_parsed(self, name: str, path: str, params: dict[str, str]) -> tuple[Any, Envelope, int]:
+    async def _get_parsed(
+        self, name: str, path: str, params: dict[str, str], negotiated: Negotiated
+    ) -> tuple[Any, Envelope, int]:
         """GET and translate one endpoint. Retried as ``--retries`` says, with or without ``update_time``;
         only a status that means "this server can't do update_time" (:data:`UPDATE_TIME_REJECTED`) is not
         retried with it: :meth:`_fetch` falls back to a full fetch at once."""
-        assert self._adapter is not None
         if name in STREAMED_ENDPOINTS:
-            data, env, nbytes = await self._fetch_array(name, path, params)
+            adapter = negotiated.jobs_adapter if name == "jobs" else negotiated.adapter
+            data, env, nbytes = await self._fetch_array(name, path, params, adapter)
         else:
             final = UPDATE_TIME_REJECTED if params else frozenset()
             body = await self.client.get(path, endpoint=name, params=params, final_statuses=final)
             nbytes = len(body)
-            data, env = _parse(self._adapter, name, body)
+            data, env = _parse(negotiated.adapter, name, body)
         if env.errors:
             raise SlurmReportedError("; ".join(env.errors), endpoint=name)
         return data, env, nbytes
 
     async def _fetch_array(
-        self, name: str, path: str, params: dict[str, str]
+        self, name: str, path: str, params: dict[str, str], adapter: versions.Adapter
     ) -> tuple[list[Any], Envelope, int]:
         """Stream an endpoint whose data is one array (``/jobs``, ``/nodes``, ...), decoding batches of
         records as they arrive: bounded memory, and no stall of the event loop whatever the body — where
         every byte must be scanned (before the array, a body the fast path cannot cut) the decoder works a
         bounded step at a time and the loop runs between steps. Impossible jobs and nodes are dropped."""
-        adapter = self._jobs_adapter if name == "jobs" else self._adapter
-        assert adapter is not None
         decode_batch: Callable[[bytes], list[Any]] = (
             adapter.job_array if name == "jobs" else functools.partial(adapter.records, name)
         )
@@ -511,23 +457,6 @@ class Poller:
                 dropped[0][1],
                 ", ".join(p or "(none)" for p in sorted(st._fetch_dropped)),
             )
-
-
-class _JobState(msgspec.Struct):
-    job_id: int | str = ""
-    state: list[str] = []
-
-
-class _JobStates(msgspec.Struct):
-    jobs: list[_JobState] = []
-    errors: list[Any] = []
-
-
-_JOB_STATES = msgspec.json.Decoder(_JobStates)
-
-
-def _vkey(v: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in v.lstrip("v").split("."))
 
 
 def _is_empty(data: Any) -> bool:

@@ -32,6 +32,7 @@ import zlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 import msgspec
 from aiohttp import web
@@ -44,7 +45,8 @@ from .collector import health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
 from .model import Snapshot, wall_time
-from .poller import Poller
+from .poller import PollStatus
+from .source import SnapshotSource
 from .webconfig import BasicAuth, WebConfig, ssl_context
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,13 @@ OPENMETRICS_EOF = b"# EOF\n"
 UNAUTHENTICATED_PATHS = frozenset({"/healthz", "/readyz"})
 """Kubelet probes: never behind basic auth."""
 _GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"  # deflate, no name, mtime 0, OS unknown
+
+
+class ServedSource(SnapshotSource, Protocol):
+    """What the HTTP side reads: the poller's snapshot and its health (:class:`exporter.poller.Poller`)."""
+
+    @property
+    def status(self) -> PollStatus: ...
 
 
 class _Families(Collector):
@@ -148,7 +157,7 @@ class MetricsRenderer:
 
     def __init__(
         self,
-        poller: Poller,
+        poller: ServedSource,
         clock: Callable[[], float] = wall_time,
         *,
         per_node: bool = True,
@@ -288,7 +297,7 @@ class MetricsRenderer:
         return part + tail, fmt.content_type
 
 
-POLLER: web.AppKey[Poller] = web.AppKey("poller", Poller)
+POLLER: web.AppKey[ServedSource] = web.AppKey("poller")
 RENDERER: web.AppKey[MetricsRenderer] = web.AppKey("renderer", MetricsRenderer)
 AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
 WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
@@ -297,7 +306,7 @@ GUARD: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGu
 
 
 def make_app(
-    poller: Poller,
+    poller: ServedSource,
     *,
     clock: Callable[[], float] = wall_time,
     per_node: bool = True,

@@ -3,8 +3,8 @@
 Deliberately independent of :mod:`exporter.slurmtext` / :mod:`exporter.versions` (the code under test):
 every size, time, TRES and state string the CLI prints is parsed here from scratch.
 
-Inputs are the rows of :func:`exporter.lab.record.parse_pipe` (squeue/sinfo with the ``SQUEUE_FIELDS`` /
-``SINFO_FIELDS`` layouts) and :func:`exporter.lab.record.parse_scontrol_oneliners` (``scontrol show ... -o``).
+Inputs are the rows of :func:`lab.record.parse_pipe` (squeue/sinfo with the ``SQUEUE_FIELDS`` /
+``SINFO_FIELDS`` layouts) and :func:`lab.record.parse_scontrol_oneliners` (``scontrol show ... -o``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.lab import Lab
-from exporter.lab.record import (
+from exporter.model import Job, Node, Partition
+from lab import Lab
+from lab.record import (
     SINFO_ARGS,
     SINFO_FIELDS,
     SQUEUE_FIELDS,
@@ -22,7 +23,6 @@ from exporter.lab.record import (
     parse_pipe,
     parse_scontrol_oneliners,
 )
-from exporter.model import Job, Node, Partition
 
 # `-t all`: slurmrestd's /jobs lists every job slurmctld still holds (finished ones until MinJobAge);
 # plain squeue would hide the finished ones.

@@ -1,8 +1,8 @@
-"""pytest plugin: real Slurm labs (see exporter/lab). Load with ``pytest_plugins = ["tests.lab_fixtures"]``.
+"""pytest plugin: real Slurm labs (see lab/). Load with ``pytest_plugins = ["tests.lab_fixtures"]``.
 
 Fixtures (session-scoped unless noted):
 
-- ``lab_2411``, ``lab_2605``, ``lab_host`` — a running :class:`~exporter.lab.Lab` (brought up once, left
+- ``lab_2411``, ``lab_2605``, ``lab_host`` — a running :class:`~lab.Lab` (brought up once, left
   running). ``lab_host`` is this machine's own Slurm (22.05 on Debian 12, with the lab's own munged).
 - ``lab`` — parametrised over ``LAB_FLAVORS``: 24.11, 26.05, and ``host`` only when the host packages
   (``HOST_PACKAGES``: slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin) are installed.
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.lab import Lab, LabError
-from exporter.lab.demo import fresh_demo, wait_demo_steady
-from exporter.lab.flavors import HOST_PACKAGES, host_packages_missing
+from lab import Lab, LabError
+from lab.demo import fresh_demo, wait_demo_steady
+from lab.flavors import HOST_PACKAGES, host_packages_missing
 
 HOST_MISSING = tuple(host_packages_missing())
 """Host packages not installed (empty: the ``host`` flavor is part of ``LAB_FLAVORS``)."""
@@ -132,7 +132,7 @@ def endpoint_of(lab: Lab) -> LabEndpoint:
 @pytest.fixture()
 def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
     """The lab with the demo workload in its steady state (submitted once per lab run; a lab whose demo
-    is older than :data:`exporter.lab.demo.DEMO_MAX_AGE` is restarted clean first)."""
+    is older than :data:`lab.demo.DEMO_MAX_AGE` is restarted clean first)."""
     lab.up()
     jobs = fresh_demo(lab)
     try:

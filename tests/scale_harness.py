@@ -65,10 +65,11 @@ import grpc
 import grpc.aio
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.lab import Lab
-from exporter.lab.record import parse_scontrol_oneliners
 from exporter.model import Snapshot
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab
+from lab.record import parse_scontrol_oneliners
 from tests.keda_client import KedaClient
 from tests.tools import eventually
 
@@ -84,7 +85,7 @@ async def lab_snapshot(lab: Lab) -> Snapshot:
     """One poll of the lab's slurmrestd."""
     config = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(config) as client:
-        snap = await Poller(client, PollerConfig()).poll_once()
+        snap = await Poller(SlurmSession(client), PollerConfig()).poll_once()
     assert snap is not None, "no snapshot from the lab"
     return snap
 

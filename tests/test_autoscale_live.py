@@ -3,7 +3,7 @@
 **Oracle** (``test_oracle_desired_equals_nodes_slurm_resumed``): Slurm itself says how many nodes a queue
 needs. The lab's ``cloud`` partition has 12 ``State=CLOUD`` nodes p1..p12 whose ResumeProgram only logs
 the host list, so slurmctld "resumes" exactly the nodes its own scheduler allocated to the queue
-(:meth:`exporter.lab.Lab.resumed_nodes`). Each mix is submitted twice: to ``cloud`` and to ``dyn`` (a
+(:meth:`lab.Lab.resumed_nodes`). Each mix is submitted twice: to ``cloud`` and to ``dyn`` (a
 NodeSet-like partition with zero nodes: every job pends there with reason PartitionConfig). The demand
 model's desired count for ``dyn`` — ``Target(partition="dyn", nodeset_feature="dyn", max_nodes=12,
 shape=8 CPUs/16000 MB)``, the cloud nodes' shape and count, since a dynamic node added with the lab's
@@ -11,7 +11,7 @@ defaults registers exactly like a cloud node — must equal the number of distin
 
 How a mix is run:
 
-* A fresh lab per mix (:meth:`~exporter.lab.Lab.restart`, ~0.6 s): no jobs, every cloud node powered down,
+* A fresh lab per mix (:meth:`~lab.Lab.restart`, ~0.6 s): no jobs, every cloud node powered down,
   an empty power log. Powering the nodes back down instead (``state=power_down_force``) takes ~45 s.
 * The cloud jobs are submitted while the partition is DOWN and released with one ``state=up``, so Slurm
   places the whole queue in one scheduling pass, as it does when a NodeSet's nodes appear for a queue
@@ -157,11 +157,11 @@ import pytest
 
 from autoscaler.demand import Demand, NodeShape, Target, compute_demand
 from autoscaler.report import explain
-from exporter.lab import Lab
-from exporter.lab.conf import CLOUD_GPU_COUNT, CLOUD_GPU_NODES, DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
-from exporter.lab.power import parse_power_log, resumed_hosts
 from exporter.model import MIB
 from exporter.slurmtext import hostlist_expand
+from lab import Lab
+from lab.conf import CLOUD_GPU_COUNT, CLOUD_GPU_NODES, DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
+from lab.power import parse_power_log, resumed_hosts
 from tests.scale_harness import (
     SCRIPT,
     DemandFeed,

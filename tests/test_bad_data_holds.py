@@ -26,6 +26,7 @@ from autoscaler.report import explain
 from autoscaler.service import DemandService, NoTrustedAnswer, StaticSource, partly_invalid
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
 from tests.conftest import RECORDED
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
 from tests.tools import recorded_snapshot
@@ -119,7 +120,7 @@ async def polling(fake: FakeSlurmrestd, targets: list[Target]) -> AsyncIterator[
     clock = Clock()
     async with serve(fake) as url:
         client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
-        p = Poller(client, PollerConfig(), clock=clock)
+        p = Poller(SlurmSession(client), PollerConfig(), clock=clock)
         service = DemandService(p, targets=targets, clock=clock)
         async with client:
             await _poll(p, clock, service)

@@ -20,8 +20,8 @@ import pytest
 
 from bridge.actions import JOB_ID_LABEL, NODES_ANNOTATION, RANK_ANNOTATION, SLURM_NODE_ANNOTATION
 from bridge.requests import PREFIX
-from exporter.lab import Lab
 from exporter.slurmtext import hostlist_expand
+from lab import Lab
 from tests.fake_kube import FakeKube
 from tests.test_bridge_lab import reserved_nodes
 from tests.test_bridge_live import bridge_pod, running_bridge, squeue

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from exporter.lab import Lab
+from lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
 from tests.scale_harness import metric_sample
 from tests.test_bridge_gangs_live import all_bound, finish, gang_pod, job_of

@@ -7,7 +7,7 @@ from __future__ import annotations
 from bridge.jobwatch import JobWatch
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import Job, Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
 
 
 def snap(requested: float, *jobs: Job) -> Snapshot:
@@ -19,7 +19,7 @@ def snap(requested: float, *jobs: Job) -> Snapshot:
 
 def watch() -> JobWatch:
     client = SlurmClient(ClientConfig(base_url="http://127.0.0.1:9", token=TokenSource(token="t")))
-    return JobWatch(Poller(client, PollerConfig()))
+    return JobWatch(SlurmSession(client))
 
 
 def test_fresher_records_replace_and_join_the_snapshots_jobs() -> None:

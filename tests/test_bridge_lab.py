@@ -17,9 +17,10 @@ from bridge.requests import JobRequest, parse_admin_comment
 from bridge.slurm import cancel_job, submit_job
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import SlurmError
-from exporter.lab import Lab, LabError
 from exporter.model import Job
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab, LabError
 from tests.tools import eventually
 
 pytestmark = pytest.mark.lab
@@ -106,7 +107,7 @@ async def test_placeholder_job_runs_on_a_whole_node_and_is_cancelled(
     lab = lab_2605 if flavor == "26.05" else lab_2411
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
-        poller = Poller(client, PollerConfig(api_version=version))
+        poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
         uid = f"uid-{flavor}"
         with reserved_node(lab, "bridge-lab") as node_name:
             job_id = await submit_job(
@@ -173,8 +174,8 @@ async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
     lab = lab_2605 if flavor == "26.05" else lab_2411
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
-        poller = Poller(client, PollerConfig(api_version=version))
-        watch = JobWatch(poller)
+        poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
+        watch = JobWatch(poller.session)
         with reserved_node(lab, "bridge-watch") as node_name:
             before = await poller.poll_once()
             assert before is not None
@@ -186,7 +187,7 @@ async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
             )
             try:
                 assert all(j.job_id != job_id for j in before.jobs)
-                states = await poller.job_states()
+                states = await poller.session.job_states()
                 assert states[job_id] in ("PENDING", "RUNNING")
                 # the listing is complete: every live job of the poll is in it (ended ones may be purged in
                 # between — MinJobAge — and array tasks are listed otherwise, so counts are no measure)
@@ -201,7 +202,7 @@ async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
                 (job,) = [j for j in watch.apply(before).jobs if j.job_id == job_id]
                 assert job.state == "RUNNING" and job.nodes == node_name
                 assert parse_admin_comment(job.admin_comment) is not None
-                assert await poller.job(999_999) is None  # a job Slurm does not know
+                assert await poller.session.job(999_999) is None  # a job Slurm does not know
                 after = await poller.poll_once()  # requested after the watch's read: the overlay goes
                 assert after is not None and watch.apply(after) is after and not watch.overlay
             finally:

@@ -27,8 +27,9 @@ from bridge.kube import Kube, load_configuration
 from bridge.policy import parse_policy
 from bridge.requests import PREFIX
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.lab import Lab
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
 from tests.test_bridge_lab import reserved_node
 from tests.test_fake_kube import TOKEN, write_kubeconfig
@@ -86,8 +87,9 @@ async def running_bridge(
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
         slurm = SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
         async with client.ApiClient(cfg) as api, slurm:
-            poller = Poller(slurm, PollerConfig(interval=1.0, api_version=version))
-            bridge = Bridge(poller, Kube(api), slurm, options)
+            session = SlurmSession(slurm, api_version=version)
+            poller = Poller(session, PollerConfig(interval=1.0))
+            bridge = Bridge(poller, session, Kube(api), options)
             tasks = [
                 asyncio.create_task(poller.run(), name="poller"),
                 asyncio.create_task(bridge.run(), name="bridge"),

@@ -19,7 +19,7 @@ import grpc.aio
 import pytest
 
 from bridge.actions import JOB_ID_LABEL, SLINKY_NODE_LABEL
-from exporter.lab import Lab
+from lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
 from tests.scale_harness import SCRIPT, Autoscaler, NodeSetOperator, ScalerFeed, ScalerProcess
 from tests.test_autoscale_live import HPA, KEDA, PARTITION, SCALER_METADATA

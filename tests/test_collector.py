@@ -334,7 +334,7 @@ def test_recorded_partitions_match_sinfo(vdir: Path) -> None:
         assert reg.get_sample_value("slurm_partition_gpus", lab) == gpus, p
         assert reg.get_sample_value("slurm_partition_idle_gpus", lab) == gpus - gpus_used, p
         assert reg.get_sample_value("slurm_partition_state", {**lab, "state": "up"}) == 1
-    # lab config (exporter/lab/conf.py): cpu has MaxNodes=2, the others are unlimited
+    # lab config (lab/conf.py): cpu has MaxNodes=2, the others are unlimited
     assert reg.get_sample_value("slurm_partition_max_nodes_per_job", {"partition": "cpu"}) == 2
     assert reg.get_sample_value("slurm_partition_max_nodes_per_job", {"partition": "gpu"}) == math.inf
 

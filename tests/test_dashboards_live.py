@@ -25,7 +25,7 @@ import pytest
 
 from dashboards.render import Window, load, queries, repeat_queries
 from dashboards.rules import ALERTS, RECORDS
-from exporter.lab import Lab
+from lab import Lab
 from tests.fake_kube import FakeKube, serve_kube
 from tests.scale_harness import ScalerProcess
 from tests.test_bridge_kube import pod

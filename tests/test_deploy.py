@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from autoscaler.targets import load_targets_file
-from exporter.settings import ENV_PREFIX, Settings
+from slurm_keda.settings import ENV_PREFIX, OPTIONS
 from tests.test_keda_manifests import SCHEMAS, schema_for
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_the_deployment_is_locked_down(overlay: str) -> None:
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_environment_variable_is_a_real_setting(overlay: str) -> None:
-    fields = set(Settings.model_fields)
+    fields = set(OPTIONS)
     for e in container(render(overlay))["env"]:
         if e["name"].startswith(ENV_PREFIX):
             assert e["name"].removeprefix(ENV_PREFIX).lower() in fields, e["name"]

@@ -1,5 +1,5 @@
 """A job's own fields before slurmctld's first pass (autoscaler/eligibility.py): rules, then a capture from
-inside that window on the 26.05 lab (``slurm-keda lab record --window``) checked against Slurm's own later
+inside that window on the 26.05 lab (``python -m lab record --window``) checked against Slurm's own later
 verdict on the same jobs."""
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.lab import Lab
+from lab import Lab
 from tests.fault_proxy import FaultProxy
 from tests.keda_client import connect
 from tests.loopback import RawServer

@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from exporter.lab import Lab, LabError, procs
-from exporter.lab.cli import main
-from exporter.lab.conf import LabConfig, Ports, cgroup_conf, slurm_conf
-from exporter.lab.demo import DEMO_JOBS
-from exporter.lab.lab import ENV_MARKER, api_versions_from_openapi
-from exporter.lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
+from lab import Lab, LabError, procs
+from lab.cli import main
+from lab.conf import LabConfig, Ports, cgroup_conf, slurm_conf
+from lab.control import ENV_MARKER, api_versions_from_openapi
+from lab.demo import DEMO_JOBS
+from lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
 from tests.lab_fixtures import LabEndpoint
 
 pytestmark = pytest.mark.lab
@@ -290,7 +290,7 @@ def test_host_down_only_stops_its_own_processes(lab_host: Lab) -> None:
 
 
 def _sinfo() -> str:
-    from exporter.lab.record import SINFO_FORMAT
+    from lab.record import SINFO_FORMAT
 
     return SINFO_FORMAT
 

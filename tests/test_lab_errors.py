@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from exporter.lab import Lab, LabError
-from exporter.lab import chroot as lab_chroot
-from exporter.lab.cli import main as lab_main
+from lab import Lab, LabError
+from lab import chroot as lab_chroot
+from lab.cli import main as lab_main
 
 
 def test_not_root_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

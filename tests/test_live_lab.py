@@ -22,16 +22,17 @@ from typing import Any
 import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource, version_key
-from exporter.lab import Lab
-from exporter.lab.demo import DEMO_JOBS
-from exporter.lab.record import (
+from exporter.model import Snapshot
+from exporter.poller import INCREMENTAL_ENDPOINTS, Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab
+from lab.demo import DEMO_JOBS
+from lab.record import (
     SINFO_ARGS,
     SINFO_FIELDS,
     SQUEUE_FIELDS,
     parse_pipe,
 )
-from exporter.model import Snapshot
-from exporter.poller import INCREMENTAL_ENDPOINTS, Poller, PollerConfig
 from tests.lab_compare import (
     SQUEUE,
     CliView,
@@ -81,7 +82,7 @@ async def poll(
     """``polls`` consecutive polls through SlurmClient + Poller; the last snapshot and the poller."""
     token = TokenSource(token_file=token_file) if token_file else TokenSource()
     async with SlurmClient(ClientConfig(base_url=url, token=token, user_name=user_name)) as client:
-        poller = Poller(client, PollerConfig(api_version=api_version))
+        poller = Poller(SlurmSession(client, api_version=api_version), PollerConfig())
         snap = None
         for _ in range(polls):
             snap = await poller.poll_once()
@@ -211,7 +212,7 @@ async def test_unix_socket_matches_tcp(lab_demo: tuple[Lab, dict[str, int]]) -> 
 
 def _console_script() -> list[str]:
     script = Path(sys.executable).parent / "slurm-keda"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "exporter.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_keda.cli"]
 
 
 @pytest.mark.parametrize("lab", FLAVORS, indirect=True)
@@ -272,7 +273,7 @@ async def _two_polls(
     # retries=0: the 24.11 v0.0.40/41 500s to update_time would otherwise cost ~1.5 s of backoff per sample
     config = ClientConfig(base_url=lab.url, token=token, retries=0, user_name=user_name_for(lab))
     async with SlurmClient(config) as client:
-        poller = Poller(client, PollerConfig(api_version=api_version))
+        poller = Poller(SlurmSession(client, api_version=api_version), PollerConfig())
         first = await poller.poll_once()
         assert first is not None, poller.status.last_error
         held = {

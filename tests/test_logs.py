@@ -65,7 +65,7 @@ def test_log_format_json_from_the_command_line() -> None:
     """``slurm-keda snapshot --log-format json`` against nothing: every stderr line that is a log line
     is a JSON object."""
     result = subprocess.run(
-        [sys.executable, "-m", "exporter.cli", "snapshot", "--slurmrestd-url", "http://127.0.0.1:9",
+        [sys.executable, "-m", "slurm_keda.cli", "snapshot", "--slurmrestd-url", "http://127.0.0.1:9",
          "--retries", "0", "--log-format", "json", "--log-level", "debug"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip

@@ -12,7 +12,7 @@
 One *sample* = the CLI views, a scrape whose snapshot was fetched after the first view began, the CLI views
 again; the figures the views imply must be equal before and after (else the workload moved: the sample is
 retried, a bounded number of times, immediately). Parsing of the tools' output is shared with
-``tests/test_live_lab.py`` (``exporter.lab.record``, ``tests.lab_compare``); the expected figures below are
+``tests/test_live_lab.py`` (``lab.record``, ``tests.lab_compare``); the expected figures below are
 derived from the tools only, never from the snapshot.
 """
 
@@ -36,7 +36,7 @@ from typing import IO, Any, TypeVar
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.lab import Lab, LabError
+from lab import Lab, LabError
 from tests.lab_compare import (
     DERIVED_NODE_FLAGS,
     JOB_FLAG_PRECEDENCE,
@@ -97,7 +97,7 @@ def need_binary(path: Path) -> None:
 
 def console_script() -> list[str]:
     script = Path(sys.executable).parent / "slurm-keda"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "exporter.cli"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_keda.cli"]
 
 
 def free_port() -> int:

@@ -10,6 +10,7 @@ import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
 from exporter.versions import adapter_for
 from tests.conftest import RECORDED
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
@@ -37,10 +38,13 @@ async def fake_url() -> AsyncIterator[tuple[FakeSlurmrestd, str]]:
         yield fake, url
 
 
-def _poller(url: str, clock: Clock, token_file: Path | None = None, **cfg: object) -> Poller:
+def _poller(
+    url: str, clock: Clock, token_file: Path | None = None, api_version: str | None = None, **cfg: object
+) -> Poller:
     token = TokenSource(token_file=token_file) if token_file else TokenSource(token="good-token")
     client = SlurmClient(ClientConfig(base_url=url, token=token, retries=0), sleep=_no_sleep)
-    return Poller(client, PollerConfig(**cfg), clock=clock)  # type: ignore[arg-type]
+    session = SlurmSession(client, api_version=api_version)
+    return Poller(session, PollerConfig(**cfg), clock=clock)  # type: ignore[arg-type]
 
 
 async def test_first_poll_negotiates_highest_and_builds_snapshot(
@@ -198,7 +202,7 @@ async def test_update_time_requests_are_retried(fake_url: tuple[FakeSlurmrestd, 
     clock = Clock()
     token = TokenSource(token="good-token")
     cfg = ClientConfig(base_url=url, token=token, retries=2, timeout=0.5, idle_timeout=0.5)
-    p = Poller(SlurmClient(cfg, sleep=_no_sleep), PollerConfig(), clock=clock)
+    p = Poller(SlurmSession(SlurmClient(cfg, sleep=_no_sleep)), PollerConfig(), clock=clock)
     fake.hang_seconds = 2.0
     async with p.client:
         assert await p.poll_once() is not None
@@ -217,7 +221,8 @@ async def test_update_time_500_is_not_retried_with_update_time(fake_url: tuple[F
     fake, url = fake_url
     clock = Clock()
     token = TokenSource(token="good-token")
-    p = Poller(SlurmClient(ClientConfig(base_url=url, token=token, retries=2), sleep=_no_sleep), clock=clock)
+    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=2), sleep=_no_sleep)
+    p = Poller(SlurmSession(client), clock=clock)
     async with p.client:
         assert await p.poll_once() is not None
         fake.faults, fake.fault_times = {"nodes": "status:500:Unable to query partitions"}, {"nodes": 1}

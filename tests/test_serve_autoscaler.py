@@ -25,6 +25,7 @@ from autoscaler.service import DemandService
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.server import make_app, start
+from exporter.session import SlurmSession
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
 from tests.keda_client import connect
 from tests.tools import eventually, promtool_path
@@ -52,7 +53,7 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
     async with serve(FakeSlurmrestd(DATA)) as url:
         client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
         async with client:
-            poller = Poller(client, PollerConfig())
+            poller = Poller(SlurmSession(client), PollerConfig())
             demand = DemandService(poller)
             app = make_app(
                 poller,
@@ -257,7 +258,7 @@ async def test_one_timeline_in_frozen_wall_time() -> None:
         async with serve(FakeSlurmrestd(DATA)) as url:
             client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
             async with client:
-                poller = Poller(client, PollerConfig(up_max_age=30.0))
+                poller = Poller(SlurmSession(client), PollerConfig(up_max_age=30.0))
                 demand = DemandService(poller, stale_after=60.0, forget_after=3600.0)
                 app = make_app(
                     poller,

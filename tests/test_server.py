@@ -29,12 +29,13 @@ from aiohttp import web
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter import cli
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ConfigError
 from exporter.poller import Poller, PollerConfig
 from exporter.server import RENDERER, make_app, start
+from exporter.session import SlurmSession
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
+from slurm_keda import cli
 from tests.conftest import RECORDED
 from tests.fake_slurmrestd import FakeSlurmrestd, serve
 
@@ -78,7 +79,7 @@ async def served(web_config: WebConfig | None = None, **app_kw: Any) -> AsyncIte
         client = SlurmClient(
             ClientConfig(base_url=fake_url, token=TokenSource(token="good-token"), retries=0), sleep=_no_sleep
         )
-        poller = Poller(client, PollerConfig(), clock=clock)
+        poller = Poller(SlurmSession(client), PollerConfig(), clock=clock)
         async with client:
             app = make_app(poller, clock=clock, web_config=web_config, on_render=renders.append, **app_kw)
             http_server = await start(app, "127.0.0.1", 0)

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from exporter import cli
 from exporter.errors import ConfigError
 from exporter.model import Snapshot
-from exporter.settings import Settings, load
 from exporter.versions import adapter_for
+from slurm_keda import cli
+from slurm_keda.settings import OPTIONS, load
+from slurm_keda.table import format_table
 from tests.conftest import RECORDED
 
 
@@ -25,28 +26,28 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_defaults(tmp_path: Path) -> None:
     s = load({}, tmp_path / "none")
-    assert s.slurmrestd_url == "http://127.0.0.1:6820"
-    assert s.poll_interval == 5.0 and s.use_update_time and s.retries == 2
-    assert s.jwt_value() is None
+    assert s.slurm.url == "http://127.0.0.1:6820"
+    assert s.poll.interval == 5.0 and s.poll.use_update_time and s.slurm.retries == 2
+    assert s.slurm.jwt_value() is None
 
 
 def test_env_and_flag_priority(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("SLURM_KEDA_POLL_INTERVAL", "7")
     monkeypatch.setenv("SLURM_KEDA_SLURMRESTD_URL", "unix:/run/slurmrestd.sock")
     s = load({}, tmp_path)
-    assert s.poll_interval == 7.0 and s.slurmrestd_url == "unix:/run/slurmrestd.sock"
+    assert s.poll.interval == 7.0 and s.slurm.url == "unix:/run/slurmrestd.sock"
     s = load({"poll_interval": "3"}, tmp_path)
-    assert s.poll_interval == 3.0  # the flag wins over the environment
+    assert s.poll.interval == 3.0  # the flag wins over the environment
 
 
 def test_secrets_dir_and_slurm_jwt(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     (tmp_path / "slurm_keda_jwt").write_text("from-secret")
-    assert load({}, tmp_path).jwt_value() == "from-secret"
+    assert load({}, tmp_path).slurm.jwt_value() == "from-secret"
     monkeypatch.setenv("SLURM_KEDA_JWT", "from-env")
-    assert load({}, tmp_path).jwt_value() == "from-env"  # environment beats the secrets dir
+    assert load({}, tmp_path).slurm.jwt_value() == "from-env"  # environment beats the secrets dir
     monkeypatch.delenv("SLURM_KEDA_JWT")
     monkeypatch.setenv("SLURM_JWT", "plain")
-    assert load({}, tmp_path / "none").jwt_value() == "plain"
+    assert load({}, tmp_path / "none").slurm.jwt_value() == "plain"
 
 
 @pytest.mark.parametrize(
@@ -109,7 +110,7 @@ def test_table_lists_every_record() -> None:
         nodes=tuple(nodes),
         partitions=tuple(parts),
     )
-    text = cli.format_table(snap)
+    text = format_table(snap)
     lines = text.splitlines()
     assert lines[0].startswith(f"cluster {env.cluster}  Slurm 26.05.5  API v0.0.45")
     for n in nodes:
@@ -122,9 +123,9 @@ def test_table_lists_every_record() -> None:
 
 def test_every_setting_is_a_flag_of_serve() -> None:
     # an option added to Settings but not to a command's flags is settable only by environment
-    from exporter.cli import SERVE_FIELDS
+    from slurm_keda.cli import SERVE_OPTIONS
 
-    assert set(Settings.model_fields) - set(SERVE_FIELDS) == set()
+    assert set(OPTIONS) - set(SERVE_OPTIONS) == set()
 
 
 def test_the_bridge_needs_a_policy(tmp_path: Path) -> None:

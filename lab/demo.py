@@ -8,15 +8,12 @@ the states listed in :data:`DEMO_JOBS` (``expect``). Running jobs have 30 min li
 from __future__ import annotations
 
 import json
-import re
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from exporter.lab.errors import LabError
-
-if TYPE_CHECKING:
-    from exporter.lab.lab import Lab
+from lab.control import Lab
+from lab.errors import LabError
+from lab.procs import parse_job_id
 
 SLEEP = ["--wrap", "sleep 3600"]
 RESERVATION = "lab_future"
@@ -102,13 +99,6 @@ DEMO_JOBS: tuple[DemoJob, ...] = (
         optional=True,
     ),
 )
-
-
-def parse_job_id(sbatch_output: str) -> int:
-    match = re.search(r"Submitted batch job (\d+)", sbatch_output)
-    if not match:
-        raise LabError(f"unexpected sbatch output: {sbatch_output.strip()!r}")
-    return int(match.group(1))
 
 
 DEMO_MAX_AGE = 480.0

@@ -4,7 +4,7 @@ Layout of a lab's state directory (``/var/lib/slurm-keda/lab/<flavor>``; bind-mo
 the flavor's chroot)::
 
     etc/    slurm.conf cgroup.conf gres.conf slurm.key jwt.key
-    munge/  host flavor only: its own munged's socket, key, pid and seed (see exporter/lab/munge.py)
+    munge/  host flavor only: its own munged's socket, key, pid and seed (see lab/munge.py)
     state/  ctld/ (StateSaveLocation), slurmd/<node>/
     run/    <component>.lab-pid, slurmrestd.sock
     log/    slurmctld.log slurmd-<node>.log slurmrestd-*.log power.log
@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from exporter.lab import chroot, munge, procs
-from exporter.lab.conf import (
+from lab import chroot, munge, procs
+from lab.conf import (
     DYN_FEATURE,
     GPU_COUNT,
     GPU_NODE,
@@ -48,11 +48,11 @@ from exporter.lab.conf import (
     power_script,
     slurm_conf,
 )
-from exporter.lab.demo import parse_job_id
-from exporter.lab.errors import LabError, LabNotRunningError
-from exporter.lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
-from exporter.lab.http import Response, get
-from exporter.lab.power import PowerEvent, parse_power_log, resumed_hosts
+from lab.errors import LabError, LabNotRunningError
+from lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
+from lab.http import Response, get
+from lab.power import PowerEvent, parse_power_log, resumed_hosts
+from lab.procs import parse_job_id
 
 DEFAULT_NODES = 3
 TOKEN_LIFESPAN = 7 * 24 * 3600
@@ -288,7 +288,7 @@ class Lab:
         return self.state_dir / "log" / "power.log"
 
     def power_events(self) -> list[PowerEvent]:
-        """Every ResumeProgram/SuspendProgram call since the lab (re)started (:mod:`exporter.lab.power`)."""
+        """Every ResumeProgram/SuspendProgram call since the lab (re)started (:mod:`lab.power`)."""
         try:
             return parse_power_log(self.power_log.read_text())
         except FileNotFoundError:

@@ -1,6 +1,6 @@
 """The cloud partition's power log: which nodes slurmctld powered up (resumed) or down (suspended).
 
-The lab's ``ResumeProgram``/``SuspendProgram`` (:func:`exporter.lab.conf.power_script`) only append one line
+The lab's ``ResumeProgram``/``SuspendProgram`` (:func:`lab.conf.power_script`) only append one line
 ``<epoch seconds> <resume|suspend> <host list>`` to ``log/power.log``: the nodes of ``State=CLOUD`` that
 slurmctld's own scheduler allocated to jobs (resume) or found idle for ``SuspendTime`` (suspend). No node
 ever boots, so a resumed node stays POWERING_UP and its jobs CONFIGURING until ``ResumeTimeout``: the log is

@@ -1,7 +1,7 @@
 """A real local Slurm lab (slurmctld, slurmd, slurmrestd from Debian packages) for tests and recordings."""
 
-from exporter.lab.errors import LabError, LabNotRunningError
-from exporter.lab.flavors import FLAVORS, Flavor
-from exporter.lab.lab import Lab, LabStatus, NodeRecord
+from lab.control import Lab, LabStatus, NodeRecord
+from lab.errors import LabError, LabNotRunningError
+from lab.flavors import FLAVORS, Flavor
 
 __all__ = ["FLAVORS", "Flavor", "Lab", "LabError", "LabNotRunningError", "LabStatus", "NodeRecord"]

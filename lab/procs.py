@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shlex
 import signal
 import socket
@@ -18,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from exporter.lab.errors import LabError
+from lab.errors import LabError
 
 BASE_ENV = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
 
@@ -240,3 +241,10 @@ def locked(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def parse_job_id(sbatch_output: str) -> int:
+    match = re.search(r"Submitted batch job (\d+)", sbatch_output)
+    if not match:
+        raise LabError(f"unexpected sbatch output: {sbatch_output.strip()!r}")
+    return int(match.group(1))

@@ -12,9 +12,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from exporter.lab.errors import LabError
-from exporter.lab.flavors import CHROOT_PACKAGES, cache_dir
-from exporter.lab.procs import locked, tail
+from lab.errors import LabError
+from lab.flavors import CHROOT_PACKAGES, cache_dir
+from lab.procs import locked, tail
 
 MARKER = ".slurm-keda-chroot"
 FALLBACK_MIRROR = "http://deb.debian.org/debian"

@@ -1,4 +1,4 @@
-"""``slurm-keda lab ...``: drive the local Slurm lab from a shell (see :func:`main`)."""
+"""``python -m lab ...``: drive the local Slurm lab from a shell (see :func:`main`)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from exporter.lab.conf import NODE_CPUS, NODE_MEMORY_MB
-from exporter.lab.demo import fresh_demo, submit_demo, wait_demo_steady
-from exporter.lab.errors import LabError
-from exporter.lab.flavors import DEFAULT_FLAVOR, FLAVORS
-from exporter.lab.lab import Lab, LabStatus
-from exporter.lab.record import record, record_window
+from lab.conf import NODE_CPUS, NODE_MEMORY_MB
+from lab.control import Lab, LabStatus
+from lab.demo import fresh_demo, submit_demo, wait_demo_steady
+from lab.errors import LabError
+from lab.flavors import DEFAULT_FLAVOR, FLAVORS
+from lab.record import record, record_window
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="slurm-keda lab", description="A real Slurm on loopback for tests.")
+    parser = argparse.ArgumentParser(prog="python -m lab", description="A real Slurm on loopback for tests.")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     def flavored(name: str, help_: str) -> argparse.ArgumentParser:

@@ -15,8 +15,8 @@ import pwd
 import secrets
 from pathlib import Path
 
-from exporter.lab.conf import MUNGE_SOCKET
-from exporter.lab.errors import LabError
+from lab.conf import MUNGE_SOCKET
+from lab.errors import LabError
 
 MUNGE_USER = "munge"
 KEY_BYTES = 1024

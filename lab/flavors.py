@@ -94,7 +94,7 @@ def host_packages_missing(packages: tuple[str, ...] = HOST_PACKAGES) -> list[str
 
 
 def get_flavor(name: str) -> Flavor:
-    from exporter.lab.errors import LabError
+    from lab.errors import LabError
 
     try:
         return FLAVORS[name]

@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from exporter.lab.errors import LabError
+from lab.errors import LabError
 
 if TYPE_CHECKING:
-    from exporter.lab.lab import Lab
+    from lab.control import Lab
 
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
 

@@ -1,0 +1,180 @@
+"""``slurm-keda``: the one console script.
+
+Subcommands: ``serve`` (poller, metrics HTTP, demand, optional gRPC scaler and bridge), ``bridge`` (serve
+with the bridge on), ``snapshot`` (one poll, printed), ``demand`` (one poll, the nodes each target needs),
+``dashboards`` (build, check, render), ``version``. Every option is a flag generated from
+:data:`slurm_keda.settings.OPTIONS` and an environment variable ``SLURM_KEDA_<NAME>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, get_args
+
+import msgspec
+
+from autoscaler.report import demand_json, demand_table
+from autoscaler.service import DemandService, StaticSource
+from dashboards.cli import main as dashboards_main
+from exporter import __version__
+from exporter.client import SlurmClient
+from exporter.errors import ConfigError, SlurmError
+from exporter.logs import configure as configure_logging
+from exporter.model import Snapshot
+from exporter.poller import Poller
+from exporter.session import SlurmSession
+
+from .serve import client_config, poller_config, run_serve
+from .settings import OPTIONS, Settings, env_name, flag_name, load, option
+from .table import format_table
+from .targets import targets_from_flags
+
+log = logging.getLogger("slurm_keda")
+
+POLL_OPTIONS = [
+    "slurmrestd_url",
+    "token_file",
+    "jwt",
+    "user_name",
+    "api_version",
+    "request_timeout",
+    "stream_timeout",
+    "stream_idle_timeout",
+    "min_transfer_rate",
+    "max_body_bytes",
+    "max_record_bytes",
+    "retries",
+    "max_concurrency",
+    "tls_ca_file",
+    "tls_insecure",
+    "use_update_time",
+    "log_level",
+    "log_format",
+]
+"""The options of the one-poll commands (``snapshot``, ``demand``)."""
+SERVE_OPTIONS = list(OPTIONS)
+"""``serve`` takes every option."""
+
+
+def _add_option_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
+    for name in names:
+        info = option(name)
+        help_ = f"{info.description} [env {env_name(name)}; default {info.default!r}]"
+        if info.annotation is bool:
+            parser.add_argument(flag_name(name), dest=name, action=argparse.BooleanOptionalAction, help=help_)
+        else:
+            choices = get_args(info.annotation) if "Literal" in str(info.annotation) else None
+            parser.add_argument(flag_name(name), dest=name, default=None, choices=choices or None, help=help_)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurm-keda", description="Slurm exporter, KEDA autoscaler and bridge, fed by slurmrestd."
+    )
+    parser.add_argument("--secrets-dir", type=Path, default=None, help="directory of mounted secrets")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="poll slurmrestd and serve /metrics")
+    _add_option_flags(serve, SERVE_OPTIONS)
+    snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
+    _add_option_flags(snap, POLL_OPTIONS)
+    snap.add_argument("--format", choices=["json", "table"], default="table")
+    dem = sub.add_parser("demand", help="poll once and print the nodes each scaling target needs")
+    _add_option_flags(dem, [*POLL_OPTIONS, "autoscaler_targets_file"])
+    dem.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="a target as KEDA trigger metadata, e.g. partition=gpu,nodeset=slurm-gpu,cpusPerNode=64 "
+        "(repeatable; default: the targets file, else one target per partition)",
+    )
+    dem.add_argument("--format", choices=["json", "table"], default="table")
+    bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
+    _add_option_flags(bridge, [f for f in SERVE_OPTIONS if f != "bridge"])
+    sub.add_parser(
+        "dashboards", help="Grafana dashboards and rules: build, check, render (--help)", add_help=False
+    )
+    sub.add_parser("version", help="print the version")
+    return parser
+
+
+async def run_snapshot(s: Settings) -> Snapshot:
+    """One poll; raises the first endpoint error if no snapshot could be built."""
+    async with SlurmClient(client_config(s.slurm)) as client:
+        session = SlurmSession(client, api_version=s.slurm.api_version)
+        poller = Poller(session, poller_config(s.poll))
+        snap = await poller.poll_once()
+        if snap is None:
+            raise SlurmError(poller.status.last_error or "no data")
+        failed = {e.name: e.last_error for e in poller.status.endpoints.values() if e.last_error}
+        for name, err in failed.items():
+            log.warning("%s: %s", name, err)
+        return snap
+
+
+def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
+    """One poll, then the demand of each target as a table or JSON."""
+    try:
+        targets = targets_from_flags(target_flags, s.demand.targets_file)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    snap = asyncio.run(run_snapshot(s))
+    service = DemandService(StaticSource(snap), targets=targets)
+    demands = service.demands_on(snap)
+    if not demands and not all(e in snap.fetched_at for e in ("jobs", "nodes")):
+        raise SlurmError("no jobs or nodes data from slurmrestd: cannot compute demand")
+    if fmt == "json":
+        sys.stdout.write(json.dumps(demand_json(demands), indent=2) + "\n")
+    else:
+        print(demand_table(demands))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["dashboards"]:
+        return dashboards_main(args_list[1:])
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command == "version":
+        print(f"slurm-keda {__version__}")
+        return 0
+    given: dict[str, Any] = {k: v for k, v in vars(args).items() if k in OPTIONS and v is not None}
+    if args.command == "bridge":
+        given["bridge"] = True
+    try:
+        settings = load(given, args.secrets_dir)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    configure_logging(settings.log.level, settings.log.format)
+    try:
+        if args.command == "snapshot":
+            snap = asyncio.run(run_snapshot(settings))
+            if args.format == "json":
+                sys.stdout.write(msgspec.json.format(msgspec.json.encode(snap)).decode() + "\n")
+            else:
+                print(format_table(snap))
+            return 0
+        if args.command == "demand":
+            return run_demand(settings, args.target, args.format)
+        if args.command in ("serve", "bridge"):
+            return asyncio.run(run_serve(settings))
+    except SlurmError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    parser.error(f"unknown command {args.command}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

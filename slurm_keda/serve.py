@@ -1,0 +1,322 @@
+"""``slurm-keda serve``: the composition root. Builds one Slurm session, one poller (the snapshot cache
+every reader shares), and a runnable per component over them, then hands them to the :class:`Manager`:
+
+    slurmrestd → SlurmSession → Poller → Snapshot → { metrics HTTP, DemandService → gRPC scaler, Bridge }
+
+Runnables, in start order: ``poller``, ``demand``, ``metrics-http`` (the HTTP server, bound at start;
+its task pre-renders ``/metrics`` for each new snapshot), ``grpc-scaler`` (bound at start, when
+``--grpc-listen``), ``bridge`` (with ``--bridge``; a writer: under leader election it runs only on the
+Lease's holder).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes_asyncio import client as kube_client
+from prometheus_client.core import Metric
+
+from autoscaler.demand import Target
+from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
+from autoscaler.metrics import demand_families
+from autoscaler.service import DemandService
+from bridge.actions import BridgeOptions
+from bridge.controller import Bridge
+from bridge.kube import Kube, KubeError, load_configuration
+from bridge.lease import LeaderElector, LeaseOptions, default_identity
+from bridge.policy import PolicyError, load_policy
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.errors import ConfigError
+from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
+from exporter.model import Snapshot
+from exporter.poller import Poller, PollerConfig
+from exporter.server import RENDERER, HttpServer, make_app, start
+from exporter.session import SlurmSession
+from exporter.webconfig import WebConfig, load_web_config
+
+from .runtime import Manager, Runnable
+from .settings import BridgeSettings, LeaseSettings, PollSettings, Settings, SlurmSettings
+from .targets import targets_from_flags
+
+log = logging.getLogger("slurm_keda")
+
+
+def client_config(s: SlurmSettings) -> ClientConfig:
+    return ClientConfig(
+        base_url=s.url,
+        token=TokenSource(token=s.jwt_value(), token_file=s.token_file),
+        user_name=s.user_name,
+        timeout=s.request_timeout,
+        stream_timeout=s.stream_timeout,
+        idle_timeout=s.stream_idle_timeout,
+        min_rate=s.min_transfer_rate,
+        max_body_bytes=s.max_body_bytes,
+        max_record_bytes=s.max_record_bytes,
+        retries=s.retries,
+        max_concurrency=s.max_concurrency,
+        tls_ca_file=s.tls_ca_file,
+        tls_insecure=s.tls_insecure,
+    )
+
+
+def poller_config(s: PollSettings) -> PollerConfig:
+    return PollerConfig(
+        interval=s.interval,
+        use_update_time=s.use_update_time,
+        full_refresh=s.full_refresh,
+        up_max_age=s.up_max_age,
+    )
+
+
+# -- the runnables -----------------------------------------------------------------------------------
+
+
+class PollerRunnable(Runnable):
+    name = "poller"
+
+    def __init__(self, poller: Poller) -> None:
+        self.poller = poller
+
+    async def run(self) -> None:
+        await self.poller.run()
+
+
+class DemandRunnable(Runnable):
+    """The demand service: follows the snapshots; its families ride on each snapshot's render."""
+
+    name = "demand"
+
+    def __init__(self, service: DemandService) -> None:
+        self.service = service
+
+    async def run(self) -> None:
+        await self.service.run()
+
+    def snapshot_families(self, snap: Snapshot) -> Iterable[Metric]:
+        service = self.service
+        return demand_families(service.demands_on(snap), service.label, service.source)
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        return self.service.health_families(now)
+
+    def status_lines(self, now: float) -> Iterable[str]:
+        return [self.service.status_line(now)]
+
+
+class MetricsHttp(Runnable):
+    """The HTTP server (``/metrics``, ``/snapshot``, probes, status page): bound at start; its task
+    renders ``/metrics`` ahead of the scrapes for each new snapshot."""
+
+    name = "metrics-http"
+
+    def __init__(self, poller: Poller, settings: Settings, web_config: WebConfig, manager: Manager) -> None:
+        limits = fitting_limits(
+            ListenLimits(
+                settings.http.max_connections, settings.http.header_timeout, settings.http.idle_timeout
+            ),
+            raise_open_files_limit(),
+        )
+        m = settings.metrics
+        self.app = make_app(
+            poller,
+            per_node=m.per_node,
+            per_user=m.per_user,
+            per_account=m.per_account,
+            node_reasons=m.node_reasons,
+            web_config=web_config,
+            extra_families=manager.snapshot_families,
+            extra_health=manager.health_families,
+            status_lines=manager.status_lines,
+            listen_limits=limits,
+        )
+        self.address, self.port = settings.http.address, settings.http.port
+        self.web_config = web_config
+        self.server: HttpServer | None = None
+
+    async def start(self) -> None:
+        self.server = await start(self.app, self.address, self.port)  # ConfigError: port in use, bad TLS
+
+    async def run(self) -> None:
+        await self.app[RENDERER].warm()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.close()
+
+
+class GrpcScaler(Runnable):
+    """The KEDA external scaler: bound at start, served by gRPC's own threads and its handlers on this
+    loop; its task only holds its place until the stop (cancelling gRPC's ``wait_for_termination`` would
+    break the server's graceful shutdown)."""
+
+    name = "grpc-scaler"
+
+    def __init__(self, service: DemandService, address: str, tls: GrpcTLS | None) -> None:
+        self.service, self.address, self.tls = service, address, tls
+        self.server: ScalerServer | None = None
+
+    async def start(self) -> None:
+        try:
+            self.server = await start_grpc_server(self.service, self.address, tls=self.tls)
+        except (GrpcTLSError, RuntimeError) as e:
+            raise ConfigError(str(e)) from None
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        return self.server.scaler.families() if self.server is not None else ()
+
+
+class BridgeRunnable(Runnable):
+    """The bridge: a writer, so only the Lease's holder runs it when leader election is on."""
+
+    name = "bridge"
+    needs_leader = True
+
+    def __init__(self, bridge: Bridge) -> None:
+        self.bridge = bridge
+
+    async def run(self) -> None:
+        await self.bridge.run()
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        return self.bridge.stats.families()
+
+
+# -- wiring ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BridgeParts:
+    """What ``--bridge`` needs besides the Slurm side: the Kubernetes API and the options."""
+
+    kube: Kube
+    options: BridgeOptions
+    lease: LeaseOptions | None
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def own_namespace() -> str:
+    """The bridge's namespace: its service account's, else ``slurm-keda``."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or "slurm-keda"
+    except OSError:
+        return "slurm-keda"
+
+
+def bridge_options(b: BridgeSettings, policy_file: Path, namespace: str) -> BridgeOptions:
+    return BridgeOptions(
+        instance=b.instance,
+        policy=load_policy(policy_file),
+        scheduler_name=b.scheduler_name,
+        own_namespace=namespace,
+        job_watch_interval=b.job_watch_interval,
+        pod_groups=b.pod_groups,
+        bind_deadline=b.bind_deadline,
+    )
+
+
+def lease_options(lease: LeaseSettings, instance: str, namespace: str) -> LeaseOptions | None:
+    if not lease.enabled:
+        return None
+    return LeaseOptions(
+        name=lease.name or f"slurm-keda-bridge-{instance}",
+        namespace=namespace,
+        identity=lease.identity or default_identity(),
+        duration=lease.duration,
+        renew_deadline=lease.renew_deadline,
+        retry_period=lease.retry_period,
+    )
+
+
+async def bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> BridgeParts | None:
+    """The bridge's Kubernetes side when ``--bridge`` is on; ConfigError for a bad policy or Kubernetes
+    config."""
+    b = s.bridge
+    if not b.enabled:
+        return None
+    assert b.policy_file is not None
+    namespace = b.namespace or own_namespace()
+    try:
+        options = bridge_options(b, b.policy_file, namespace)
+        cfg = await load_configuration(b.kubeconfig)
+    except (PolicyError, KubeError) as e:
+        raise ConfigError(str(e)) from None
+    api = await stack.enter_async_context(kube_client.ApiClient(cfg))
+    return BridgeParts(
+        Kube(api, component=b.scheduler_name), options, lease_options(s.lease, b.instance, namespace)
+    )
+
+
+def grpc_tls(s: Settings) -> GrpcTLS | None:
+    g = s.grpc
+    if g.tls_cert_file is None or g.tls_key_file is None:
+        return None
+    return GrpcTLS(g.tls_cert_file, g.tls_key_file, g.tls_client_ca_file)
+
+
+def build(
+    s: Settings,
+    session: SlurmSession,
+    web_config: WebConfig,
+    targets: list[Target],
+    parts: BridgeParts | None,
+) -> Manager:
+    """The manager of ``serve``: every runnable over one session and one poller."""
+    poller = Poller(session, poller_config(s.poll))
+    demand = DemandService(poller, targets=targets, stale_after=s.demand.stale_after)
+    elector = None
+    if parts is not None and parts.lease is not None:
+        elector = LeaderElector(parts.kube, parts.lease)
+    manager = Manager(elector=elector)
+    manager.add(PollerRunnable(poller))
+    manager.add(DemandRunnable(demand))
+    manager.add(MetricsHttp(poller, s, web_config, manager))
+    if s.grpc.listen is not None:
+        manager.add(GrpcScaler(demand, s.grpc.listen, grpc_tls(s)))
+    if parts is not None:
+        manager.add(BridgeRunnable(Bridge(poller, session, parts.kube, parts.options)))
+    return manager
+
+
+async def run_serve(s: Settings) -> int:
+    """Poll and serve until SIGINT/SIGTERM (with ``--bridge``, place pods too); 2 when the configuration
+    (web config, TLS files, targets, addresses, bridge policy, Kubernetes config) is unusable."""
+    try:
+        web_config = load_web_config(s.http.web_config_file) if s.http.web_config_file else WebConfig()
+        targets = targets_from_flags((), s.demand.targets_file)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    asyncio.get_running_loop().set_exception_handler(LoopErrorLimiter())
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            parts = await bridge_parts(s, stack)
+        except ConfigError as e:
+            print(f"slurm-keda: {e}", file=sys.stderr)
+            return 2
+        client = await stack.enter_async_context(SlurmClient(client_config(s.slurm)))
+        manager = build(s, SlurmSession(client, api_version=s.slurm.api_version), web_config, targets, parts)
+        try:
+            await manager.start()
+        except ConfigError as e:  # port in use, certificate or key that won't load
+            print(f"slurm-keda: {e}", file=sys.stderr)
+            return 2
+        http = next(r for r in manager.runnables if isinstance(r, MetricsHttp))
+        assert http.server is not None
+        log.info(
+            "serving on %s (metrics at /metrics%s)",
+            ", ".join(http.server.urls),
+            ", basic auth" if web_config.basic_auth_users else "",
+        )
+        return await manager.run()
