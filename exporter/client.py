@@ -10,7 +10,6 @@ per endpoint. Every failure surfaces as an :mod:`exporter.errors` type.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import logging
 import os
@@ -38,6 +37,7 @@ from .errors import (
     TruncatedError,
     VersionError,
 )
+from .framing import framed
 from .versions._common import decode
 
 log = logging.getLogger(__name__)
@@ -143,36 +143,18 @@ def slurm_error_texts(body: bytes) -> tuple[str, ...]:
 AUTH_STATUSES = frozenset({401, 403, 511})
 """Token refused: 401/403, and 511 "Network Authentication Required", which slurmrestd 26.05 answers to a
 bad or expired token (``Protocol authentication error``)."""
-_DOUBLED = "Data after `Connection: close`"
-_STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
 
 
-def doubled_answer(error: aiohttp.ClientResponseError) -> tuple[int, bytes] | None:
-    """``(status, body)`` of an answer aiohttp refused because the server wrote it twice on one
-    connection (slurmrestd 26.05 does so for its error answers): llhttp stops at the second copy and quotes
-    the buffer from the first body to the second status line. None for any other parse error."""
-    message = str(error.message)
-    if _DOUBLED not in message:
-        return None
-    start = message.find("b'")
-    if start < 0:
-        start = message.find('b"')
-    if start < 0:
-        return None
-    quote = message[start + 1]
-    end = message.find(quote, start + 2)
-    while end > 0 and message[end - 1] == "\\":
-        end = message.find(quote, end + 1)
-    try:
-        window = ast.literal_eval(message[start : end + 1])
-    except (ValueError, SyntaxError):
-        return None
-    if not isinstance(window, bytes):
-        return None
-    m = _STATUS_LINE.search(window)
-    if m is None:
-        return None
-    return int(m.group(1)), window[: m.start()]
+ERROR_BODY_BYTES = 64 << 10
+"""Bytes of an error answer read for its ``errors[]`` text at most."""
+
+
+async def _head_of(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """The first ``limit`` bytes of a body (all of it if shorter), however it arrives."""
+    out = b""
+    while len(out) < limit and (piece := await content.read(limit - len(out))):
+        out += piece
+    return out
 
 
 def check_status(status: int, body: bytes, endpoint: str) -> None:
@@ -387,7 +369,7 @@ class SlurmClient:
                     ssl_arg = ssl.create_default_context(cafile=str(self.config.tls_ca_file))
             connector = aiohttp.TCPConnector(ssl=ssl_arg, limit=self.config.max_concurrency)
         self._session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=True, raise_for_status=False
+            connector=framed(connector), auto_decompress=True, raise_for_status=False
         )
 
     async def close(self) -> None:
@@ -526,8 +508,7 @@ class SlurmClient:
                         endpoint=endpoint,
                     )
                 if not 200 <= resp.status < 300:
-                    body = await resp.content.read(64 << 10)
-                    check_status(resp.status, body, endpoint)
+                    check_status(resp.status, await _head_of(resp.content, ERROR_BODY_BYTES), endpoint)
                 expected = resp.content_length
                 cap = self.config.max_small_body_bytes if whole else self.config.max_body_bytes
                 option = "" if whole else " (--max-body-bytes)"
@@ -559,13 +540,9 @@ class SlurmClient:
         except aiohttp.ClientPayloadError as e:
             raise TruncatedError(f"body cut short: {e}", endpoint=endpoint) from None
         except aiohttp.ClientResponseError as e:
-            doubled = doubled_answer(e)
-            if doubled is None:
-                raise TransportError(
-                    f"cannot read slurmrestd's answer: {str(e.message)[:200]}", endpoint=endpoint
-                ) from None
-            check_status(*doubled, endpoint)
-            raise TransportError(f"HTTP {doubled[0]} answered twice", endpoint=endpoint) from None
+            raise TransportError(
+                f"cannot read slurmrestd's answer: {str(e.message)[:200]}", endpoint=endpoint
+            ) from None
         except (aiohttp.ClientError, OSError) as e:
             raise TransportError(
                 f"cannot reach slurmrestd at {self.config.base_url}: {e}", endpoint=endpoint
