@@ -1,8 +1,9 @@
 """Snapshot → Prometheus metric families (pure: no I/O, nothing kept between scrapes).
 
-:class:`SnapshotCollector` builds fresh families on every ``collect()`` from the poller's current
-snapshot and status; it is registered in a private ``CollectorRegistry``. The metric surface is
-built from small pure functions (snapshot → families), each documented with the rules it applies:
+:func:`snapshot_families` builds fresh families from one snapshot (the HTTP side renders them once per
+snapshot, :mod:`exporter.server`), :func:`health_families` the exporter's own from the poller's status.
+The metric surface is built from small pure functions (snapshot → families), each documented with the
+rules it applies:
 
 * units are base units: bytes, seconds, epoch seconds;
 * state and flag label values are lower case; pending reasons keep Slurm's spelling (Resources...);
@@ -17,14 +18,12 @@ Cardinality: per-node series are on by default, per-user/per-account series and 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from operator import attrgetter
-from typing import Any
+from collections.abc import Iterable
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
-from prometheus_client.registry import Collector
 
-from .model import Diag, Job, License, Node, Reservation, Snapshot
+from .aggregate import Sums, aggregate_jobs
+from .model import Diag, License, Node, Reservation, Snapshot
 from .poller import PollStatus
 
 
@@ -108,9 +107,6 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
 
 # ------------------------------------------------------------------------------------------------ jobs
 
-ALLOCATED_JOB_STATES = frozenset({"RUNNING", "SUSPENDED"})
-"""Base states whose job holds an allocation (a job with the COMPLETING flag holds one too)."""
-
 UNAVAILABLE_NODE_FLAGS = frozenset({"DRAIN", "FAIL"})
 """Flags that make a node's free resources "other" rather than idle (as ``sinfo`` CPUsState does)."""
 
@@ -118,183 +114,6 @@ UNAVAILABLE_NODE_STATES = frozenset({"DOWN"})
 
 _NO_PARTITION: tuple[str, ...] = ("",)
 _RESOURCES = ("cpus", "memory_bytes", "gpus", "nodes")
-
-
-def request_memory_bytes(job: Job) -> int:
-    """Memory one task of ``job`` asks for (or holds) across all its nodes, in bytes.
-
-    The TRES figure (``memory_bytes``) when Slurm gave one, else ``--mem`` × nodes or
-    ``--mem-per-cpu`` × CPUs. Whole-node requests of pending jobs are resolved per partition (see
-    :func:`aggregate_jobs`).
-    """
-    if job.memory_bytes:
-        return job.memory_bytes
-    if job.memory_per_node_bytes:
-        return job.memory_per_node_bytes * max(job.min_nodes, 1)
-    if job.memory_per_cpu_bytes:
-        return job.memory_per_cpu_bytes * job.cpus
-    return 0
-
-
-def partition_node_memory(snap: Snapshot) -> dict[str, int]:
-    """Partition → memory of its largest node, bytes (for whole-node memory requests)."""
-    out: dict[str, int] = {}
-    for n in snap.nodes:
-        for p in n.partitions:
-            if n.memory_bytes > out.get(p, 0):
-                out[p] = n.memory_bytes
-    return out
-
-
-Sums = dict[str, list[float]]
-"""Key → ``[cpus, memory_bytes, gpus, nodes]``."""
-
-
-class JobAggregates:
-    """Everything the job families need, from ONE pass over the job records.
-
-    * ``jobs[(partition, STATE)]``: jobs (pending array tasks counted one each);
-    * ``reasons[(partition, reason)]``: pending jobs by Slurm's reason;
-    * ``allocated[partition]`` / ``pending[partition]``: ``[cpus, memory_bytes, gpus, nodes]``;
-    * ``account_jobs[(account, STATE)]``, ``account_allocated``/``account_pending[account]`` and the
-      same for users, filled only when asked for.
-    """
-
-    __slots__ = (
-        "account_allocated",
-        "account_jobs",
-        "account_pending",
-        "allocated",
-        "jobs",
-        "pending",
-        "reasons",
-        "user_allocated",
-        "user_jobs",
-        "user_pending",
-    )
-
-    def __init__(self) -> None:
-        self.jobs: dict[tuple[str, str], float] = {}
-        self.reasons: dict[tuple[str, str], float] = {}
-        self.allocated: Sums = {}
-        self.pending: Sums = {}
-        self.account_jobs: dict[tuple[str, str], float] = {}
-        self.account_allocated: Sums = {}
-        self.account_pending: Sums = {}
-        self.user_jobs: dict[tuple[str, str], float] = {}
-        self.user_allocated: Sums = {}
-        self.user_pending: Sums = {}
-
-
-_GROUP = attrgetter("partitions", "state", "reason", "state_flags", "whole_node_memory")
-_GROUP_ACCOUNT = attrgetter("account", "partitions", "state", "state_flags", "whole_node_memory")
-_GROUP_USER = attrgetter("user", "partitions", "state", "state_flags", "whole_node_memory")
-
-
-def _sum_by(jobs: Iterable[Job], key: Callable[[Job], tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]]:
-    """The hot loop: ``key(job)`` → ``[tasks, cpus, memory_bytes, gpus, nodes]`` summed, where each
-    record counts ``task_count`` times (a pending array record stands for its pending tasks)."""
-    acc: dict[tuple[Any, ...], list[int]] = {}
-    get = acc.get
-    mem_of = request_memory_bytes
-    for j in jobs:
-        k = key(j)
-        a = get(k)
-        if j.array_task_string and j.array_task_id is None:  # pending array record: × its tasks
-            n = j.array_pending_tasks
-            vals = (n, j.cpus * n, (j.memory_bytes or mem_of(j)) * n, j.gpus * n, j.min_nodes * n)
-            if a is None:
-                acc[k] = list(vals)
-            else:
-                for i, v in enumerate(vals):
-                    a[i] += v
-        elif a is None:
-            acc[k] = [1, j.cpus, j.memory_bytes or mem_of(j), j.gpus, j.min_nodes]
-        else:
-            a[0] += 1
-            a[1] += j.cpus
-            a[2] += j.memory_bytes or mem_of(j)
-            a[3] += j.gpus
-            a[4] += j.min_nodes
-    return acc
-
-
-def _add(d: Sums, key: str, cpus: float, mem: float, gpus: float, nodes: float) -> None:
-    acc = d.get(key)
-    if acc is None:
-        d[key] = [cpus, mem, gpus, nodes]
-    else:
-        acc[0] += cpus
-        acc[1] += mem
-        acc[2] += gpus
-        acc[3] += nodes
-
-
-def aggregate_jobs(snap: Snapshot, *, per_account: bool = False, per_user: bool = False) -> JobAggregates:
-    """Counts, allocations and pending demand of ``snap.jobs`` by partition (and account/user).
-
-    Rules:
-
-    * a pending array record stands for ``task_count`` tasks: it counts ``task_count`` jobs, and its
-      CPUs, memory, GPUs and nodes — those of ONE task — are multiplied by ``task_count`` (the ``%N``
-      throttle is not applied: throttled tasks are still requested);
-    * pending memory of a whole-node request (``--mem=0`` or no default): the memory of the
-      partition's largest node × nodes requested; Slurm's own TRES figure when the partition has no
-      node in the snapshot. Other requests: the TRES memory (see :func:`request_memory_bytes`);
-    * a job pending in several partitions counts, with its whole request, in each of them;
-    * allocated: jobs RUNNING or SUSPENDED, or with the COMPLETING flag (they still hold nodes);
-      their TRES allocation (memory across all nodes; nodes summed over jobs);
-    * per account/user, each record counts once; a whole-node request uses its first partition.
-
-    Cost: one tight loop over the records, grouping them by (partitions, state, reason, flags,
-    whole-node) in one dict; only the distinct groups are then spread over partitions. The optional
-    account and user aggregates take one more such loop each.
-    """
-    agg = AggregatesBuilder(partition_node_memory(snap))
-    for (ps, st, reason, flags, whole), sums in _sum_by(snap.jobs, _GROUP).items():
-        for p in ps or _NO_PARTITION:
-            agg.add(agg.out.jobs, agg.out.allocated, agg.out.pending, p, p, st, flags, whole, sums)
-            if st == "PENDING":
-                k = (p, reason)
-                agg.out.reasons[k] = agg.out.reasons.get(k, 0.0) + sums[0]
-    out = agg.out
-    for wanted, key, djobs, dalloc, dpend in (
-        (per_account, _GROUP_ACCOUNT, out.account_jobs, out.account_allocated, out.account_pending),
-        (per_user, _GROUP_USER, out.user_jobs, out.user_allocated, out.user_pending),
-    ):
-        if wanted:
-            for (who, ps, st, flags, whole), sums in _sum_by(snap.jobs, key).items():
-                agg.add(djobs, dalloc, dpend, who, ps[0] if ps else "", st, flags, whole, sums)
-    return agg.out
-
-
-class AggregatesBuilder:
-    """Spreads grouped sums into :class:`JobAggregates` (pending vs allocated, whole-node memory)."""
-
-    def __init__(self, node_memory: dict[str, int]) -> None:
-        self.out = JobAggregates()
-        self.node_memory = node_memory
-
-    def add(
-        self,
-        jobs: dict[tuple[str, str], float],
-        allocated: Sums,
-        pending: Sums,
-        key: str,
-        partition: str,
-        state: str,
-        flags: tuple[str, ...],
-        whole: bool,
-        sums: list[int],
-    ) -> None:
-        n, cpus, mem, gpus, nodes = sums
-        k = (key, state)
-        jobs[k] = jobs.get(k, 0.0) + n
-        if state == "PENDING":
-            pm = self.node_memory.get(partition) if whole else None
-            _add(pending, key, cpus, nodes * pm if pm else mem, gpus, nodes)
-        elif state in ALLOCATED_JOB_STATES or "COMPLETING" in flags:
-            _add(allocated, key, cpus, mem, gpus, nodes)
 
 
 _JOB_RESOURCE_HELP = {
@@ -355,7 +174,7 @@ def job_families(snap: Snapshot, *, per_account: bool = False, per_user: bool = 
         "a job pending in several partitions counts in each",
         labels=["partition", "state"],
     )
-    counts = dict(agg.jobs)
+    counts = dict(agg.partition.jobs)
     for p in known:  # pending and running always present for known partitions
         counts.setdefault((p, "PENDING"), 0)
         counts.setdefault((p, "RUNNING"), 0)
@@ -371,22 +190,22 @@ def job_families(snap: Snapshot, *, per_account: bool = False, per_user: bool = 
     for (p, r), n in sorted(agg.reasons.items()):
         reasons.add_metric([p, r], float(n))
     yield reasons
-    yield from _resource_families("slurm_jobs", "partition", agg.allocated, agg.pending, known, "partition")
-    for wanted, label, djobs, dalloc, dpend in (
-        (per_account, "account", agg.account_jobs, agg.account_allocated, agg.account_pending),
-        (per_user, "user", agg.user_jobs, agg.user_allocated, agg.user_pending),
-    ):
-        if not wanted:
+    totals = agg.partition
+    yield from _resource_families(
+        "slurm_jobs", "partition", totals.allocated, totals.pending, known, "partition"
+    )
+    for label, by in (("account", agg.account), ("user", agg.user)):
+        if by is None:
             continue
         fam = GaugeMetricFamily(
             f"slurm_{label}_jobs",
             f"Jobs by {label} and base state (lower case); a pending array counts each pending task",
             labels=[label, "state"],
         )
-        for (k, s), n in sorted(djobs.items()):
+        for (k, s), n in sorted(by.jobs.items()):
             fam.add_metric([k, s.lower()], float(n))
         yield fam
-        yield from _resource_families(f"slurm_{label}", label, dalloc, dpend, (), label)
+        yield from _resource_families(f"slurm_{label}", label, by.allocated, by.pending, (), label)
 
 
 # ----------------------------------------------------------------------------------------------- nodes
@@ -760,43 +579,3 @@ def snapshot_families(
         yield from diag_families(snap.diag)
     yield from license_families(snap.licenses)
     yield from reservation_families(snap.reservations)
-
-
-class SnapshotCollector(Collector):
-    """Prometheus collector over a snapshot source; register it in a private registry.
-
-    Cardinality guards (keyword options): ``per_node`` (default on) emits one series per node and
-    per node flag; ``per_user`` / ``per_account`` (default off) add job families by user / account;
-    ``node_reasons`` (default off) adds the drain/down reason of each node as an info series.
-    """
-
-    def __init__(
-        self,
-        snapshot: Callable[[], Snapshot | None],
-        status: Callable[[], PollStatus],
-        clock: Callable[[], float],
-        *,
-        per_node: bool = True,
-        per_user: bool = False,
-        per_account: bool = False,
-        node_reasons: bool = False,
-    ) -> None:
-        self._snapshot = snapshot
-        self._status = status
-        self._clock = clock
-        self._per_node = per_node
-        self._per_user = per_user
-        self._per_account = per_account
-        self._node_reasons = node_reasons
-
-    def collect(self) -> Iterable[Metric]:
-        snap = self._snapshot()
-        yield from health_families(snap, self._status(), self._clock())
-        if snap is not None:
-            yield from snapshot_families(
-                snap,
-                per_node=self._per_node,
-                per_user=self._per_user,
-                per_account=self._per_account,
-                node_reasons=self._node_reasons,
-            )

@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from exporter import collector as col
-from exporter.collector import SnapshotCollector
+from exporter.aggregate import aggregate_jobs
 from exporter.model import MIB, Diag, Job, License, Node, Partition, Reservation, Snapshot
 from exporter.poller import EndpointState, PollStatus
 from exporter.versions import SUPPORTED_VERSIONS, adapter_for
@@ -80,10 +81,21 @@ def ok_status() -> PollStatus:
     return st
 
 
+class _Exposition(Collector):
+    """What /metrics serves for one snapshot and status at :data:`NOW`: health, then the Slurm families."""
+
+    def __init__(self, snap: Snapshot | None, status: PollStatus, flags: dict[str, bool]) -> None:
+        self.snap, self.status, self.flags = snap, status, flags
+
+    def collect(self) -> Any:
+        yield from col.health_families(self.snap, self.status, NOW)
+        if self.snap is not None:
+            yield from col.snapshot_families(self.snap, **self.flags)
+
+
 def registry_for(snap: Snapshot | None, status: PollStatus | None = None, **flags: bool) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
-    st = status if status is not None else ok_status()
-    reg.register(SnapshotCollector(lambda: snap, lambda: st, lambda: NOW, **flags))
+    reg.register(_Exposition(snap, status if status is not None else ok_status(), flags))
     return reg
 
 
@@ -748,14 +760,16 @@ def test_aggregation_equals_naive_rules_on_random_snapshot() -> None:
             )
         )
     snap = Snapshot(taken_at=NOW, api_version="v0.0.45", jobs=tuple(jobs), nodes=nodes)
-    agg = col.aggregate_jobs(snap, per_user=True)
+    agg = aggregate_jobs(snap, per_user=True)
     want = _naive(snap)
-    assert {f"{p}/{s}": v for (p, s), v in agg.jobs.items()} == {k: v[0] for k, v in want["jobs"].items()}
-    assert agg.pending == want["pending"]
-    assert agg.allocated == want["allocated"]
+    got = agg.partition
+    assert {f"{p}/{s}": v for (p, s), v in got.jobs.items()} == {k: v[0] for k, v in want["jobs"].items()}
+    assert got.pending == want["pending"]
+    assert got.allocated == want["allocated"]
     # per user: every record once
-    assert sum(agg.user_jobs.values()) == sum(j.task_count for j in jobs)
-    assert sum(v[0] for v in agg.user_allocated.values()) == sum(v[0] for v in want["allocated"].values())
+    assert agg.user is not None and agg.account is None
+    assert sum(agg.user.jobs.values()) == sum(j.task_count for j in jobs)
+    assert sum(v[0] for v in agg.user.allocated.values()) == sum(v[0] for v in want["allocated"].values())
 
 
 # -------------------------------------------------------------------------------- HELP and promtool
