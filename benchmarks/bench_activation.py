@@ -36,11 +36,10 @@ from pathlib import Path
 import grpc.aio
 from aiohttp import ClientSession, ClientTimeout
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.scale_harness, tests.test_autoscale_live
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 from lab import Lab
-from tests.scale_harness import ScalerFeed, ScalerProcess
-from tests.test_autoscale_live import SCALER_METADATA
+from testkit.scale_harness import SCALER_METADATA, ScalerFeed, ScalerProcess
 
 TARGET_P50 = 1.5
 PROBE_INTERVAL = 0.05

@@ -1,7 +1,7 @@
 """The bridge placing 1,000 pods (single pods and gangs) while 10,000 other jobs wait in Slurm's queue: ours,
 which reads the poller's snapshot, against the Go bridge's approach — list every Slurm job for every pending
 pod on every scheduling attempt — played by the same harness, in one run, on the 26.05 lab and the fake
-Kubernetes API (``tests/fake_kube.py``).
+Kubernetes API (``testkit/fake_kube.py``).
 
 Setup (kept between runs unless ``--clean``): ``--queue`` held jobs (``sbatch -H`` in a loop inside the lab,
 partition ``cpu``, named ``bench-bridge-held``); ``--nodes`` dynamic nodes ``bb-<i>`` of ``--cpus`` CPUs
@@ -44,7 +44,7 @@ from typing import Any
 import msgspec
 from kubernetes_asyncio import client
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.fake_kube, tests.test_fake_kube
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 from bridge.actions import JOB_ID_LABEL, BridgeOptions
 from bridge.controller import Bridge
@@ -59,8 +59,7 @@ from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_fake_kube import TOKEN, write_kubeconfig
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 
 RESERVATION = "bench-bridge"
 HELD = "bench-bridge-held"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import time
@@ -29,6 +28,9 @@ import aiohttp
 from aiohttp import web
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from testkit.tools import free_port  # noqa: E402
+
 DATA = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5"
 MB = 32 << 20
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
@@ -75,12 +77,6 @@ def stand_in(jobs: bytes, polls: list[float], hostile: str = "jobs") -> web.Appl
     app.router.add_get("/openapi/v3", openapi)
     app.router.add_get(r"/slurm/{version}/{endpoint:[a-z]+}{slash:/?}", endpoint)
     return app
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def measure(tree: Path, endpoint: str, body: bytes, seconds: float) -> tuple[int, list[float]]:

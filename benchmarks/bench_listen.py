@@ -22,9 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.conftest import RECORDED  # noqa: E402
-from tests.fake_slurmrestd import FakeSlurmrestd, serve  # noqa: E402
-from tests.scale_harness import free_port  # noqa: E402
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve  # noqa: E402
+from testkit.paths import RECORDED  # noqa: E402
+from testkit.scale_harness import free_port  # noqa: E402
 
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
 

@@ -1,22 +1,14 @@
-"""Shared fixtures: the real Slurm lab plugin, recorded payloads, and a guard against leaked tasks."""
+"""Fixtures of every test: the real Slurm lab plugin (:mod:`testkit.lab_fixtures`) and a guard against
+leaked tasks."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.lab_fixtures"]
-
-RECORDED = Path(__file__).parent / "data" / "recorded"
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-
-
-def recorded_version_dirs() -> list[Path]:
-    """Every ``slurm-<release>/<api version>`` directory the lab recorded."""
-    return sorted(p for p in RECORDED.glob("slurm-*/v0.0.*") if p.is_dir())
+pytest_plugins = ["testkit.lab_fixtures"]
 
 
 @pytest.fixture(autouse=True)

@@ -127,7 +127,7 @@ with the cloud partition cut to p[1-6], it starts all four jobs, the 4-node one 
 ``--mem-per-cpu`` one on p6. The 12 powered-down cloud nodes, not the jobs, let Slurm use 9; so this
 stays a known difference rather than a rule the model copies.
 
-**End to end** (``test_scale_from_zero_runs_the_jobs_and_returns_to_zero``): :mod:`tests.scale_harness`
+**End to end** (``test_scale_from_zero_runs_the_jobs_and_returns_to_zero``): :mod:`testkit.scale_harness`
 plays KEDA (``external-push`` trigger, pollingInterval 1 s, cooldownPeriod 5 s, min 0, max 10), the HPA it
 creates (AverageValue, tolerance 0.1, sync every 1 s, scale-down stabilization 5 s) and the Slinky operator
 (dynamic slurmd nodes ``dyn-<n>``; drain, then delete) around a real ``slurm-keda serve --grpc-listen``
@@ -162,12 +162,15 @@ from exporter.slurmtext import hostlist_expand
 from lab import Lab
 from lab.conf import CLOUD_GPU_COUNT, CLOUD_GPU_NODES, DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
 from lab.power import parse_power_log, resumed_hosts
-from tests.scale_harness import (
+from testkit.scale_harness import (
+    HPA,
+    KEDA,
+    PARTITION,
+    SCALER_METADATA,
     SCRIPT,
     DemandFeed,
     FeedFactory,
     HpaConfig,
-    KedaConfig,
     PendingJobsFeed,
     RunResult,
     ScalerFeed,
@@ -178,7 +181,7 @@ from tests.scale_harness import (
     lab_snapshot,
     run_scenario,
 )
-from tests.tools import eventually
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 
@@ -497,7 +500,6 @@ async def test_oracle_desired_equals_nodes_slurm_resumed(lab26: Lab, mix: Mix) -
 
 # ----------------------------------------------------------------------------- end to end, side by side
 
-PARTITION = "dyn"
 INELIGIBLE = (
     WorkJob("held", "-H -c8"),
     WorkJob("dependent", "-c8 -d afterok:{held}"),
@@ -528,16 +530,6 @@ rather than ``-n``: Slurm may split ``-n8`` over two half-used nodes. The ``quic
 and the sixth would otherwise start both (5 s jobs, ending before ``pair`` could start) on the fifth node,
 leaving ``pair`` a node short — 7 nodes, by the order nodes arrive in rather than by the model. The model
 counts them from the first poll after ``pair`` starts, into the free room of its nodes."""
-KEDA = KedaConfig(polling_interval=1.0, cooldown=5.0, min_replicas=0, max_replicas=10)
-HPA = HpaConfig(sync_period=1.0, tolerance=0.1, metric_type="AverageValue", scale_down_window=5.0)
-SCALER_METADATA = {
-    "partition": PARTITION,
-    "nodeset": DYN_FEATURE,
-    "cpusPerNode": str(NODE_CPUS),
-    "memoryPerNode": str(NODE_MEMORY_MB),
-    "max": str(KEDA.max_replicas),
-}
-"""The external-push trigger's metadata: the dyn NodeSet, its node shape for scale from zero."""
 
 
 def _ours(scaler: ScalerProcess, channel: grpc.aio.Channel) -> DemandFeed:

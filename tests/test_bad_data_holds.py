@@ -27,9 +27,9 @@ from autoscaler.service import DemandService, NoTrustedAnswer, StaticSource, par
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
-from tests.conftest import RECORDED
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
-from tests.tools import recorded_snapshot
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.paths import RECORDED
+from testkit.tools import Clock, recorded_snapshot
 
 DATA = RECORDED / "slurm-26.05.5"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
@@ -91,14 +91,6 @@ def _setup(
         fake.override["jobs"] = json.dumps(doc).encode()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 2_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def _series(families: list[Metric], name: str, target: str) -> float | None:
     for fam in families:
         for s in fam.samples:
@@ -117,7 +109,7 @@ async def _poll(p: Poller, clock: Clock, service: DemandService) -> None:
 @contextlib.asynccontextmanager
 async def polling(fake: FakeSlurmrestd, targets: list[Target]) -> AsyncIterator[Polled]:
     """The real poller on ``fake`` and a demand service over it; polled once."""
-    clock = Clock()
+    clock = Clock(2_000_000.0)
     async with serve(fake) as url:
         client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
         p = Poller(SlurmSession(client), PollerConfig(), clock=clock)

@@ -16,75 +16,13 @@ from bridge.actions import (
     Submit,
     Submitted,
     Waiting,
-    World,
     plan,
 )
-from bridge.pods import decode_node, decode_pod
+from bridge.pods import decode_pod
 from bridge.policy import parse_policy
 from bridge.requests import PREFIX, JobRequest
-from exporter.model import Job, Node, Snapshot
-
-NOW = 1_800_000_000.0
-OPTIONS = BridgeOptions(
-    instance="cluster-a",
-    policy=parse_policy({"namespaces": {"team-a": {"user_id": 1001, "partitions": ["cpu"]}}}),
-)
-
-
-def comment(uid: str, instance: str = "cluster-a") -> str:
-    pods = [{"namespace": "team-a", "name": "p", "uid": uid}]
-    return json.dumps({"slurm-keda": {"instance": instance, "pods": pods}}, separators=(",", ":"))
-
-
-def job(job_id: int, uid: str, state: str = "PENDING", **kw: Any) -> Job:
-    return Job(job_id=job_id, state=state, admin_comment=comment(uid, kw.pop("instance", "cluster-a")), **kw)
-
-
-def snapshot(*jobs: Job, age: float = 1.0, slurm_nodes: tuple[str, ...] = ("c1", "c2", "c3")) -> Snapshot:
-    nodes = tuple(Node(name=n, state="IDLE", partitions=("cpu",)) for n in slurm_nodes)
-    return Snapshot(
-        taken_at=NOW - age,
-        api_version="v0.0.45",
-        jobs=jobs,
-        nodes=nodes,
-        fetched_at={"jobs": NOW - age, "nodes": NOW - age, "partitions": NOW - age},
-    )
-
-
-def pod(
-    uid: str = "u1", *, node: str | None = None, labels: dict[str, str] | None = None, **meta: Any
-) -> Any:
-    doc: dict[str, Any] = {
-        "metadata": {"name": f"p-{uid}", "namespace": "team-a", "uid": uid, "labels": labels or {}, **meta},
-        "spec": {"schedulerName": "slurm-bridge", "containers": [{"name": "m"}]},
-        "status": meta.pop("status", {"phase": "Pending"}),
-    }
-    doc["metadata"].pop("status", None)
-    if node:
-        doc["spec"]["nodeName"] = node
-    return decode_pod(json.dumps(doc))
-
-
-def k8s_node(
-    name: str, *, ready: bool = True, cordoned: bool = False, bridge: bool = True, **labels: str
-) -> Any:
-    doc = {
-        "metadata": {
-            "name": name,
-            "labels": {**({"slurm-keda.io/bridge": "true"} if bridge else {}), **labels},
-        },
-        "spec": {"unschedulable": cordoned},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
-    return decode_node(json.dumps(doc))
-
-
-NODES = [k8s_node("c1"), k8s_node("c2"), k8s_node("c3")]
-
-
-def world(*jobs: Job, pods: list[Any], nodes: list[Any] | None = None, **kw: Any) -> World:
-    snap = kw.pop("snapshot", None) or snapshot(*jobs)
-    return World(snap, pods, NODES if nodes is None else nodes, kw.pop("now", NOW), **kw)
+from exporter.model import Job, Snapshot
+from testkit.builders import NOW, OPTIONS, job, k8s_node, pod, snapshot, world
 
 
 def test_a_new_pod_is_submitted_with_unusable_nodes_excluded() -> None:

@@ -15,8 +15,8 @@ from bridge.pods import decode_pod
 from bridge.policy import parse_policy
 from bridge.requests import PREFIX, JobRequest, parse_admin_comment
 from exporter.model import Job
-from tests.conftest import SHARED
-from tests.test_bridge_actions import NOW, OPTIONS, world
+from testkit.builders import NOW, OPTIONS, world
+from testkit.paths import SHARED
 
 LWS = "leaderworkerset.sigs.k8s.io/"
 
@@ -227,7 +227,7 @@ def test_a_running_gang_binds_rank_r_to_the_rth_node_of_slurms_host_list() -> No
 
 
 def test_a_gang_placed_on_an_unusable_node_is_cancelled_once() -> None:
-    from tests.test_bridge_actions import k8s_node
+    from testkit.builders import k8s_node
 
     j = gang_job(7, ["uid-w-0", "uid-w-1"], "RUNNING", nodes="c[1-2]")
     nodes = [k8s_node("c1"), k8s_node("c2", cordoned=True)]

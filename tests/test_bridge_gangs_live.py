@@ -18,28 +18,29 @@ from typing import Any
 
 import pytest
 
-from bridge.actions import JOB_ID_LABEL, NODES_ANNOTATION, RANK_ANNOTATION, SLURM_NODE_ANNOTATION
-from bridge.requests import PREFIX
+from bridge.actions import NODES_ANNOTATION, RANK_ANNOTATION, SLURM_NODE_ANNOTATION
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
-from tests.fake_kube import FakeKube
-from tests.test_bridge_lab import reserved_nodes
-from tests.test_bridge_live import bridge_pod, running_bridge, squeue
-from tests.tools import eventually
+from testkit.bridge_lab import (
+    RESERVATION,
+    all_bound,
+    bridge_pod,
+    finish,
+    gang_pod,
+    job_of,
+    placed,
+    reserved_nodes,
+    running_bridge,
+    squeue,
+)
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
 
-RESERVATION = "gang-e2e"
 NODES = ["gang-1", "gang-2", "gang-3"]
 LWS = "leaderworkerset.sigs.k8s.io/"
 POLICY = {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [RESERVATION]}}}
-
-
-def gang_pod(name: str, group: str, size: int) -> dict[str, Any]:
-    p = bridge_pod(name, RESERVATION)
-    p["metadata"]["annotations"] |= {PREFIX + "group": group, PREFIX + "group-size": str(size)}
-    return p
 
 
 def lws_pod(worker: int, size: int = 3) -> dict[str, Any]:
@@ -58,29 +59,6 @@ def pod_group_pod(name: str) -> dict[str, Any]:
     p = bridge_pod(name, RESERVATION)
     p["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "train"}
     return p
-
-
-def placed(fake: FakeKube, name: str) -> dict[str, Any] | None:
-    p = fake.get("pods", "team-a", name)
-    return p if p is not None and p["spec"].get("nodeName") else None
-
-
-async def all_bound(fake: FakeKube, names: list[str], what: str) -> list[dict[str, Any]]:
-    def ready() -> list[dict[str, Any]] | None:
-        pods = [placed(fake, n) for n in names]
-        return pods if all(pods) else None  # type: ignore[return-value]
-
-    return await eventually(ready, 60.0, what, 0.2)
-
-
-def finish(fake: FakeKube, names: list[str]) -> None:
-    """The pods' containers exit 0 (what the kubelet would report)."""
-    for name in names:
-        fake.update("pods", "team-a", name, {"status": {"phase": "Succeeded"}})
-
-
-def job_of(pod: dict[str, Any]) -> str:
-    return str(pod["metadata"]["labels"][JOB_ID_LABEL])
 
 
 def assert_rank_order(lab: Lab, pods: list[dict[str, Any]]) -> None:

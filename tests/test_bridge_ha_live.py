@@ -15,13 +15,19 @@ import aiohttp
 import pytest
 
 from lab import Lab
-from tests.fake_kube import FakeKube, serve_kube
-from tests.scale_harness import metric_sample
-from tests.test_bridge_gangs_live import all_bound, finish, gang_pod, job_of
-from tests.test_bridge_lab import reserved_nodes
-from tests.test_bridge_live import bridge_process, k8s_node, squeue
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.tools import eventually
+from testkit.bridge_lab import (
+    all_bound,
+    bridge_process,
+    finish,
+    gang_pod,
+    job_of,
+    k8s_node,
+    reserved_nodes,
+    squeue,
+)
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.scale_harness import metric_sample
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 

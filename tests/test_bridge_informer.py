@@ -15,10 +15,9 @@ from kubernetes_asyncio import client
 from bridge.informer import Informer
 from bridge.kube import Kube, load_configuration
 from bridge.pods import Pod, PodGroup
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_bridge_kube import pod
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.tools import eventually
+from testkit.builders import pod_doc as pod
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.tools import eventually
 
 
 async def _no_sleep(_: float) -> None:

@@ -7,15 +7,14 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes_asyncio import client
 
 from bridge.kube import Gone, Kube, KubeError, load_configuration
 from bridge.pods import Pod, created_at, decode_pod
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_fake_kube import TOKEN, write_kubeconfig
+from testkit.builders import pod_doc as pod
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 
 
 @pytest.fixture
@@ -27,20 +26,13 @@ async def kube(tmp_path: Path) -> AsyncIterator[tuple[FakeKube, Kube]]:
             yield fake, Kube(api)
 
 
-def pod(name: str, scheduler: str = "slurm-bridge", ns: str = "team-a") -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"schedulerName": scheduler, "containers": [{"name": "m", "image": "busybox"}]},
-    }
-
-
 async def test_list_and_watch_only_the_bridges_pods(kube: tuple[FakeKube, Kube]) -> None:
     fake, k = kube
     fake.put("pods", pod("a"))
     fake.put("pods", pod("other", scheduler="default-scheduler"))
     pods, rv = await k.list_pods("slurm-bridge")
     assert [p.metadata.name for p in pods] == ["a"]
-    fake.put("pods", pod("b", ns="team-b"))
+    fake.put("pods", pod("b", "team-b"))
     fake.update("pods", "team-a", "a", {"metadata": {"labels": {"x": "1"}}})
     events = [(kind, p.key) async for kind, p in k.watch_pods("slurm-bridge", rv, timeout=1)]
     assert events == [("ADDED", "team-b/b"), ("MODIFIED", "team-a/a")]

@@ -7,10 +7,6 @@ reservation on it that the placeholder names (other queued jobs cannot take the 
 
 from __future__ import annotations
 
-import contextlib
-import time
-from collections.abc import Iterator
-
 import pytest
 
 from bridge.requests import JobRequest, parse_admin_comment
@@ -20,66 +16,13 @@ from exporter.errors import SlurmError
 from exporter.model import Job
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
-from lab import Lab, LabError
-from tests.tools import eventually
+from lab import Lab
+from testkit.bridge_lab import reserved_node
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 
 INSTANCE = "lab-test"
-
-
-def clear_node(lab: Lab, name: str, *, must_exist: bool, reservation: str | None = None) -> None:
-    """Cancel the jobs on ``name`` (a busy node cannot be deleted), drop its reservation (by default named
-    as the node), remove it."""
-    lab.run(["scancel", "-w", name], check=False)
-    for _ in range(60):
-        if not lab.run(["squeue", "-h", "-w", name], check=False).strip():
-            break
-        time.sleep(0.5)
-    lab.run(["scontrol", "delete", f"ReservationName={reservation or name}"], check=False)
-    try:
-        lab.remove_node(name)
-    except LabError:
-        if must_exist:
-            raise
-
-
-@contextlib.contextmanager
-def reserved_node(lab: Lab, name: str) -> Iterator[str]:
-    """A new dynamic node (partition ``dyn``, 2 CPUs) under a reservation of the same name."""
-    with reserved_nodes(lab, [name], name):
-        yield name
-
-
-@contextlib.contextmanager
-def reserved_nodes(lab: Lab, names: list[str], reservation: str) -> Iterator[list[str]]:
-    """New dynamic nodes (partition ``dyn``, 2 CPUs each) under one reservation (leftovers of an
-    interrupted run are cleared first). Right after they register, slurmctld may still call a node busy
-    ("Requested nodes are busy") for a moment: retried."""
-    lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
-    for name in names:
-        clear_node(lab, name, must_exist=False)
-    added = []
-    try:
-        for name in names:
-            lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
-            added.append(name)
-        create = [
-            *("scontrol", "create", "reservation", f"ReservationName={reservation}"),
-            *(f"Nodes={','.join(names)}", "Users=root", "StartTime=now", "Duration=30"),
-        ]
-        for attempt in range(20):
-            result = lab.run_raw(create)
-            if result.returncode == 0:
-                break
-            assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
-            time.sleep(0.5)
-        yield names
-    finally:
-        # the jobs first: slurmctld refuses to delete a reservation with jobs, and a node in a reservation
-        lab.run(["scancel", f"--reservation={reservation}"], check=False)
-        for name in added:
-            clear_node(lab, name, must_exist=True, reservation=reservation)
 
 
 def request(uid: str, **kw: object) -> JobRequest:

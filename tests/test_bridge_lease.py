@@ -14,9 +14,8 @@ from kubernetes_asyncio import client
 
 from bridge.kube import Kube, load_configuration
 from bridge.lease import LeaderElector, LeaseOptions
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.tools import eventually
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.tools import eventually
 
 PREFIX = "coordination.k8s.io/v1"
 

@@ -12,98 +12,29 @@ tests' jobs cannot take it); the pod names the reservation by annotation, as the
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio import client
 
-from bridge.actions import JOB_ID_LABEL, SLURM_NODE_ANNOTATION, BridgeOptions
-from bridge.controller import Bridge
-from bridge.kube import Kube, load_configuration
-from bridge.policy import parse_policy
+from bridge.actions import JOB_ID_LABEL, SLURM_NODE_ANNOTATION
 from bridge.requests import PREFIX
-from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
-from exporter.session import SlurmSession
 from lab import Lab
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_bridge_lab import reserved_node
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.tools import eventually
+from testkit.bridge_lab import (
+    NODE,
+    bridge_pod,
+    bridge_process,
+    k8s_node,
+    reserved_node,
+    running_bridge,
+    squeue,
+)
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
-
-NODE = "bridge-e2e"
-
-
-def k8s_node(name: str) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-
-
-def bridge_pod(name: str, reservation: str | None = NODE) -> dict[str, Any]:
-    annotations = {PREFIX + "reservation": reservation} if reservation else {}
-    return {
-        "metadata": {"name": name, "namespace": "team-a", "annotations": annotations},
-        "spec": {
-            "schedulerName": "slurm-bridge",
-            "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "1"}}}],
-        },
-    }
-
-
-@contextlib.asynccontextmanager
-async def running_bridge(
-    lab: Lab,
-    version: str,
-    tmp_path: Path,
-    *,
-    policy: dict[str, Any] | None = None,
-    nodes: tuple[str, ...] = (NODE,),
-    fake: FakeKube | None = None,
-    terminating_grace: float = 30.0,
-    bind_deadline: float = 300.0,
-) -> AsyncIterator[tuple[FakeKube, Bridge]]:
-    """A bridge with its own poller on ``lab``, against ``fake`` (by default a new one holding ``nodes``)."""
-    if fake is None:
-        fake = FakeKube(token=TOKEN)
-        for name in nodes:
-            fake.put("nodes", k8s_node(name))
-    doc = policy or {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [NODE]}}}
-    options = BridgeOptions(
-        instance=f"live-{tmp_path.name}",
-        policy=parse_policy(doc),
-        terminating_grace=terminating_grace,
-        bind_deadline=bind_deadline,
-    )
-    async with serve_kube(fake) as url:
-        cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
-        slurm = SlurmClient(ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file)))
-        async with client.ApiClient(cfg) as api, slurm:
-            session = SlurmSession(slurm, api_version=version)
-            poller = Poller(session, PollerConfig(interval=1.0))
-            bridge = Bridge(poller, session, Kube(api), options)
-            tasks = [
-                asyncio.create_task(poller.run(), name="poller"),
-                asyncio.create_task(bridge.run(), name="bridge"),
-            ]
-            try:
-                yield fake, bridge
-            finally:
-                for t in tasks:
-                    t.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def squeue(lab: Lab, job_id: str) -> str:
-    return lab.run(["squeue", "-h", "-j", job_id, "-o", "%i|%T|%N"], check=False).strip()
 
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
@@ -169,7 +100,7 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
 
     import aiohttp
 
-    from tests.tools import promtool_path
+    from testkit.tools import promtool_path
 
     fake = FakeKube(token=TOKEN)
     fake.put("nodes", k8s_node(NODE))
@@ -200,40 +131,6 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
                 job_id = fake.get("pods", "team-a", "console")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
                 fake.remove("pods", "team-a", "console")
                 await eventually(lambda: squeue(lab_2605, job_id) == "", 30.0, "the job to be cancelled", 0.5)
-
-
-@contextlib.asynccontextmanager
-async def bridge_process(
-    lab: Lab, tmp_path: Path, kubeconfig: Path, reservation: str, *flags: str, name: str = "bridge"
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
-    """``slurm-keda bridge`` (the console script) on ``lab`` with a policy letting team-a's pods into
-    partition dyn and ``reservation``; its log in ``tmp_path/<name>.log``; yields it and its HTTP port."""
-    import sys
-
-    from tests.scale_harness import free_port
-
-    policy = tmp_path / f"{name}-policy.yaml"
-    policy.write_text(
-        f"namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n    reservations: [{reservation}]\n"
-    )
-    port = free_port()
-    with open(tmp_path / f"{name}.log", "wb") as log_file:
-        proc = await asyncio.create_subprocess_exec(
-            str(Path(sys.executable).parent / "slurm-keda"),
-            "bridge",
-            *("--slurmrestd-url", lab.url, "--token-file", str(lab.token_file)),
-            *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig), "--poll-interval", "1"),
-            *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
-            *flags,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=log_file,
-        )
-        try:
-            yield proc, port
-        finally:
-            if proc.returncode is None:
-                proc.terminate()
-                await asyncio.wait_for(proc.wait(), 15)
 
 
 def pod_with(

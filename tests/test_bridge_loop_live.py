@@ -1,7 +1,7 @@
 """The loop closed: a bridge pod pending on a NodeSet at zero is a Slurm job like any other. One
 ``slurm-keda serve --bridge --grpc-listen`` process (the real console script) polls the 26.05 lab, answers
 KEDA's external scaler protocol and runs the bridge against the fake Kubernetes API; the autoscale harness
-plays KEDA, the HPA and Slinky's NodeSet operator around it (``tests/scale_harness.py``). The operator's
+plays KEDA, the HPA and Slinky's NodeSet operator around it (``testkit/scale_harness.py``). The operator's
 Kubernetes node for each slurmd exists before that slurmd registers, labelled with its Slurm node name, as
 a Slinky slurmd pod runs on a node that exists.
 
@@ -20,12 +20,20 @@ import pytest
 
 from bridge.actions import JOB_ID_LABEL, SLINKY_NODE_LABEL
 from lab import Lab
-from tests.fake_kube import FakeKube, serve_kube
-from tests.scale_harness import SCRIPT, Autoscaler, NodeSetOperator, ScalerFeed, ScalerProcess
-from tests.test_autoscale_live import HPA, KEDA, PARTITION, SCALER_METADATA
-from tests.test_bridge_live import bridge_pod, squeue
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.tools import eventually
+from testkit.bridge_lab import bridge_pod, squeue
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.scale_harness import (
+    HPA,
+    KEDA,
+    PARTITION,
+    SCALER_METADATA,
+    SCRIPT,
+    Autoscaler,
+    NodeSetOperator,
+    ScalerFeed,
+    ScalerProcess,
+)
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 

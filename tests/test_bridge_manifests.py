@@ -12,11 +12,11 @@ from kubernetes_asyncio import client
 from bridge.kube import Kube, load_configuration
 from bridge.lease import LeaderElector, LeaseOptions
 from bridge.policy import parse_policy
-from tests.fake_kube import FakeKube, serve_kube
-from tests.test_bridge_kube import pod
-from tests.test_fake_kube import TOKEN, write_kubeconfig
+from testkit.builders import pod_doc as pod
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.paths import ROOT
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "components" / "bridge"
+DEPLOY = ROOT / "deploy" / "components" / "bridge"
 
 
 def granted() -> set[tuple[str, str, str, str]]:

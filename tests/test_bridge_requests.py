@@ -19,7 +19,8 @@ from bridge.policy import Policy, PolicyError, load_policy, parse_policy
 from bridge.requests import PREFIX, JobRequest, Refusal, admit, parse_admin_comment
 from bridge.slurm import parse_submit_answer
 from exporter.errors import ShapeError, SlurmReportedError
-from tests.conftest import SHARED
+from testkit.builders import pod_doc
+from testkit.paths import SHARED
 
 POLICY = parse_policy(
     {
@@ -47,22 +48,17 @@ def pod(
     containers: list[dict[str, Any]] | None = None,
     **spec: Any,
 ) -> Any:
-    doc = {
-        "metadata": {
-            "name": "trainer-0",
-            "namespace": namespace,
-            "uid": "5c1e-uid",
-            "annotations": annotations or {},
-            "labels": labels or {},
-        },
-        "spec": {
-            "schedulerName": "slurm-bridge",
-            "containers": containers
-            if containers is not None
-            else [{"name": "main", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}],
-            **spec,
-        },
-    }
+    if containers is None:
+        containers = [{"name": "main", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}]
+    doc = pod_doc(
+        "trainer-0",
+        namespace,
+        uid="5c1e-uid",
+        annotations=annotations or {},
+        labels=labels or {},
+        containers=containers,
+        spec=spec,
+    )
     return decode_pod(json.dumps(doc))
 
 

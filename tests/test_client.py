@@ -19,21 +19,18 @@ from exporter.client import (
     choose_version,
     versions_from_openapi,
 )
-from tests.conftest import RECORDED
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
-from tests.loopback import RawServer
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.loopback import RawServer
+from testkit.paths import RECORDED
+from testkit.tools import no_sleep
 
 DATA = RECORDED / "slurm-26.05.5"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
 
 
-async def _no_sleep(_: float) -> None:
-    return None
-
-
 def _client(url: str, **kw: object) -> SlurmClient:
     cfg = ClientConfig(base_url=url, token=TokenSource(token="good-token"), **kw)  # type: ignore[arg-type]
-    return SlurmClient(cfg, sleep=_no_sleep)
+    return SlurmClient(cfg, sleep=no_sleep)
 
 
 def _free_port() -> int:
@@ -174,7 +171,7 @@ async def test_401_rereads_token_file_once(tmp_path: Path) -> None:
     fake = FakeSlurmrestd(DATA, token="good-token")
     async with serve(fake) as url:
         cfg = ClientConfig(base_url=url, token=TokenSource(token_file=token_file))
-        async with SlurmClient(cfg, sleep=_no_sleep) as c:
+        async with SlurmClient(cfg, sleep=no_sleep) as c:
             token_file.write_text("old-token\n")  # unchanged content: 401 surfaces after one re-read
             with pytest.raises(errors.AuthError, match="Authentication failure"):
                 await c.get("/slurm/v0.0.45/ping/", endpoint="ping")
@@ -272,7 +269,7 @@ async def test_a_doubled_511_is_a_refused_token_and_the_token_file_is_reread(tmp
     )  # the Secret rotates
     async with server as url:
         cfg = ClientConfig(base_url=url, token=TokenSource(token_file=token_file), retries=0)
-        async with SlurmClient(cfg, sleep=_no_sleep) as c:
+        async with SlurmClient(cfg, sleep=no_sleep) as c:
             with pytest.raises(errors.AuthError) as err:
                 await c.get("/slurm/v0.0.45/nodes/", endpoint="nodes")
     assert err.value.kind == "http_511" and err.value.status == 511

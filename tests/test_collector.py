@@ -27,9 +27,10 @@ from exporter.aggregate import aggregate_jobs
 from exporter.model import MIB, Diag, Job, License, Node, Partition, Reservation, Snapshot
 from exporter.poller import EndpointState, PollStatus
 from exporter.versions import SUPPORTED_VERSIONS, adapter_for
-from tests.tools import promtool_path
+from testkit.paths import ROOT
+from testkit.tools import promtool_path
 
-RECORDED = Path(__file__).parent / "data" / "recorded"
+RECORDED = ROOT / "tests" / "data" / "recorded"
 VERSION_DIRS = sorted(
     d for d in RECORDED.glob("slurm-*/v0.0.*") if d.name in SUPPORTED_VERSIONS and (d / "jobs.json").is_file()
 )

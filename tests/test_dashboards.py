@@ -14,10 +14,9 @@ from dashboards.build import generated, stale
 from dashboards.definitions import DASHBOARDS
 from dashboards.render import Window, interpolate, legend, queries, repeat_queries
 from exporter.collector import snapshot_families
-from tests.test_service import RECORDED_2605
-from tests.tools import recorded_snapshot
+from testkit.paths import RECORDED_2605, ROOT
+from testkit.tools import recorded_snapshot
 
-ROOT = Path(__file__).parent.parent
 FILES = sorted((ROOT / "dashboards").glob("*.json"))
 COMMON_VARIABLES = ("cluster", "job", "instance")
 FOREIGN = ("keda_", "kube_", "scrape_", "up")

@@ -26,16 +26,15 @@ import pytest
 from dashboards.render import Window, load, queries, repeat_queries
 from dashboards.rules import ALERTS, RECORDS
 from lab import Lab
-from tests.fake_kube import FakeKube, serve_kube
-from tests.scale_harness import ScalerProcess
-from tests.test_bridge_kube import pod
-from tests.test_fake_kube import TOKEN, write_kubeconfig
-from tests.test_metrics_live import PROMETHEUS, need_binary, start_prometheus
-from tests.tools import eventually
+from testkit.builders import pod_doc as pod
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.paths import ROOT
+from testkit.prometheus import PROMETHEUS, need_binary, start_prometheus
+from testkit.scale_harness import ScalerProcess
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 
-ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ("slurm-overview", "slurm-autoscaling", "slurm-scheduler", "slurm-keda-health")
 CLUSTER = "lab2605"
 TARGETS = (
@@ -118,7 +117,7 @@ async def test_dashboards_and_rules_on_a_real_prometheus(
     policy = tmp_path / "policy.yaml"
     policy.write_text("namespaces:\n  team-a:\n    user_id: 0\n    partitions: [dyn]\n")
     fake = FakeKube(token=TOKEN)
-    fake.put("pods", pod("outsider", ns="team-z"))  # no policy for team-z: refused, never submitted
+    fake.put("pods", pod("outsider", "team-z"))  # no policy for team-z: refused, never submitted
     async with serve_kube(fake) as kube_url:
         flags = [
             *("--autoscaler-targets-file", str(targets), "--metrics-per-user", "--metrics-per-account"),

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import random
-from pathlib import Path
 from typing import Any, get_args
 
 import msgspec
@@ -24,9 +23,10 @@ from autoscaler.reasons import Eligibility, classify, normalize
 from autoscaler.report import misfit_text
 from exporter.model import MIB, Job, Node, Partition, Snapshot
 from exporter.slurmtext import hostlist_expand
-from tests.tools import recorded_snapshot
+from testkit.paths import ROOT
+from testkit.tools import recorded_snapshot
 
-RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
+RECORDED_2605 = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 
 

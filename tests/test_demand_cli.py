@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.paths import ROOT
 
-DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
+DATA = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
 

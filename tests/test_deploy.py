@@ -18,9 +18,9 @@ import yaml
 
 from autoscaler.targets import load_targets_file
 from slurm_keda.settings import ENV_PREFIX, OPTIONS
-from tests.test_keda_manifests import SCHEMAS, schema_for
+from testkit.paths import ROOT
+from testkit.schemas import SCHEMAS, schema_for
 
-ROOT = Path(__file__).resolve().parents[1]
 OVERLAYS = ("exporter", "autoscaler", "all")
 KUBERNETES = "1.31.0"
 CRDS = {

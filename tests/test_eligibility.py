@@ -5,7 +5,6 @@ verdict on the same jobs."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,9 +14,10 @@ from autoscaler.eligibility import CLOCK_SLACK, Bars, dependency_reason, settled
 from autoscaler.reasons import Eligibility, classify
 from autoscaler.report import explain
 from exporter.model import MIB, Diag, Job, License, Partition, Reservation, Snapshot
-from tests.tools import recorded_snapshot
+from testkit.paths import ROOT
+from testkit.tools import recorded_snapshot
 
-WINDOW_2605 = Path(__file__).parent / "data" / "recorded" / "window-26.05.5" / "v0.0.45"
+WINDOW_2605 = ROOT / "tests" / "data" / "recorded" / "window-26.05.5" / "v0.0.45"
 NOW = 1_000_000.0
 
 

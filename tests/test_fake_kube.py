@@ -1,4 +1,4 @@
-"""The fake Kubernetes API server (tests/fake_kube.py) behaves as the bridge needs, seen through the real
+"""The fake Kubernetes API server (testkit/fake_kube.py) behaves as the bridge needs, seen through the real
 client library (kubernetes_asyncio, configured from a kubeconfig file as the bridge is)."""
 
 from __future__ import annotations
@@ -13,22 +13,8 @@ import pytest
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
-from tests.fake_kube import FakeKube, serve_kube
-
-TOKEN = "kube-test-token"
-
-
-def write_kubeconfig(path: Path, url: str, token: str = TOKEN) -> Path:
-    doc = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "fake", "cluster": {"server": url}}],
-        "users": [{"name": "bridge", "user": {"token": token}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bridge"}}],
-        "current-context": "fake",
-    }
-    path.write_text(json.dumps(doc))
-    return path
+from testkit.builders import pod_doc
+from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 
 
 @pytest.fixture
@@ -44,12 +30,7 @@ async def kube(tmp_path: Path) -> AsyncIterator[tuple[FakeKube, client.CoreV1Api
 
 
 def pod(name: str, ns: str = "team-a", **labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": ns, "labels": labels},
-        "spec": {"schedulerName": "slurm-bridge", "containers": [{"name": "main", "image": "busybox"}]},
-    }
+    return pod_doc(name, ns, labels=labels)
 
 
 async def raw_list(api: client.CoreV1Api, **kw: Any) -> dict[str, Any]:

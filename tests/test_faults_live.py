@@ -2,7 +2,7 @@
 the error counters and the scaler's answer do, and how fast ``serve`` recovers once the fault ends.
 
 One ``serve`` (1 s polls, ``slurm_up`` 0 past 4 s of data age, demand flagged stale past 4 s) reads the
-lab through :class:`tests.fault_proxy.FaultProxy`. A job pending on the zero-node ``dyn`` partition keeps
+lab through :class:`testkit.fault_proxy.FaultProxy`. A job pending on the zero-node ``dyn`` partition keeps
 the ``dyn`` target's desired nodes at a known non-zero value. For each fault: ``slurm_up`` must reach 0,
 the fault's error kind must be counted, the desired value (on /metrics and through KEDA's gRPC protocol)
 must hold and be flagged stale; after the fault ends ``slurm_up`` must be 1 again within two poll
@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 
 from lab import Lab
-from tests.fault_proxy import FaultProxy
-from tests.keda_client import connect
-from tests.loopback import RawServer
-from tests.scale_harness import ScalerProcess, metric_sample
-from tests.tools import eventually
+from testkit.fault_proxy import FaultProxy
+from testkit.keda import connect
+from testkit.loopback import RawServer
+from testkit.scale_harness import ScalerProcess, metric_sample
+from testkit.tools import eventually
 
 pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Fault:
     expected_kind: str
     """The ``kind`` label counted on ``slurm_exporter_poll_errors_total{endpoint="jobs"}``."""
     proxy: str | None = None
-    """A :data:`tests.fault_proxy.FAULTS` name, or None for a daemon stopped with SIGSTOP."""
+    """A :data:`testkit.fault_proxy.FAULTS` name, or None for a daemon stopped with SIGSTOP."""
     only: str | None = None
     daemon: str | None = None
 

@@ -73,7 +73,7 @@ async def test_the_client_reads_the_first_of_two_answers_however_they_arrive(
 ) -> None:
     from exporter import errors
     from exporter.client import ClientConfig, SlurmClient, TokenSource
-    from tests.loopback import RawServer
+    from testkit.loopback import RawServer
 
     body = (
         b'{"errors": [{"description": "Failure to query nodes", "error": "Protocol authentication error"}]}'

@@ -28,9 +28,8 @@ from exporter.model import Snapshot
 from exporter.validate import check_jobs, check_nodes
 from exporter.versions import adapter_for
 from exporter.webconfig import load_web_config
-from tests.conftest import recorded_version_dirs
-from tests.test_jsonsplit import decode_to_dicts
-from tests.tools import recorded_snapshot
+from testkit.paths import recorded_version_dirs
+from testkit.tools import decode_to_dicts, recorded_snapshot
 
 EXAMPLES = {
     "mutated answers": 120,  # x 6 endpoints x 8 recorded API versions = 5,760

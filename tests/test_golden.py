@@ -35,11 +35,12 @@ from exporter.model import Snapshot
 from exporter.poller import EndpointState, PollStatus
 from exporter.server import make_app
 from exporter.versions import SUPPORTED_VERSIONS
-from tests.keda_client import connect
-from tests.tools import recorded_snapshot, serve_app
+from testkit.keda import connect
+from testkit.paths import ROOT
+from testkit.tools import recorded_snapshot, serve_app
 
-RECORDED = Path(__file__).parent / "data" / "recorded"
-GOLDEN = Path(__file__).parent / "data" / "golden"
+RECORDED = ROOT / "tests" / "data" / "recorded"
+GOLDEN = ROOT / "tests" / "data" / "golden"
 VERSION_DIRS = sorted(
     d for d in RECORDED.glob("*/v0.0.*") if d.name in SUPPORTED_VERSIONS and (d / "jobs.json").is_file()
 )

@@ -35,12 +35,12 @@ from autoscaler.grpc_scaler import (
 )
 from autoscaler.service import DemandService
 from exporter.model import MIB, Job, Node, Partition, Snapshot
-from tests.grpc_certs import PKI, have_openssl, make_pki
-from tests.keda_client import TIMEOUT, connect
-from tests.tools import SnapshotFeed, eventually, recorded_snapshot
+from testkit.keda import TIMEOUT, connect
+from testkit.paths import ROOT
+from testkit.pki import PKI, have_openssl, make_pki
+from testkit.tools import SnapshotFeed, eventually, recorded_snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
-RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
+RECORDED_2605 = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 EOF = grpc.aio.EOF  # type: ignore[attr-defined]  # missing in grpc-stubs
 """Seconds any one client call may take: a hang fails the test instead of stalling the run."""

@@ -6,24 +6,12 @@ import json
 import random
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from exporter.errors import NotJSONError, TooLargeError, TruncatedError
 from exporter.jsonsplit import StreamingArrayDecoder, decode_whole
-from tests.conftest import recorded_version_dirs
-
-_RAW = msgspec.json.Decoder(list[msgspec.Raw])
-
-
-def decode_to_dicts(batch: bytes) -> list[object]:
-    """A decoder with the contract the adapters follow: typed errors for non-arrays."""
-    try:
-        return [json.loads(bytes(r)) for r in _RAW.decode(batch)]
-    except msgspec.DecodeError as e:
-        if "truncated" in str(e):
-            raise TruncatedError(str(e)) from None
-        raise NotJSONError(str(e)) from None
+from testkit.paths import recorded_version_dirs
+from testkit.tools import decode_to_dicts
 
 
 def stream(

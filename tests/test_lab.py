@@ -20,7 +20,7 @@ from lab.conf import LabConfig, Ports, cgroup_conf, slurm_conf
 from lab.control import ENV_MARKER, api_versions_from_openapi
 from lab.demo import DEMO_JOBS
 from lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
-from tests.lab_fixtures import LabEndpoint
+from testkit.lab_fixtures import LabEndpoint
 
 pytestmark = pytest.mark.lab
 

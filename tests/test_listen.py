@@ -16,8 +16,8 @@ from aiohttp import web
 
 from exporter.listen import ConnectionGuard, ListenLimits, LoopErrorLimiter, fitting_limits
 from exporter.server import GUARD, make_app, start
-from tests.test_server import Served, get, served, value
-from tests.tools import eventually
+from testkit.served import Served, get, served, value
+from testkit.tools import eventually
 
 REQUEST = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"
 

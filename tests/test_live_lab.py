@@ -2,10 +2,10 @@
 against what Slurm's own tools (squeue, sinfo, scontrol) say at the same moment.
 
 Every (lab flavor, API version) the labs serve is covered: 24.11 → v0.0.40–v0.0.42, 26.05 → v0.0.42–v0.0.45,
-and host → v0.0.38 (Debian 12's Slurm 22.05; only where its packages are installed: tests/lab_fixtures.py).
+and host → v0.0.38 (Debian 12's Slurm 22.05; only where its packages are installed: testkit/lab_fixtures.py).
 One *sample* = the CLI views, one poll, the CLI views again; a sample whose before and after views differ
 (the workload moved during the poll) is retried a few times, immediately. Comparisons live in
-``tests/lab_compare.py`` and collect every mismatch so a failure lists all of them.
+``testkit/lab_compare.py`` and collect every mismatch so a failure lists all of them.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from lab.record import (
     SQUEUE_FIELDS,
     parse_pipe,
 )
-from tests.lab_compare import (
+from testkit.lab_compare import (
     SQUEUE,
     CliView,
     Diffs,
@@ -44,7 +44,7 @@ from tests.lab_compare import (
     compare_partitions,
     mb_to_bytes,
 )
-from tests.lab_fixtures import HOST_INSTALLED
+from testkit.lab_fixtures import HOST_INSTALLED
 
 pytestmark = pytest.mark.lab
 

@@ -12,32 +12,27 @@
 One *sample* = the CLI views, a scrape whose snapshot was fetched after the first view began, the CLI views
 again; the figures the views imply must be equal before and after (else the workload moved: the sample is
 retried, a bounded number of times, immediately). Parsing of the tools' output is shared with
-``tests/test_live_lab.py`` (``lab.record``, ``tests.lab_compare``); the expected figures below are
+``tests/test_live_lab.py`` (``lab.record``, ``testkit.lab_compare``); the expected figures below are
 derived from the tools only, never from the snapshot.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import socket
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lab import Lab, LabError
-from tests.lab_compare import (
+from testkit.lab_compare import (
     DERIVED_NODE_FLAGS,
     JOB_FLAG_PRECEDENCE,
     CliView,
@@ -51,17 +46,23 @@ from tests.lab_compare import (
     time_limit_seconds,
     tres_per_node_gpus,
 )
-from tests.lab_fixtures import require_lab
+from testkit.prometheus import (
+    PROMETHEUS,
+    Labels,
+    Proc,
+    Prometheus,
+    http_get,
+    need_binary,
+    start_prometheus,
+)
+from testkit.tools import free_port
 
 LABS = [pytest.param("24.11", id="slurm24.11"), pytest.param("26.05", id="slurm26.05")]
 SAMPLE_ATTEMPTS = 5
 FRESH_SCRAPE_TIMEOUT = 10.0
 """Seconds to wait for a snapshot fetched after a sample began (serve polls every second)."""
 START_TIMEOUT = 20.0
-PROMETHEUS_UP_TIMEOUT = 30.0
-STOP_TIMEOUT = 5.0
 PROMTOOL = Path("/usr/bin/promtool")
-PROMETHEUS = Path("/usr/bin/prometheus")
 
 BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED"})
 ALLOCATED_JOB_STATES = frozenset({"RUNNING", "SUSPENDED"})
@@ -70,7 +71,6 @@ CLI_WORD_BASE_STATE = {"CONFIGURING": "RUNNING"}
 (COMPLETING, REQUEUED, ...) hide the base state: a sample showing one is retried."""
 FRESH_ENDPOINTS = ("jobs", "nodes", "partitions")
 
-Labels = tuple[tuple[str, str], ...]
 Values = dict[str, dict[Labels, float]]
 """Sample name → {sorted labels → value}."""
 
@@ -86,78 +86,9 @@ def fmt_series(name: str, labels: Labels) -> str:
 # ----- processes and HTTP ---------------------------------------------------------------------------------
 
 
-def need_binary(path: Path) -> None:
-    """Skip when a tool is missing, or fail under ``SLURM_KEDA_REQUIRE_LAB=1``."""
-    if path.exists():
-        return
-    if require_lab():
-        pytest.fail(f"{path} is required (SLURM_KEDA_REQUIRE_LAB=1): apt-get install -y prometheus")
-    pytest.skip(f"{path} not installed (apt-get install -y prometheus)")
-
-
 def console_script() -> list[str]:
     script = Path(sys.executable).parent / "slurm-keda"
     return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_keda.cli"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> tuple[int, str]:
-    """(status, body); status 0 when nothing answers."""
-    req = urllib.request.Request(url, headers=dict(headers or {}))
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as e:
-        with e:
-            return e.code, e.read().decode()
-    except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
-        return 0, str(e)
-
-
-@dataclass
-class Proc:
-    """A child process whose output goes to a log file; ``stop`` always reaps it."""
-
-    name: str
-    proc: subprocess.Popen[bytes]
-    log_path: Path
-    log: IO[bytes]
-
-    @classmethod
-    def start(cls, name: str, argv: list[str], log_path: Path) -> Proc:
-        log = log_path.open("wb")
-        try:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        except BaseException:
-            log.close()
-            raise
-        return cls(name, proc, log_path, log)
-
-    def output(self) -> str:
-        self.log.flush()
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            pytest.fail(f"{self.name} exited with {self.proc.returncode}:\n{self.output()}", pytrace=False)
-
-    def stop(self) -> None:
-        try:
-            if self.proc.poll() is None:
-                self.proc.terminate()
-                try:
-                    self.proc.wait(STOP_TIMEOUT)
-                except subprocess.TimeoutExpired:
-                    self.proc.kill()
-                    self.proc.wait(STOP_TIMEOUT)
-        finally:
-            self.log.close()
 
 
 @dataclass
@@ -595,72 +526,6 @@ def test_promtool_check_metrics_is_silent(demo: tuple[Lab, dict[str, int]], serv
 
 
 # ----- 3. a real Prometheus scrapes serve; PromQL agrees with the tools ---------------------------------
-
-
-@dataclass
-class Prometheus:
-    proc: Proc
-    port: int
-
-    def api(self, path: str, **params: str) -> Any:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        status, body = http_get(url)
-        assert status == 200, f"{url}: {status} {body[:300]}"
-        data = json.loads(body)
-        assert data["status"] == "success", data
-        return data["data"]
-
-    def query(self, promql: str, at: float) -> dict[Labels, float]:
-        data = self.api("/api/v1/query", query=promql, time=f"{at:.3f}")
-        if data["resultType"] == "scalar":
-            return {(): float(data["result"][1])}
-        out: dict[Labels, float] = {}
-        for r in data["result"]:
-            labels = {k: v for k, v in r["metric"].items() if k not in {"__name__", "job", "instance"}}
-            out[tuple(sorted(labels.items()))] = float(r["value"][1])
-        return out
-
-    def wait_target_up(self, timeout: float = PROMETHEUS_UP_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        last: Any = None
-        while time.monotonic() < deadline:
-            self.proc.check_alive()
-            status, body = http_get(f"http://127.0.0.1:{self.port}/api/v1/targets")
-            if status == 200:
-                last = json.loads(body)["data"]["activeTargets"]
-                if last and all(t["health"] == "up" for t in last):
-                    return
-            time.sleep(0.2)
-        pytest.fail(f"Prometheus target not up within {timeout:.0f} s: {last}\n{self.proc.output()}")
-
-
-def start_prometheus(
-    target_port: int, workdir: Path, rules: Path | None = None, cluster: str | None = None
-) -> Prometheus:
-    """Prometheus scraping serve every second as job slurm-keda; with ``rules`` loaded (evaluated every
-    second) and a ``cluster`` target label if given."""
-    port = free_port()
-    config = workdir / "prometheus.yml"
-    config.write_text(
-        "global:\n"
-        "  scrape_interval: 1s\n"
-        "  scrape_timeout: 1s\n"
-        "  evaluation_interval: 1s\n" + (f"rule_files: ['{rules}']\n" if rules else "") + "scrape_configs:\n"
-        "  - job_name: slurm-keda\n"
-        "    static_configs:\n"
-        f"      - targets: ['127.0.0.1:{target_port}']\n"
-        + (f"        labels: {{cluster: {cluster}}}\n" if cluster else "")
-    )
-    argv = [
-        str(PROMETHEUS),
-        f"--config.file={config}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--log.level=warn",
-    ]
-    return Prometheus(Proc.start("prometheus", argv, workdir / "prometheus.log"), port)
 
 
 def by(values: Mapping[Labels, float], keep: tuple[str, ...], match: Labels = ()) -> dict[Labels, float]:

@@ -14,7 +14,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from testkit.paths import ROOT
+
 LINES = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if ln and not ln.startswith("#")]
 
 

@@ -12,23 +12,12 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from exporter.versions import adapter_for
-from tests.conftest import RECORDED
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.paths import RECORDED
+from testkit.tools import Clock, no_sleep
 
 DATA = RECORDED / "slurm-26.05.5"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
-
-
-async def _no_sleep(_: float) -> None:
-    return None
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.fixture
@@ -42,7 +31,7 @@ def _poller(
     url: str, clock: Clock, token_file: Path | None = None, api_version: str | None = None, **cfg: object
 ) -> Poller:
     token = TokenSource(token_file=token_file) if token_file else TokenSource(token="good-token")
-    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=0), sleep=_no_sleep)
+    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=0), sleep=no_sleep)
     session = SlurmSession(client, api_version=api_version)
     return Poller(session, PollerConfig(**cfg), clock=clock)  # type: ignore[arg-type]
 
@@ -51,7 +40,7 @@ async def test_first_poll_negotiates_highest_and_builds_snapshot(
     fake_url: tuple[FakeSlurmrestd, str],
 ) -> None:
     _fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock)
     async with p.client:
         snap = await p.poll_once()
@@ -71,7 +60,7 @@ async def test_first_poll_negotiates_highest_and_builds_snapshot(
 
 async def test_forced_version(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     _, url = fake_url
-    p = _poller(url, Clock(), api_version="v0.0.42")
+    p = _poller(url, Clock(1_000_000.0), api_version="v0.0.42")
     async with p.client:
         snap = await p.poll_once()
     assert snap is not None and snap.api_version == "v0.0.42"
@@ -80,7 +69,7 @@ async def test_forced_version(fake_url: tuple[FakeSlurmrestd, str]) -> None:
 async def test_unsupported_version_is_recorded_not_raised(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
     fake.versions = ["v0.0.39"]
-    p = _poller(url, Clock())
+    p = _poller(url, Clock(1_000_000.0))
     async with p.client:
         assert await p.poll_once() is None
     assert p.status.negotiation.errors == {"version": 1}
@@ -103,7 +92,7 @@ async def test_failed_endpoint_keeps_last_good_data(
     fake_url: tuple[FakeSlurmrestd, str], fault: str, kind: str
 ) -> None:
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock, use_update_time=False)
     async with p.client:
         first = await p.poll_once()
@@ -134,7 +123,7 @@ async def test_failed_endpoint_keeps_last_good_data(
 async def test_slurm_errors_in_2xx_body_are_errors(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
     fake.override["diag"] = b'{"errors": [{"description": "slurmctld is down", "error_number": 1}]}'
-    p = _poller(url, Clock())
+    p = _poller(url, Clock(1_000_000.0))
     async with p.client:
         snap = await p.poll_once()
     assert snap is not None and snap.diag is None
@@ -144,7 +133,7 @@ async def test_slurm_errors_in_2xx_body_are_errors(fake_url: tuple[FakeSlurmrest
 
 async def test_update_time_304_and_empty_list_reuse_held_data(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock, full_refresh=60.0)
     async with p.client:
         first = await p.poll_once()
@@ -164,7 +153,7 @@ async def test_update_time_304_and_empty_list_reuse_held_data(fake_url: tuple[Fa
 
 async def test_full_refresh_after_interval(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock, full_refresh=30.0)
     async with p.client:
         await p.poll_once()
@@ -176,7 +165,7 @@ async def test_full_refresh_after_interval(fake_url: tuple[FakeSlurmrestd, str])
 
 async def test_update_time_500_falls_back_to_full_fetch(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock)
     async with p.client:
         first = await p.poll_once()
@@ -199,10 +188,10 @@ async def test_update_time_requests_are_retried(fake_url: tuple[FakeSlurmrestd, 
     """A blip on an ``update_time`` request (/jobs included) is retried as ``--retries`` says, not a poll
     interval of failed data (issue 20 item 7)."""
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     token = TokenSource(token="good-token")
     cfg = ClientConfig(base_url=url, token=token, retries=2, timeout=0.5, idle_timeout=0.5)
-    p = Poller(SlurmSession(SlurmClient(cfg, sleep=_no_sleep)), PollerConfig(), clock=clock)
+    p = Poller(SlurmSession(SlurmClient(cfg, sleep=no_sleep)), PollerConfig(), clock=clock)
     fake.hang_seconds = 2.0
     async with p.client:
         assert await p.poll_once() is not None
@@ -219,9 +208,9 @@ async def test_update_time_requests_are_retried(fake_url: tuple[FakeSlurmrestd, 
 
 async def test_update_time_500_is_not_retried_with_update_time(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     token = TokenSource(token="good-token")
-    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=2), sleep=_no_sleep)
+    client = SlurmClient(ClientConfig(base_url=url, token=token, retries=2), sleep=no_sleep)
     p = Poller(SlurmSession(client), clock=clock)
     async with p.client:
         assert await p.poll_once() is not None
@@ -237,7 +226,7 @@ async def test_token_rotation_during_run(fake_url: tuple[FakeSlurmrestd, str], t
     fake, url = fake_url
     token_file = tmp_path / "token"
     token_file.write_text("good-token")
-    p = _poller(url, Clock(), token_file=token_file)
+    p = _poller(url, Clock(1_000_000.0), token_file=token_file)
     async with p.client:
         assert await p.poll_once() is not None
         fake.token = "rotated-token"
@@ -250,7 +239,7 @@ async def test_token_rotation_during_run(fake_url: tuple[FakeSlurmrestd, str], t
 async def test_run_loop_wakes_waiters_and_never_overlaps(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
     fake.delay = 0.02
-    p = _poller(url, Clock(), interval=0.01)
+    p = _poller(url, Clock(1_000_000.0), interval=0.01)
     async with p.client:
         task = asyncio.create_task(p.run(), name="poller")
         try:
@@ -270,7 +259,7 @@ async def test_run_loop_wakes_waiters_and_never_overlaps(fake_url: tuple[FakeSlu
 async def test_poll_soon_cuts_the_interval_short(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     # the bridge calls it after a submission, so the new job's placement shows before the next interval
     _, url = fake_url
-    p = _poller(url, Clock(), interval=3600.0)
+    p = _poller(url, Clock(1_000_000.0), interval=3600.0)
     async with p.client:
         task = asyncio.create_task(p.run(), name="poller")
         try:
@@ -292,7 +281,7 @@ async def test_a_burst_of_poll_soon_polls_at_most_once_per_early_gap(
 ) -> None:
     # 1,000 submissions in a few seconds must not become back-to-back polls of every endpoint
     _, url = fake_url
-    p = _poller(url, Clock(), interval=3600.0, early_gap=0.3)
+    p = _poller(url, Clock(1_000_000.0), interval=3600.0, early_gap=0.3)
     async with p.client:
         task = asyncio.create_task(p.run(), name="poller")
         try:
@@ -327,7 +316,7 @@ async def test_a_bad_token_file_is_its_own_counted_error(
     token_file = tmp_path / "token"
     if content is not None:
         token_file.write_text(content)
-    clock = Clock()
+    clock = Clock(1_000_000.0)
     p = _poller(url, clock, token_file=token_file)
     async with p.client:
         assert await p.poll_once() is None  # no endpoint could be asked: no snapshot, nothing believed
@@ -346,7 +335,7 @@ async def test_records_with_impossible_values_are_dropped_and_counted(
 ) -> None:
     # node CPUs -9 (from a fake slurmrestd) once moved a target's desired nodes from 5 to 3, unnoticed
     fake, url = fake_url
-    p = _poller(url, Clock(), use_update_time=False)
+    p = _poller(url, Clock(1_000_000.0), use_update_time=False)
     async with p.client:
         good = await p.poll_once()
         fake.faults = {"jobs": "impossible", "nodes": "impossible"}
@@ -363,7 +352,7 @@ async def test_jobs_are_listed_with_v0044_where_v0045_hides_exclusivity(
 ) -> None:
     # Slurm 26.05's v0.0.45 reports shared: [] for every job; v0.0.44 still says ["none"] for --exclusive
     fake, url = fake_url
-    p = _poller(url, Clock())
+    p = _poller(url, Clock(1_000_000.0))
     async with p.client:
         snap = await p.poll_once()
     assert snap is not None and snap.api_version == "v0.0.45"  # every other endpoint
@@ -378,7 +367,7 @@ async def test_jobs_are_listed_with_v0044_where_v0045_hides_exclusivity(
     # without v0.0.44 on offer, and when a version is forced, /jobs follows the negotiated version
     for versions, forced in ((["v0.0.45"], None), (["v0.0.44", "v0.0.45"], "v0.0.45")):
         fake.versions, fake.requests[:] = versions, []
-        p = _poller(url, Clock(), api_version=forced)
+        p = _poller(url, Clock(1_000_000.0), api_version=forced)
         async with p.client:
             assert await p.poll_once() is not None
         assert {path for path, _, _ in fake.requests if path.endswith("/jobs/")} == {"/slurm/v0.0.45/jobs/"}

@@ -11,9 +11,9 @@ import yaml
 
 from dashboards.build import PROMETHEUS_RULE_FILE, RULES_FILE
 from dashboards.rules import ALERTS, RECORDS, RUNBOOK
-from tests.tools import promtool_path
+from testkit.paths import ROOT
+from testkit.tools import promtool_path
 
-ROOT = Path(__file__).parent.parent
 RULES = ROOT / RULES_FILE
 CASES = ROOT / "dashboards/rules/tests.yaml"
 RUNBOOK_DOC = ROOT / "docs/runbook.md"

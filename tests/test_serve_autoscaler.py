@@ -26,11 +26,12 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller, PollerConfig
 from exporter.server import make_app, start
 from exporter.session import SlurmSession
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
-from tests.keda_client import connect
-from tests.tools import eventually, promtool_path
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.keda import connect
+from testkit.paths import ROOT
+from testkit.tools import eventually, free_port, promtool_path
 
-DATA = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5"
+DATA = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
 
 
@@ -83,12 +84,6 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
         [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True, timeout=60
     )
     assert out.stdout + out.stderr == b"" and out.returncode == 0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.asynccontextmanager

@@ -16,8 +16,7 @@ import shutil
 import ssl
 import subprocess
 import zlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,15 @@ from typing import Any
 import aiohttp
 import bcrypt
 import pytest
-from aiohttp import web
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
-from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ConfigError
-from exporter.poller import Poller, PollerConfig
-from exporter.server import RENDERER, make_app, start
-from exporter.session import SlurmSession
+from exporter.server import RENDERER, make_app
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
 from slurm_keda import cli
-from tests.conftest import RECORDED
-from tests.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.paths import RECORDED
+from testkit.served import get, served, value
 
 DATA = RECORDED / "slurm-26.05.5"
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
@@ -47,79 +42,9 @@ OM_ACCEPT = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4
 PASSWORD = "s3cret pass:word"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_900_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def _no_sleep(_: float) -> None:
-    return None
-
-
-@dataclass
-class Served:
-    fake: FakeSlurmrestd
-    poller: Poller
-    clock: Clock
-    url: str
-    renders: list[str]
-    app: web.Application
-
-
-@asynccontextmanager
-async def served(web_config: WebConfig | None = None, **app_kw: Any) -> AsyncIterator[Served]:
-    """A fake slurmrestd, a poller on it (not yet polled) and the app on 127.0.0.1:<free port>."""
-    fake = FakeSlurmrestd(DATA)
-    clock = Clock()
-    renders: list[str] = []
-    async with serve(fake) as fake_url:
-        client = SlurmClient(
-            ClientConfig(base_url=fake_url, token=TokenSource(token="good-token"), retries=0), sleep=_no_sleep
-        )
-        poller = Poller(SlurmSession(client), PollerConfig(), clock=clock)
-        async with client:
-            app = make_app(poller, clock=clock, web_config=web_config, on_render=renders.append, **app_kw)
-            http_server = await start(app, "127.0.0.1", 0)
-            try:
-                yield Served(fake, poller, clock, http_server.urls[0], renders, app)
-            finally:
-                await http_server.close()
-
-
-async def get(
-    url: str,
-    *,
-    accept: str = "",
-    encoding: str = "identity",
-    auth: tuple[str, str] | None = None,
-    ssl_ctx: ssl.SSLContext | None = None,
-    decompress: bool = True,
-) -> tuple[int, dict[str, str], bytes]:
-    headers = {"Accept-Encoding": encoding}
-    if accept:
-        headers["Accept"] = accept
-    if auth is not None:
-        headers["Authorization"] = "Basic " + base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-    connector = aiohttp.TCPConnector(ssl=ssl_ctx) if ssl_ctx is not None else None
-    async with (
-        aiohttp.ClientSession(connector=connector, auto_decompress=decompress) as s,
-        s.get(url, headers=headers) as r,
-    ):
-        return r.status, dict(r.headers), await r.read()
-
-
 def families(body: bytes) -> list[str]:
     """Family names in order of their ``# TYPE`` lines."""
     return re.findall(r"^# TYPE (\S+) ", body.decode(), re.M)
-
-
-def value(body: bytes, sample: str) -> float:
-    m = re.search(rf"^{re.escape(sample)} (\S+)$", body.decode(), re.M)
-    assert m is not None, f"{sample} not in body"
-    return float(m.group(1))
 
 
 # --------------------------------------------------------------------------------- probes, formats

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,7 +13,8 @@ from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService, NoSnapshotYet, StaticSource, TooManyTargets, UnknownPartition
 from autoscaler.targets import target_from_metadata
 from exporter.model import MIB, Job, Node, Partition, Snapshot
-from tests.tools import SnapshotFeed, recorded_snapshot
+from testkit.paths import RECORDED_2605
+from testkit.tools import SnapshotFeed, recorded_snapshot
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 T = Target("p", "p", shape=SHAPE)
@@ -143,9 +143,6 @@ async def test_targets_no_scaler_asks_for_are_forgotten_configured_ones_kept() -
     clock[0] = 1200.0  # 700 s since the last question: the ScaledObject is gone
     await svc.refresh(snap(1200.0, [pend(1)]))
     assert svc.targets == [fixed]
-
-
-RECORDED_2605 = Path(__file__).parent / "data" / "recorded" / "slurm-26.05.5" / "v0.0.45"
 
 
 def _series(service: DemandService, s: Snapshot) -> dict[str, list[tuple[tuple[str, ...], float]]]:

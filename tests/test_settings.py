@@ -12,7 +12,7 @@ from exporter.versions import adapter_for
 from slurm_keda import cli
 from slurm_keda.settings import OPTIONS, load
 from slurm_keda.table import format_table
-from tests.conftest import RECORDED
+from testkit.paths import RECORDED
 
 
 @pytest.fixture(autouse=True)

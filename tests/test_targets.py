@@ -17,6 +17,7 @@ from autoscaler.targets import (
     target_from_metadata,
 )
 from exporter.model import MIB
+from testkit.paths import ROOT
 
 
 def test_partition_only() -> None:
@@ -150,7 +151,7 @@ def test_from_env_keys_resolved_by_keda() -> None:
     assert err.value.key == "colorFromEnv"
 
 
-KEDA_DIR = Path(__file__).resolve().parents[1] / "keda"
+KEDA_DIR = ROOT / "keda"
 
 
 def test_keda_readme_targets_file_and_push_trigger_parse(tmp_path: Path) -> None:

@@ -22,9 +22,10 @@ import pytest
 from exporter import errors, slurmtext
 from exporter.model import MIB, Job, Node
 from exporter.versions import SUPPORTED_VERSIONS, adapter_for
+from testkit.paths import ROOT, SHARED
 
-RECORDED = Path(__file__).parent / "data" / "recorded"
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "slurm-payloads"
+RECORDED = ROOT / "tests" / "data" / "recorded"
+SHARED = SHARED / "slurm-payloads"
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
 
 

@@ -3,7 +3,7 @@
 :class:`LoopbackServer` is the shared part: ``async with server as url`` listens on 127.0.0.1 (a free port),
 runs :meth:`~LoopbackServer.serve` per connection, and on exit cancels every connection still being served
 (a stalling answer is cut off with the server) and closes it. :class:`RawServer` answers every request with
-fixed bytes; :class:`tests.fault_proxy.FaultProxy` forwards to a real slurmrestd or injects a fault.
+fixed bytes; :class:`testkit.fault_proxy.FaultProxy` forwards to a real slurmrestd or injects a fault.
 """
 
 from __future__ import annotations

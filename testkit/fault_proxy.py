@@ -27,7 +27,7 @@ import contextlib
 import re
 from collections import Counter
 
-from tests.loopback import LoopbackServer
+from testkit.loopback import LoopbackServer
 
 FAULTS = ("freeze", "drip", "status_503", "doubled_511", "redirect", "garbage", "oversize", "reset")
 

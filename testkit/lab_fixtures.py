@@ -1,4 +1,4 @@
-"""pytest plugin: real Slurm labs (see lab/). Load with ``pytest_plugins = ["tests.lab_fixtures"]``.
+"""pytest plugin: real Slurm labs (see lab/). Load with ``pytest_plugins = ["testkit.lab_fixtures"]``.
 
 Fixtures (session-scoped unless noted):
 

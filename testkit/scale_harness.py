@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import math
 import re
-import socket
 import statistics
 import sys
 import time
@@ -69,9 +68,10 @@ from exporter.model import Snapshot
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
+from lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
 from lab.record import parse_scontrol_oneliners
-from tests.keda_client import KedaClient
-from tests.tools import eventually
+from testkit.keda import KedaClient
+from testkit.tools import eventually, free_port
 
 T = TypeVar("T")
 
@@ -88,12 +88,6 @@ async def lab_snapshot(lab: Lab) -> Snapshot:
         snap = await Poller(SlurmSession(client), PollerConfig()).poll_once()
     assert snap is not None, "no snapshot from the lab"
     return snap
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def metric_sample(body: str, name: str, **labels: str) -> float | None:
@@ -881,3 +875,22 @@ async def run_scenario(
         operator_errors=list(operator.errors),
         timeline=list(auto.timeline),
     )
+
+
+PARTITION = "dyn"
+
+
+KEDA = KedaConfig(polling_interval=1.0, cooldown=5.0, min_replicas=0, max_replicas=10)
+
+
+HPA = HpaConfig(sync_period=1.0, tolerance=0.1, metric_type="AverageValue", scale_down_window=5.0)
+
+
+SCALER_METADATA = {
+    "partition": PARTITION,
+    "nodeset": DYN_FEATURE,
+    "cpusPerNode": str(NODE_CPUS),
+    "memoryPerNode": str(NODE_MEMORY_MB),
+    "max": str(KEDA.max_replicas),
+}
+"""The external-push trigger's metadata: the dyn NodeSet, its node shape for scale from zero."""

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from tests.tools import serve_app
+from testkit.tools import serve_app
 
 Fault = str
 """``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``

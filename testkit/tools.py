@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import os
 import shutil
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 from aiohttp import web
 
+from exporter.errors import NotJSONError, TruncatedError
 from exporter.model import Snapshot
 from exporter.versions import adapter_for
 
@@ -129,3 +133,38 @@ async def serve_app(
     finally:
         before_cleanup()
         await runner.cleanup()
+
+
+def decode_to_dicts(batch: bytes) -> list[object]:
+    """A decoder with the contract the adapters follow: typed errors for non-arrays."""
+    try:
+        return [json.loads(bytes(r)) for r in _RAW.decode(batch)]
+    except msgspec.DecodeError as e:
+        if "truncated" in str(e):
+            raise TruncatedError(str(e)) from None
+        raise NotJSONError(str(e)) from None
+
+
+_RAW = msgspec.json.Decoder(list[msgspec.Raw])
+
+
+class Clock:
+    """A clock a test moves by hand: ``clock.now`` is the time in epoch seconds it answers."""
+
+    def __init__(self, now: float = 1_000_000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def no_sleep(_: float) -> None:
+    """A backoff sleep that returns at once (retries run back to back)."""
+    return None
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (on 127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

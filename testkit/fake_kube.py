@@ -34,11 +34,12 @@ from collections import deque
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
-from tests.tools import serve_app
+from testkit.tools import serve_app
 
 CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"})
 KINDS = {"pods": "Pod", "nodes": "Node", "events": "Event", "leases": "Lease", "namespaces": "Namespace"}
@@ -564,3 +565,19 @@ class _Answer(Exception):
 def serve_kube(fake: FakeKube) -> AbstractAsyncContextManager[str]:
     """Run ``fake`` on 127.0.0.1 (free port); yield its base URL. Open watches end first on exit."""
     return serve_app(fake.app(), before_cleanup=fake.shut_down, shutdown_timeout=1.0)
+
+
+TOKEN = "kube-test-token"
+
+
+def write_kubeconfig(path: Path, url: str, token: str = TOKEN) -> Path:
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "bridge", "user": {"token": token}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "bridge"}}],
+        "current-context": "fake",
+    }
+    path.write_text(json.dumps(doc))
+    return path
