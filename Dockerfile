@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # slurm-keda: exporter, KEDA external scaler and bridge in one process, as a non-root user.
-# No Docker engine runs where this is developed: tests/test_packaging.py builds the wheel exactly as the
+# No Docker engine runs where this is developed: tests/unit/test_packaging.py builds the wheel exactly as the
 # build stage does and checks what the final stage installs (see README, "Image").
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 

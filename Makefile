@@ -13,7 +13,7 @@ DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 DEMO_GRPC_PORT ?= 9342
 
-.PHONY: demo test deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
+.PHONY: demo test unit deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
 
 deps: apt venv
 
@@ -51,7 +51,7 @@ demo: deps
 	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
 	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT)
 
-# kustomize for tests/test_deploy.py: Debian trixie's package (bookworm has none), fetched with apt into a
+# kustomize for tests/unit/test_deploy.py: Debian trixie's package (bookworm has none), fetched with apt into a
 # private list/cache directory (the machine's sources stay as they are), binary only.
 KUSTOMIZE := $(BIN)/kustomize
 KUSTOMIZE_SUITE ?= trixie
@@ -75,11 +75,18 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# everything: lint, types, the unit tests and the live tests against the labs (started as needed, left
+# running: `make lab-down` stops them)
 test: deps lint typecheck kustomize
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+	@echo "the Slurm labs the live tests started are still running (make lab-down stops them)"
+
+# quick feedback: the unit tests only (no lab), two workers, the fuzzers at a fifth of their examples
+unit: venv
+	SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -q -n 2 tests/unit $(PYTEST_ARGS)
 
 # KEDA's external scaler messages: autoscaler/_proto/externalscaler_pb2.py + .pyi (mypy-protobuf), committed;
-# tests/test_grpc_scaler.py regenerates them (PROTO_OUT=<tmp>) and checks they are byte-identical.
+# tests/unit/test_grpc_scaler.py regenerates them (PROTO_OUT=<tmp>) and checks they are byte-identical.
 proto: PROTO_OUT ?= autoscaler/_proto
 proto:
 	mkdir -p $(PROTO_OUT)

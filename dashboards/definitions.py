@@ -1,7 +1,7 @@
 """The four dashboards: cluster overview, partitions & autoscaling, scheduler, slurm-keda health.
 
 Each function returns a dashboard builder; :mod:`dashboards.build` turns them into the committed JSON.
-Queries name only series slurm-keda exports (``tests/test_dashboards.py`` checks every name against a
+Queries name only series slurm-keda exports (``tests/unit/test_dashboards.py`` checks every name against a
 live ``/metrics``) plus KEDA's, kube-state-metrics' and Prometheus' own, which are labelled as such.
 """
 

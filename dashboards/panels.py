@@ -5,7 +5,7 @@
   also matches series without the label: a single cluster scraped without a ``cluster`` target label), and
   :data:`SELECTOR` in every query of our own series.
 - Every panel has a unit and a description (the builders here take both as required arguments).
-- Rates and increases use ``$__rate_interval`` (checked by ``tests/test_dashboards.py``).
+- Rates and increases use ``$__rate_interval`` (checked by ``tests/unit/test_dashboards.py``).
 """
 
 from __future__ import annotations

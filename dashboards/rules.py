@@ -8,7 +8,7 @@
 
 :func:`groups` is the rule file's content; ``make dashboards`` writes it to ``dashboards/rules/`` and wraps
 it in ``deploy/base/prometheusrule.yaml``. ``dashboards/rules/tests.yaml`` holds the ``promtool test rules``
-cases: every alert fires in one and must stay silent in another (``tests/test_rules.py`` checks both).
+cases: every alert fires in one and must stay silent in another (``tests/unit/test_rules.py`` checks both).
 """
 
 from __future__ import annotations

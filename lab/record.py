@@ -206,7 +206,7 @@ def _reasons(body: bytes, ids: dict[str, int]) -> dict[str, str]:
 
 def record_window(lab: Lab, dest: Path, attempts: int = 5) -> Path:
     """Record the jobs of :data:`WINDOW_JOBS` inside slurmctld's first-pass window (the newest API version;
-    tests/test_eligibility.py reads it). **Restarts the lab** before and after (its jobs are gone).
+    tests/unit/test_eligibility.py reads it). **Restarts the lab** before and after (its jobs are gone).
 
     Writes ``dest/window-<release>/<version>/``: ``jobs.json``, ``nodes.json``, ``partitions.json``,
     ``licenses.json``, ``reservations.json``, ``diag.json`` (the window), ``jobs-settled.json``,

@@ -35,10 +35,6 @@ DEMO_TIMEOUT = 90.0
 _failures: dict[str, str] = {}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "lab: needs a real Slurm lab (root, Debian packages)")
-
-
 def require_lab() -> bool:
     return os.environ.get("SLURM_KEDA_REQUIRE_LAB") == "1"
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from testkit.lab_fixtures import require_lab
 from testkit.tools import free_port
@@ -151,3 +152,19 @@ def http_get(url: str, headers: Mapping[str, str] | None = None, timeout: float 
             return e.code, e.read().decode()
     except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
         return 0, str(e)
+
+
+FRESH_SCRAPE_TIMEOUT = 10.0
+"""Seconds to wait for a snapshot fetched after a sample began (serve polls every second)."""
+
+
+Values = dict[str, dict[Labels, float]]
+"""Sample name → {sorted labels → value}."""
+
+
+def parse_scrape(text: str) -> Values:
+    out: Values = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return out

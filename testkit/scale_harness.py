@@ -1,4 +1,5 @@
-"""KEDA + HPA + the Slinky operator, played against the real Slurm lab (see ``tests/test_autoscale_live.py``).
+"""KEDA + HPA + the Slinky operator, played against the real Slurm lab
+(see ``tests/live/test_autoscale_live.py``).
 
 A NodeSet-like group of dynamic slurmd nodes (``slurmd -Z``, Feature ``dyn``, partition ``dyn`` of the 26.05
 lab) starts at zero. Three parts scale it, each doing what its real counterpart documents:

@@ -66,7 +66,7 @@ def test_strings_escapes_and_nested_lookalikes(indent: int | None) -> None:
         {"account": "a", "comment": "ends in backslash \\", "x": [{"account": 1}, {"account": 2}]},
         {"account": "b", "comment": '},{"account": "fake"}', "nested": {"jobs": [1, 2]}},
         {"account": "c", "comment": '\\\\\\"', "y": {}},
-    ] * 40
+    ] * 12  # every boundary kind many times over, and batches of several jobs (min_batch 300)
     body = _tricky_body(jobs, indent)
     for sizes in ([1], [3, 7], [64], [10_000]):
         for min_batch in (1, 300, 1 << 30):

@@ -35,8 +35,6 @@ from testkit.scale_harness import (
 )
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
-
 
 class SlinkyOperator(NodeSetOperator):
     """The harness's NodeSet operator, also keeping the Kubernetes node of each slurmd in the fake API."""

@@ -183,8 +183,6 @@ from testkit.scale_harness import (
 )
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
-
 CLOUD_NODES = 12
 """p[1-12] in the lab's slurm.conf."""
 NODE_SHAPE = NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB)

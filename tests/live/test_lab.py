@@ -22,8 +22,6 @@ from lab.demo import DEMO_JOBS
 from lab.record import SINFO_FIELDS, SQUEUE_FIELDS, SQUEUE_FORMAT, parse_pipe, record
 from testkit.lab_fixtures import LabEndpoint
 
-pytestmark = pytest.mark.lab
-
 
 # ----- pure parts (no lab needed) ------------------------------------------------------------------
 def test_slurm_conf_has_the_lab_partitions() -> None:

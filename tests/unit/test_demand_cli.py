@@ -42,7 +42,7 @@ async def test_json_default_is_one_target_per_partition() -> None:
     assert code == 0, err
     rows = {r["target"]: r for r in json.loads(out)}
     assert set(rows) == {"cpu", "gpu", "cloud", "dyn"}
-    # the hand-computed numbers of tests/test_demand.py::test_recorded_2605_cpu_and_gpu
+    # the hand-computed numbers of tests/unit/test_demand.py::test_recorded_2605_cpu_and_gpu
     cpu = rows["cpu"]
     assert (cpu["busy"], cpu["needed"], cpu["desired"], cpu["eligible_pending"]) == (3, 3, 6, 2)
     assert cpu["ignored_pending"]["JobArrayTaskLimit"] == 18

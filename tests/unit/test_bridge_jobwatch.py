@@ -1,6 +1,6 @@
 """The job watch's overlay (bridge/jobwatch.py): fresher records replace or join the snapshot's jobs, and
 go for good once a snapshot whose /jobs request was sent after them arrives. (Its reads against the real
-slurmrestd: ``tests/test_bridge_lab.py``.)"""
+slurmrestd: ``tests/live/test_bridge_lab.py``.)"""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ import signal
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from lab import Lab
 from testkit.bridge_lab import (
@@ -28,8 +27,6 @@ from testkit.bridge_lab import (
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.scale_harness import metric_sample
 from testkit.tools import eventually
-
-pytestmark = pytest.mark.lab
 
 RESERVATION = "gang-e2e"  # the gang tests' nodes and policy
 NODES = ["gang-1", "gang-2", "gang-3"]

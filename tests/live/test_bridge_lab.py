@@ -20,8 +20,6 @@ from lab import Lab
 from testkit.bridge_lab import reserved_node
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
-
 INSTANCE = "lab-test"
 
 

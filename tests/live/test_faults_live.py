@@ -21,8 +21,6 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from lab import Lab
 from testkit.fault_proxy import FaultProxy
 from testkit.keda import connect
@@ -30,7 +28,6 @@ from testkit.loopback import RawServer
 from testkit.scale_harness import ScalerProcess, metric_sample
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
 
 INTERVAL = 1.0

@@ -12,16 +12,14 @@
 One *sample* = the CLI views, a scrape whose snapshot was fetched after the first view began, the CLI views
 again; the figures the views imply must be equal before and after (else the workload moved: the sample is
 retried, a bounded number of times, immediately). Parsing of the tools' output is shared with
-``tests/test_live_lab.py`` (``lab.record``, ``testkit.lab_compare``); the expected figures below are
+``tests/live/test_live_lab.py`` (``lab.record``, ``testkit.lab_compare``); the expected figures below are
 derived from the tools only, never from the snapshot.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -29,7 +27,6 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from lab import Lab, LabError
 from testkit.lab_compare import (
@@ -47,21 +44,19 @@ from testkit.lab_compare import (
     tres_per_node_gpus,
 )
 from testkit.prometheus import (
+    FRESH_SCRAPE_TIMEOUT,
     PROMETHEUS,
     Labels,
-    Proc,
     Prometheus,
-    http_get,
+    Values,
     need_binary,
+    parse_scrape,
     start_prometheus,
 )
-from testkit.tools import free_port
+from testkit.serve_process import Serve, start_serve
 
 LABS = [pytest.param("24.11", id="slurm24.11"), pytest.param("26.05", id="slurm26.05")]
 SAMPLE_ATTEMPTS = 5
-FRESH_SCRAPE_TIMEOUT = 10.0
-"""Seconds to wait for a snapshot fetched after a sample began (serve polls every second)."""
-START_TIMEOUT = 20.0
 PROMTOOL = Path("/usr/bin/promtool")
 
 BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED"})
@@ -70,9 +65,6 @@ CLI_WORD_BASE_STATE = {"CONFIGURING": "RUNNING"}
 """squeue prints CONFIGURING for a RUNNING job whose (cloud) nodes boot. The other flag words
 (COMPLETING, REQUEUED, ...) hide the base state: a sample showing one is retried."""
 FRESH_ENDPOINTS = ("jobs", "nodes", "partitions")
-
-Values = dict[str, dict[Labels, float]]
-"""Sample name → {sorted labels → value}."""
 
 
 def series(**labels: str) -> Labels:
@@ -84,61 +76,6 @@ def fmt_series(name: str, labels: Labels) -> str:
 
 
 # ----- processes and HTTP ---------------------------------------------------------------------------------
-
-
-def console_script() -> list[str]:
-    script = Path(sys.executable).parent / "slurm-keda"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "slurm_keda.cli"]
-
-
-@dataclass
-class Serve:
-    """A running ``slurm-keda serve``."""
-
-    proc: Proc
-    port: int
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def get(self, path: str, headers: Mapping[str, str] | None = None) -> tuple[int, str]:
-        return http_get(self.base + path, headers)
-
-    def wait_status(self, path: str, status: int, timeout: float = START_TIMEOUT) -> None:
-        deadline = time.monotonic() + timeout
-        got: tuple[int, str] = (0, "")
-        while time.monotonic() < deadline:
-            self.proc.check_alive()
-            got = self.get(path)
-            if got[0] == status:
-                return
-            time.sleep(0.1)
-        pytest.fail(
-            f"{path} never answered {status} within {timeout:.0f} s (last: {got[0]} {got[1][:200]!r}):\n"
-            + self.proc.output(),
-            pytrace=False,
-        )
-
-
-def start_serve(url: str, token_file: Path, workdir: Path, *extra: str) -> Serve:
-    port = free_port()
-    argv = [
-        *console_script(),
-        "serve",
-        "--slurmrestd-url",
-        url,
-        "--token-file",
-        str(token_file),
-        "--listen-address",
-        "127.0.0.1",
-        "--listen-port",
-        str(port),
-        "--poll-interval",
-        "1",
-        *extra,
-    ]
-    return Serve(Proc.start("slurm-keda serve", argv, workdir / f"serve-{port}.log"), port)
 
 
 class ServePool:
@@ -386,14 +323,6 @@ def expected_metrics(view: CliView) -> Expected:
 # ----- the scrape -----------------------------------------------------------------------------------------
 
 
-def parse_scrape(text: str) -> Values:
-    out: Values = {}
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
-    return out
-
-
 def scrape_fresh(serve: Serve, since: float) -> tuple[str, Values]:
     """A scrape whose jobs, nodes and partitions were all fetched at or after ``since`` (epoch seconds)."""
     deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
@@ -455,7 +384,6 @@ def stable_sample(lab: Lab, take: Callable[[float], Taken]) -> tuple[CliView, Ex
 # ----- 1. the scrape equals what Slurm's tools say ------------------------------------------------------
 
 
-@pytest.mark.lab
 @pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: ServePool) -> None:
     lab, jobs = demo
@@ -505,7 +433,6 @@ def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: Se
 # ----- 2. promtool accepts the real scrape --------------------------------------------------------------
 
 
-@pytest.mark.lab
 @pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_promtool_check_metrics_is_silent(demo: tuple[Lab, dict[str, int]], serves: ServePool) -> None:
     need_binary(PROMTOOL)
@@ -572,7 +499,6 @@ def expected_answer(q: Query, want: Values) -> dict[Labels, float]:
     return {k: v for k, v in fam.items() if set(q.match) <= set(k)}
 
 
-@pytest.mark.lab
 @pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_prometheus_scrapes_serve(
     demo: tuple[Lab, dict[str, int]], serves: ServePool, tmp_path: Path
@@ -638,7 +564,6 @@ SLURM_UP_WATCH = 5.0
 """Seconds of back-to-back scrapes (≈ 5 polls at --poll-interval 1)."""
 
 
-@pytest.mark.lab
 @pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_slurm_up_stays_1_while_a_poll_runs(lab: Lab, serves: ServePool) -> None:
     """Every scrape of a healthy exporter says slurm_up 1, including those taken during a poll."""
@@ -658,78 +583,3 @@ def test_slurm_up_stays_1_while_a_poll_runs(lab: Lab, serves: ServePool) -> None
 
 
 # ----- 4. serve's own behaviour -------------------------------------------------------------------------
-
-
-def test_readyz_stays_503_while_slurmrestd_is_unreachable(tmp_path: Path) -> None:
-    token = tmp_path / "token"
-    token.write_text("not-a-real-token\n")
-    nothing = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-    serve = start_serve(nothing, token, tmp_path)
-    try:
-        serve.wait_status("/healthz", 200)
-        # a poll has been tried and failed: errors are counted, slurm_up is 0
-        deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
-        values: Values = {}
-        while time.monotonic() < deadline:
-            status, text = serve.get("/metrics")
-            assert status == 200, text
-            values = parse_scrape(text)
-            if sum(values.get("slurm_exporter_poll_errors_total", {}).values()) > 0:
-                break
-            time.sleep(0.1)
-        else:
-            pytest.fail(f"no poll error counted within {FRESH_SCRAPE_TIMEOUT:.0f} s: {values}")
-        assert values["slurm_up"] == {(): 0.0}
-        assert "slurm_jobs" not in values  # no snapshot, no Slurm families
-        # for two more poll intervals: still not ready, still alive
-        until = time.monotonic() + 2.2
-        while time.monotonic() < until:
-            status, body = serve.get("/readyz")
-            assert status == 503, body
-            assert body.startswith("not ready"), body
-            assert serve.get("/healthz")[0] == 200
-            time.sleep(0.25)
-        serve.proc.check_alive()
-    finally:
-        serve.proc.stop()
-
-
-BAD_WEB_CONFIGS = {
-    "invalid-yaml": "tls_server_config: [unclosed\n",
-    "unknown-key": "no_such_key: 1\n",
-    "not-a-mapping": "- a\n- b\n",
-    "bad-basic-auth-hash": "basic_auth_users:\n  alice: not-a-bcrypt-hash\n",
-    "missing-cert": (
-        "tls_server_config:\n  cert_file: /nonexistent/cert.pem\n  key_file: /nonexistent/key.pem\n"
-    ),
-}
-
-
-@pytest.mark.parametrize("content", [*BAD_WEB_CONFIGS.values(), None], ids=[*BAD_WEB_CONFIGS, "missing-file"])
-def test_serve_exits_2_with_one_line_for_a_bad_web_config(tmp_path: Path, content: str | None) -> None:
-    web_config = tmp_path / "web.yml"
-    if content is not None:
-        web_config.write_text(content)
-    token = tmp_path / "token"
-    token.write_text("x\n")
-    argv = [
-        *console_script(),
-        "serve",
-        "--slurmrestd-url",
-        f"http://127.0.0.1:{free_port()}",
-        "--token-file",
-        str(token),
-        "--listen-address",
-        "127.0.0.1",
-        "--listen-port",
-        str(free_port()),
-        "--web-config-file",
-        str(web_config),
-    ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_KEDA_")}
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=env)
-    lines = result.stderr.splitlines()
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("slurm-keda: ") and str(web_config) in lines[0], lines[0]
-    assert result.stdout == ""

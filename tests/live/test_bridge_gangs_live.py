@@ -16,8 +16,6 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from bridge.actions import NODES_ANNOTATION, RANK_ANNOTATION, SLURM_NODE_ANNOTATION
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
@@ -35,7 +33,6 @@ from testkit.bridge_lab import (
 )
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
 
 NODES = ["gang-1", "gang-2", "gang-3"]

@@ -198,7 +198,7 @@ def test_wire_contract_is_kedas() -> None:
 # ---------------------------------------------------------------------------------- answers
 
 
-# metadata → the Target it must mean (built by hand, as in tests/test_demand.py)
+# metadata → the Target it must mean (built by hand, as in tests/unit/test_demand.py)
 RECORDED_TARGETS: list[tuple[dict[str, str], Target]] = [
     ({"partition": "cpu", "max": "10"}, Target("cpu", "cpu", max_nodes=10)),
     ({"partition": "cpu", "max": "2"}, Target("cpu", "cpu", max_nodes=2)),
@@ -238,7 +238,7 @@ async def test_every_rpc_answers_the_demand_model(scaler: Scaler) -> None:
             (unnamed,) = (await keda.metrics(meta)).metricValues
             assert unnamed.metricName == ms.metricName
     assert seen_active == {True, False}  # the table covers both answers
-    # the hand-computed figures of tests/test_demand.py, through gRPC
+    # the hand-computed figures of tests/unit/test_demand.py, through gRPC
     async with connect(scaler.port) as keda:
         (cpu,) = (await keda.metrics({"partition": "cpu", "max": "10"})).metricValues
         (cpu2,) = (await keda.metrics({"partition": "cpu", "max": "2"})).metricValues

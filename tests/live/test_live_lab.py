@@ -46,8 +46,6 @@ from testkit.lab_compare import (
 )
 from testkit.lab_fixtures import HOST_INSTALLED
 
-pytestmark = pytest.mark.lab
-
 LAB_API_VERSIONS: dict[str, tuple[str, ...]] = {
     "24.11": ("v0.0.40", "v0.0.41", "v0.0.42"),
     "26.05": ("v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"),
@@ -377,7 +375,8 @@ async def test_update_time_second_poll_is_unchanged(
         # jobs' and nodes' last_update move with scheduler passes and node pings, so whether they come back
         # unchanged is Slurm's timing; partitions and reservations only move on reconfiguration, so a
         # sample where both came back unchanged (304) proves the round trip (the invariants above hold for
-        # every endpoint of every sample; tests/test_poller.py covers each answer shape deterministically)
+        # every endpoint of every sample; tests/unit/test_poller.py covers each answer shape
+        # deterministically)
         settled = dict(unchanged)["partitions"] and dict(unchanged)["reservations"]
         if before == after and settled:
             break

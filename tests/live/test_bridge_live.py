@@ -33,7 +33,6 @@ from testkit.bridge_lab import (
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
 log = logging.getLogger(__name__)
 
 

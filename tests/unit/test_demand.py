@@ -300,7 +300,7 @@ def test_job_by_job_order_and_kinds_as_runs(monkeypatch: pytest.MonkeyPatch) -> 
     # first job's place: 3, 3, then 5, 5 → 3+3, 5, 5 → 3 (the price of a cost that grows with kinds).
     jobs = [pend(1, cpus=3), pend(2, cpus=5), pend(3, cpus=3), pend(4, cpus=5)]
     assert one(jobs).needed == 2
-    # the end-to-end workload of tests/test_autoscale_live.py: -c8 ×2, -c4 ×4, a -N2 job of 4 CPUs per
+    # the end-to-end workload of tests/live/test_autoscale_live.py: -c8 ×2, -c4 ×4, a -N2 job of 4 CPUs per
     # node, -c4 ×2: 8, 8 on nodes 1, 2; four 4s on nodes 3, 4; the pair on 5, 6; the last 4s fill 5, 6 →
     # 6. As kinds: the six 4s fill nodes 3..5 before the pair, which opens 6 and 7 → 7.
     work = [pend(1, cpus=8), pend(2, cpus=8)] + [pend(i, cpus=4) for i in (3, 4, 5, 6)]

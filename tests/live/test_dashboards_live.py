@@ -33,8 +33,6 @@ from testkit.prometheus import PROMETHEUS, need_binary, start_prometheus
 from testkit.scale_harness import ScalerProcess
 from testkit.tools import eventually
 
-pytestmark = pytest.mark.lab
-
 DASHBOARDS = ("slurm-overview", "slurm-autoscaling", "slurm-scheduler", "slurm-keda-health")
 CLUSTER = "lab2605"
 TARGETS = (

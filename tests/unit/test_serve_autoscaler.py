@@ -68,7 +68,7 @@ async def test_demand_families_on_metrics_and_promtool_clean() -> None:
                     body = await r.text()
             finally:
                 await http_server.close()
-    # the hand-computed cpu numbers of tests/test_demand.py::test_recorded_2605_cpu_and_gpu
+    # the hand-computed cpu numbers of tests/unit/test_demand.py::test_recorded_2605_cpu_and_gpu
     assert sample(body, "slurm_autoscaler_desired_nodes", target="cpu", partition="cpu") == 6
     assert sample(body, "slurm_autoscaler_busy_nodes", target="cpu", partition="cpu") == 3
     assert sample(body, "slurm_autoscaler_needed_nodes", target="cpu", partition="cpu") == 3
