@@ -5,9 +5,8 @@ first (its demo and jobs are gone; the lab is left up): partition ``dyn`` has ze
 ``slurm-keda serve --poll-interval 1 --grpc-listen`` subprocess polls the lab's slurmrestd; a gRPC client
 opens ``StreamIsActive`` for the dyn NodeSet exactly as KEDA's ``external-push`` trigger does (the metadata
 of ``tests/live/test_autoscale_live.py``). Then, N times: wait a random 0–1 s (so submissions fall at
-every phase
-of the 1 s polling), submit one 1-CPU job to ``dyn`` (``sbatch`` inside the lab), take the time the stream
-says active, cancel the job and wait for the stream to say inactive.
+every phase of the 1 s polling), submit one 1-CPU job to ``dyn`` (``sbatch`` inside the lab), take the
+time the stream says active, cancel the job and wait for the stream to say inactive.
 
 Printed per submission and as p50/p90/min/max:
 
