@@ -92,16 +92,14 @@ def test_no_module_imports_a_higher_layer() -> None:
         top = _top(module)
         for line, target in _imports(module, path):
             other = _top(target)
-            if top in PRODUCT_LAYERS:
-                if other in TOOLS:
-                    wrong.append(f"{path.relative_to(ROOT)}:{line}: the product imports {target}")
-                elif other in PRODUCT_LAYERS and other != top:
-                    if PRODUCT_LAYERS[other] >= PRODUCT_LAYERS[top]:
-                        wrong.append(
-                            f"{path.relative_to(ROOT)}:{line}: {module} imports {target} (not below)"
-                        )
+            where = f"{path.relative_to(ROOT)}:{line}"
+            upward = other in PRODUCT_LAYERS and other != top and PRODUCT_LAYERS[other] >= PRODUCT_LAYERS[top]
+            if top in PRODUCT_LAYERS and other in TOOLS:
+                wrong.append(f"{where}: the product imports {target}")
+            elif top in PRODUCT_LAYERS and upward:
+                wrong.append(f"{where}: {module} imports {target} (not below)")
             elif top == "lab" and other in ("testkit", "tests", "benchmarks"):
-                wrong.append(f"{path.relative_to(ROOT)}:{line}: the lab imports test code {target}")
+                wrong.append(f"{where}: the lab imports test code {target}")
     assert not wrong, "\n".join(wrong)
 
 
