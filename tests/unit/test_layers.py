@@ -93,7 +93,8 @@ def test_no_module_imports_a_higher_layer() -> None:
         for line, target in _imports(module, path):
             other = _top(target)
             where = f"{path.relative_to(ROOT)}:{line}"
-            upward = other in PRODUCT_LAYERS and other != top and PRODUCT_LAYERS[other] >= PRODUCT_LAYERS[top]
+            layer = PRODUCT_LAYERS.get(top, -1)
+            upward = other in PRODUCT_LAYERS and other != top and PRODUCT_LAYERS[other] >= layer
             if top in PRODUCT_LAYERS and other in TOOLS:
                 wrong.append(f"{where}: the product imports {target}")
             elif top in PRODUCT_LAYERS and upward:
