@@ -32,6 +32,11 @@ _MISFITS: dict[str, str] = {
 """How each :data:`~autoscaler.demand.types.MisfitKind` reads (memory in MiB)."""
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 new node``, ``2 new nodes``."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def misfit_text(misfit: Misfit, shape: NodeShape | None) -> str:
     """Why a job never fits the target, e.g. ``--mem 9000 MiB per node > 8000 MiB``."""
     kind, asked, limit = misfit
@@ -93,11 +98,13 @@ def explain(target: Target, d: Demand) -> tuple[str, ...]:
             if p.exact
             else f"best fit in Slurm's scheduling order: {p.runs} runs of jobs, too many for exact first fit"
         )
-        lines.append(f"needed: {d.needed} new nodes for {p.jobs} eligible pending jobs ({how})")
+        lines.append(
+            f"needed: {plural(d.needed, 'new node')} for {plural(p.jobs, 'eligible pending job')} ({how})"
+        )
     elif d.eligible and d.shape is None:
-        lines.append(f"needed: 0 ({d.eligible} eligible pending jobs, but no node shape)")
+        lines.append(f"needed: 0 ({plural(d.eligible, 'eligible pending job')}, but no node shape)")
     elif d.eligible:
-        lines.append(f"needed: 0 ({d.eligible} eligible pending jobs)")
+        lines.append(f"needed: 0 ({plural(d.eligible, 'eligible pending job')})")
     else:
         lines.append("needed: 0 (no eligible pending jobs)")
     for reason, count in sorted(d.ignored.items()):

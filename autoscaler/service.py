@@ -207,9 +207,14 @@ class DemandService:
         if age is None:
             return "demand: no snapshot with jobs and nodes yet"
         held = f"HELD: older than {self.stale_after:.0f} s" if age > self.stale_after else "fresh"
-        line = f"demand: {len(self._targets)} targets known; jobs/nodes data {age:.1f} s old ({held})"
         snap = self._snap if self._snap is not None else self._source.snapshot
-        invalid = sorted(t.name for t in self._targets if snap is not None and partly_invalid(snap, t))
+        served = self.metric_targets(snap) if snap is not None else tuple(self._targets)
+        kind = "configured" if self._configured else "one per partition, and those KEDA asked for"
+        line = (
+            f"demand: {len(served)} target{'' if len(served) == 1 else 's'} ({kind}); "
+            f"jobs/nodes data {age:.1f} s old ({held})"
+        )
+        invalid = sorted(t.name for t in served if snap is not None and partly_invalid(snap, t))
         if invalid:
             line += f"; HELD on records dropped as impossible: {', '.join(invalid)}"
         return line

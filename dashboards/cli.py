@@ -46,6 +46,8 @@ def main(argv: Sequence[str]) -> int:
         old = stale()
         for name in old:
             print(f"{name} is not what the code generates: run `make dashboards`", file=sys.stderr)
+        if not old:
+            print("dashboards, rules and the PrometheusRule are what the code generates")
         return 1 if old else 0
     from .render import Prometheus, Window, load, render
 

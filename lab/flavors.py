@@ -62,7 +62,7 @@ FLAVORS: dict[str, Flavor] = {
 """Every supported flavor. 24.11 is Debian trixie's Slurm, 26.05 is sid's (sid moves: the real release is
 read at run time and reported by ``status``)."""
 
-DEFAULT_FLAVOR = "24.11"
+DEFAULT_FLAVOR = "26.05"
 
 
 def cache_dir() -> Path:

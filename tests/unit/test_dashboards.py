@@ -186,3 +186,13 @@ def test_sums_of_slurm_data_count_each_series_once_across_replicas() -> None:
             names = set(re.findall(r"\b(slurm_[a-z_]+)\{", e)) - set(per_instance)
             if names and re.search(r"\b(sum|topk)\b", e):
                 assert "max without (instance, pod) (" in e, e
+
+
+def test_check_says_so_when_everything_is_current(capsys: pytest.CaptureFixture[str]) -> None:
+    from dashboards.cli import main
+
+    assert main(["check"]) == 0
+    assert (
+        capsys.readouterr().out.strip()
+        == "dashboards, rules and the PrometheusRule are what the code generates"
+    )

@@ -260,3 +260,21 @@ def test_target_info_says_where_each_target_comes_from() -> None:
     assert sources[unconfigured.label(asked)] == "scaler"
     assert {sources[p.name] for p in s.partitions if p.name != "cpu"} == {"default"}  # cpu: asked
     assert info(configured) == {"ns-gpu": "configured"}
+
+
+def test_the_status_line_counts_the_targets_metrics_export() -> None:
+    # "demand: 0 targets known" while /metrics exported one target per partition
+    snap = recorded_snapshot(RECORDED_2605, "v0.0.45")
+    service = DemandService(StaticSource(snap), clock=lambda: snap.taken_at + 1.0)
+    exported = {
+        s.labels["target"]
+        for fam in demand_families(service.demands_on(snap), service.label, service.source)
+        for s in fam.samples
+        if s.name == "slurm_autoscaler_desired_nodes"
+    }
+    assert len(exported) == len(snap.partitions) == 4
+    assert service.status_line(snap.taken_at + 1.0).startswith(
+        "demand: 4 targets (one per partition, and those KEDA asked for); "
+    )
+    configured = DemandService(StaticSource(snap), targets=[T], clock=lambda: snap.taken_at + 1.0)
+    assert configured.status_line(snap.taken_at + 1.0).startswith("demand: 1 target (configured); ")

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from exporter.errors import ConfigError
-from exporter.model import Snapshot
+from exporter.model import Job, Node, Snapshot
 from exporter.versions import adapter_for
 from slurm_keda import cli
 from slurm_keda.settings import OPTIONS, load
@@ -133,3 +133,27 @@ def test_the_bridge_needs_a_policy(tmp_path: Path) -> None:
         load({"bridge": True}, tmp_path)
     with pytest.raises(ConfigError, match="--bridge-instance"):
         load({"bridge_instance": "Cluster A"}, tmp_path)
+
+
+def test_the_table_cuts_nothing_and_names_states_as_squeue_does() -> None:
+    flags = ("CLOUD", "POWERED_DOWN", "POWERING_UP", "NOT_RESPONDING")
+    booting = Job(job_id=7, state="RUNNING", state_flags=("CONFIGURING",), partitions=("cloud",))
+    array = Job(job_id=8, state="PENDING", array_job_id=8, array_task_string="1-40", array_pending_tasks=40)
+    reason = "ReqNodeNotAvail,_UnavailableNodes:p[1-12]"
+    waiting = Job(job_id=9, state="PENDING", reason=reason)
+    snap = Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        jobs=(booting, array, waiting),
+        nodes=(Node(name="p1", state="IDLE", flags=flags),),
+    )
+    lines = format_table(snap).splitlines()
+    node = next(line for line in lines if line.startswith("p1 "))
+    assert ",".join(flags) in node  # every flag, POWERING_UP too (was cut at 22 characters)
+    job7 = next(line for line in lines if line.startswith("7 "))
+    assert job7.split()[2] == "CONFIGURING"  # not RUNNING: its nodes still boot
+    header = next(line for line in lines if line.startswith("JOBID"))
+    assert "ARRAY" in header.split() and "TASKS" not in header.split()
+    job8 = next(line for line in lines if line.startswith("8_[1-40]"))
+    assert job8.split()[-1] == "40"  # the array tasks the record stands for (no NODELIST yet)
+    assert reason in next(line for line in lines if line.startswith("9 "))
