@@ -1,4 +1,4 @@
-"""Test certificates for the gRPC scaler, made at test time with the ``openssl`` CLI.
+"""Test certificates for the gRPC scaler and the HTTPS server, made at test time with the ``openssl`` CLI.
 
 Two CAs, so that a certificate rotation is observable from a client: ``ca`` signs the server
 certificate ``server`` and the client certificate ``client``; ``ca2`` signs ``server2`` (the rotated
@@ -9,6 +9,7 @@ valid for two days; server certificates name ``127.0.0.1`` and ``localhost``.
 from __future__ import annotations
 
 import shutil
+import ssl
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,13 @@ class PKI:
     server2: Pair
     client: Pair
     rogue: Pair
+
+    def client_ctx(self, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
+        """A client's TLS context trusting ``ca`` (the CA of ``server``), with a certificate if given."""
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        if cert is not None:
+            ctx.load_cert_chain(cert, key)
+        return ctx
 
 
 def have_openssl() -> bool:

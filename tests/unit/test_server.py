@@ -17,7 +17,6 @@ import ssl
 import subprocess
 import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from exporter.server import RENDERER, make_app
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
 from slurm_keda import cli
 from testkit.paths import RECORDED
+from testkit.pki import PKI, have_openssl, make_pki
 from testkit.served import get, served, value
 
 DATA = RECORDED / "slurm-26.05.5"
@@ -263,75 +263,11 @@ async def test_promtool_check_metrics_on_a_real_scrape(app_kw: dict[str, bool]) 
 # ------------------------------------------------------------------------------------------ TLS
 
 
-@dataclass(frozen=True)
-class PKI:
-    dir: Path
-    ca: Path
-    server_crt: Path
-    server_key: Path
-    client_crt: Path
-    client_key: Path
-    rogue_crt: Path
-    rogue_key: Path
-
-    def client_ctx(self, cert: Path | None = None, key: Path | None = None) -> ssl.SSLContext:
-        ctx = ssl.create_default_context(cafile=str(self.ca))
-        if cert is not None:
-            ctx.load_cert_chain(cert, key)
-        return ctx
-
-
-def _openssl(*args: str | Path, cwd: Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> PKI:
-    if shutil.which("openssl") is None:
+    if not have_openssl():
         pytest.skip("no openssl CLI to make test certificates")
-    d = tmp_path_factory.mktemp("pki")
-    ec = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=test-ca",
-        cwd=d,
-    )
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name in ("server", "client"):
-        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-        _openssl(
-            "x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=d,
-        )  # fmt: skip
-    # a self-signed client certificate no configured CA vouches for
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        "rogue.key",
-        "-out",
-        "rogue.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=rogue",
-        cwd=d,
-    )
-    return PKI(
-        d, d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt", d / "client.key",
-        d / "rogue.crt", d / "rogue.key",
-    )  # fmt: skip
+    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def write_config(tmp_path: Path, text: str) -> Path:
@@ -344,7 +280,7 @@ async def test_tls(pki: PKI, tmp_path: Path) -> None:
     cfg = load_web_config(
         write_config(
             tmp_path,
-            f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n"
+            f"tls_server_config:\n  cert_file: {pki.server.crt}\n  key_file: {pki.server.key}\n"
             "  min_version: TLS12\n",
         )
     )
@@ -362,7 +298,7 @@ async def test_tls(pki: PKI, tmp_path: Path) -> None:
 
 async def test_mtls_requires_a_client_cert_from_the_ca(pki: PKI, tmp_path: Path) -> None:
     (tmp_path / "certs").mkdir()
-    for f in (pki.server_crt, pki.server_key, pki.ca):
+    for f in (pki.server.crt, pki.server.key, pki.ca):
         shutil.copy(f, tmp_path / "certs" / f.name)
     # relative paths are relative to the config file's directory, as in exporter-toolkit
     cfg = load_web_config(
@@ -377,19 +313,19 @@ async def test_mtls_requires_a_client_cert_from_the_ca(pki: PKI, tmp_path: Path)
     async with served(web_config=cfg) as s:
         await s.poller.poll_once()
         status, _, body = await get(
-            s.url + "/metrics", ssl_ctx=pki.client_ctx(pki.client_crt, pki.client_key)
+            s.url + "/metrics", ssl_ctx=pki.client_ctx(pki.client.crt, pki.client.key)
         )
         assert status == 200 and b"slurm_up 1.0" in body
         with pytest.raises(aiohttp.ClientError):
             await get(s.url + "/metrics", ssl_ctx=pki.client_ctx())
         with pytest.raises(aiohttp.ClientError):
-            await get(s.url + "/healthz", ssl_ctx=pki.client_ctx(pki.rogue_crt, pki.rogue_key))
+            await get(s.url + "/healthz", ssl_ctx=pki.client_ctx(pki.rogue.crt, pki.rogue.key))
 
 
 def test_tls_key_that_does_not_match_is_a_config_error(pki: PKI, tmp_path: Path) -> None:
     cfg = load_web_config(
         write_config(
-            tmp_path, f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.client_key}\n"
+            tmp_path, f"tls_server_config:\n  cert_file: {pki.server.crt}\n  key_file: {pki.client.key}\n"
         )
     )
     assert cfg.tls is not None
@@ -476,7 +412,7 @@ def test_bad_web_config_is_one_line_naming_the_key(tmp_path: Path, text: str, me
 
 
 def test_bad_tls_options_name_the_key(pki: PKI, tmp_path: Path) -> None:
-    base = f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.server_key}\n"
+    base = f"tls_server_config:\n  cert_file: {pki.server.crt}\n  key_file: {pki.server.key}\n"
     for extra, message in (
         ("  min_version: TLS14\n", r"tls_server_config.min_version: 'TLS14' is not one of TLS10"),
         (
@@ -534,7 +470,7 @@ def test_serve_with_a_bad_web_config_exits_2_with_one_line(
 def test_serve_with_an_unloadable_key_exits_2(
     pki: PKI, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    cfg = write_config(tmp_path, f"tls_server_config:\n  cert_file: {pki.server_crt}\n  key_file: {pki.ca}\n")
+    cfg = write_config(tmp_path, f"tls_server_config:\n  cert_file: {pki.server.crt}\n  key_file: {pki.ca}\n")
     code = cli.main(
         ["serve", "--web-config-file", str(cfg), "--listen-address", "127.0.0.1", "--listen-port", "0"]
     )
