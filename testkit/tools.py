@@ -19,6 +19,7 @@ from aiohttp import web
 
 from exporter.errors import NotJSONError, TruncatedError
 from exporter.model import Snapshot
+from exporter.notify import Notifier
 from exporter.versions import adapter_for
 
 T = TypeVar("T")
@@ -47,7 +48,7 @@ class SnapshotFeed:
 
     def __init__(self) -> None:
         self._snapshot: Snapshot | None = None
-        self._changed = asyncio.Event()
+        self._swapped = Notifier()
 
     @property
     def snapshot(self) -> Snapshot | None:
@@ -55,13 +56,12 @@ class SnapshotFeed:
 
     async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
         while self._snapshot is None or self._snapshot is after:
-            await self._changed.wait()
+            await self._swapped.wait()
         return self._snapshot
 
     def put(self, snap: Snapshot) -> None:
         self._snapshot = snap
-        changed, self._changed = self._changed, asyncio.Event()
-        changed.set()
+        self._swapped.notify()
 
 
 def promtool_path() -> str:

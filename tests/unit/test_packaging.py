@@ -150,3 +150,13 @@ def test_the_wheel_the_build_stage_builds(tmp_path: Path) -> None:
     assert "--slurmrestd-url" in run("serve", "--help").stdout
     lab = run("lab", "status")  # the lab is no subcommand of the product: argparse refuses it
     assert lab.returncode == 2 and "invalid choice: 'lab'" in lab.stderr
+
+
+def test_the_wheel_takes_the_product_packages_only() -> None:
+    # the lab, the test kit and the tests sit beside the product in the checkout: never packaged
+    from tests.unit.test_layers import PRODUCT_LAYERS
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    assert sorted(p.rstrip("*") for p in find["include"]) == sorted(PRODUCT_LAYERS)
+    copied = {shlex.split(ln)[1] for ln in stages()[0] if ln.startswith("COPY ") and "/" not in ln.split()[1]}
+    assert set(PRODUCT_LAYERS) <= copied and not copied & {"lab", "testkit", "tests", "benchmarks"}
