@@ -274,8 +274,8 @@ async def part_a(args: argparse.Namespace) -> None:
     gc.callbacks.append(gc_watch)
     app.middlewares.append(timed)
     app.router.add_post("/bench/publish", publish)
-    runner = await server.start(app, "127.0.0.1", 0)
-    url = server.bound_urls(runner)[0]
+    http_server = await server.start(app, "127.0.0.1", 0)
+    url = http_server.urls[0]
     tasks = [asyncio.create_task(renderer.warm()), asyncio.create_task(tick(stats))]
     try:
         # renders once, outside the measurement, and registers gzip as a wanted variant for warm()
@@ -337,7 +337,7 @@ async def part_a(args: argparse.Namespace) -> None:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await runner.cleanup()
+        await http_server.close()
         gc.callbacks.remove(gc_watch)
 
 
