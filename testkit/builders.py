@@ -4,6 +4,7 @@ snapshots, and the bridge's planning world (one place each, so a field added to 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from bridge.actions import (
@@ -30,6 +31,26 @@ def comment(uid: str, instance: str = "cluster-a") -> str:
 
 def job(job_id: int, uid: str, state: str = "PENDING", **kw: Any) -> Job:
     return Job(job_id=job_id, state=state, admin_comment=comment(uid, kw.pop("instance", "cluster-a")), **kw)
+
+
+def snap(
+    jobs: Iterable[Job] = (),
+    nodes: Iterable[Node] = (),
+    *,
+    at: float = 0.0,
+    fetched: Iterable[str] = (),
+    requested: float | None = None,
+) -> Snapshot:
+    """A v0.0.45 snapshot taken ``at`` (epoch seconds) of ``jobs`` and ``nodes``; the ``fetched`` endpoints
+    count as fetched then, and ``/jobs`` as requested at ``requested`` when given."""
+    return Snapshot(
+        taken_at=at,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        fetched_at=dict.fromkeys(fetched, at),
+        requested_at={} if requested is None else {"jobs": requested},
+    )
 
 
 def snapshot(*jobs: Job, age: float = 1.0, slurm_nodes: tuple[str, ...] = ("c1", "c2", "c3")) -> Snapshot:

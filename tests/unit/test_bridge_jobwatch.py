@@ -8,13 +8,11 @@ from bridge.jobwatch import JobWatch
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import Job, Snapshot
 from exporter.session import SlurmSession
+from testkit import builders
 
 
 def snap(requested: float, *jobs: Job) -> Snapshot:
-    return Snapshot(
-        taken_at=requested + 8, api_version="v0.0.45", jobs=jobs, fetched_at={"jobs": requested + 8},
-        requested_at={"jobs": requested},
-    )  # fmt: skip
+    return builders.snap(jobs, at=requested + 8, fetched=["jobs"], requested=requested)
 
 
 def watch() -> JobWatch:

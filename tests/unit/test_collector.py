@@ -26,9 +26,9 @@ from exporter import collector as col
 from exporter.aggregate import aggregate_jobs
 from exporter.model import MIB, Diag, Job, License, Node, Partition, Reservation, Snapshot
 from exporter.poller import EndpointState, PollStatus
-from exporter.versions import SUPPORTED_VERSIONS, adapter_for
+from exporter.versions import SUPPORTED_VERSIONS
 from testkit.paths import ROOT
-from testkit.tools import promtool_path
+from testkit.tools import promtool_path, recorded_snapshot
 
 RECORDED = ROOT / "tests" / "data" / "recorded"
 VERSION_DIRS = sorted(
@@ -52,24 +52,7 @@ ACTIVE = ("pending", "running", "suspended")
 
 def snapshot_of(vdir: Path) -> Snapshot:
     """A Snapshot built from one recorded version directory through the adapters."""
-    ad = adapter_for(vdir.name)
-
-    def body(name: str) -> bytes:
-        return (vdir / f"{name}.json").read_bytes()
-
-    jobs, env = ad.jobs(body("jobs"))
-    return Snapshot(
-        taken_at=NOW - 3.0,
-        api_version=vdir.name,
-        cluster=env.cluster,
-        slurm_version=env.slurm_version,
-        jobs=tuple(jobs),
-        nodes=tuple(ad.nodes(body("nodes"))[0]),
-        partitions=tuple(ad.partitions(body("partitions"))[0]),
-        diag=ad.diag(body("diag"))[0],
-        licenses=tuple(ad.licenses(body("licenses"))[0]),
-        reservations=tuple(ad.reservations(body("reservations"))[0]),
-    )
+    return recorded_snapshot(vdir, vdir.name, taken_at=NOW - 3.0)
 
 
 def ok_status() -> PollStatus:

@@ -23,6 +23,7 @@ from autoscaler.reasons import Eligibility, classify, normalize
 from autoscaler.report import misfit_text
 from exporter.model import MIB, Job, Node, Partition, Snapshot
 from exporter.slurmtext import hostlist_expand
+from testkit import builders
 from testkit.paths import ROOT
 from testkit.tools import recorded_snapshot
 
@@ -45,7 +46,7 @@ def node(name: str, partition: str = "p", **kw: Any) -> Node:
 
 
 def snap(jobs: list[Job], nodes: list[Node] | None = None) -> Snapshot:
-    return Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes or ()))
+    return builders.snap(jobs, nodes or ())
 
 
 NO_BARS = Bars(now=0.0, partitions={}, licenses={}, reservations={})

@@ -13,6 +13,7 @@ from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService, NoSnapshotYet, StaticSource, TooManyTargets, UnknownPartition
 from autoscaler.targets import target_from_metadata
 from exporter.model import MIB, Job, Node, Partition, Snapshot
+from testkit import builders
 from testkit.paths import RECORDED_2605
 from testkit.tools import SnapshotFeed, recorded_snapshot
 
@@ -34,13 +35,7 @@ def pend(job_id: int, cpus: int = 1, reason: str = "Resources") -> Job:
 def snap(
     at: float, jobs: list[Job], nodes: list[Node] | None = None, endpoints: Any = ("jobs", "nodes")
 ) -> Snapshot:
-    return Snapshot(
-        taken_at=at,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        nodes=tuple(nodes or ()),
-        fetched_at=dict.fromkeys(endpoints, at),
-    )
+    return builders.snap(jobs, nodes or (), at=at, fetched=endpoints)
 
 
 def test_no_answer_before_a_snapshot_with_jobs_and_nodes() -> None:
