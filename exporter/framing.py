@@ -65,8 +65,6 @@ class CloseFramedHandler(ResponseHandler):
         """The current response carries ``Connection: close``: nothing after its body is passed on."""
         self._following = True
         """False once a response's length is unknown: the rest is passed through as it comes."""
-        self.dropped = 0
-        """Bytes dropped after a close response (a test's and a log's figure)."""
 
     def data_received(self, data: bytes) -> None:
         if self._following and data:
@@ -84,7 +82,6 @@ class CloseFramedHandler(ResponseHandler):
                 keep += step
                 continue
             if self._closing:  # the close response is complete: the rest is no response
-                self.dropped += len(data) - keep
                 return data[:keep]
             buffered = self._head + data[keep:]
             end = buffered.find(b"\r\n\r\n")

@@ -33,8 +33,8 @@ from .client import NotModified
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Node, Snapshot, wall_time
-from .notify import Notifier
 from .session import Negotiated, SlurmSession
+from .source import LatestSnapshot
 from .validate import check_jobs, check_nodes, dropped_partitions
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,7 @@ class Poller:
         self.status = PollStatus(
             endpoints={e: EndpointState(e) for e in self.config.endpoints}, up_max_age=self.config.up_max_age
         )
-        self._snapshot: Snapshot | None = None
-        self._swapped = Notifier()
+        self._latest = LatestSnapshot()
         self._early = asyncio.Event()
 
     # -- reading ------------------------------------------------------------------------------
@@ -181,13 +180,11 @@ class Poller:
     @property
     def snapshot(self) -> Snapshot | None:
         """The current snapshot (None before the first good poll)."""
-        return self._snapshot
+        return self._latest.snapshot
 
     async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
         """Return the current snapshot once it is not ``after`` (waits for the next swap)."""
-        while self._snapshot is None or self._snapshot is after:
-            await self._swapped.wait()
-        return self._snapshot
+        return await self._latest.wait_next(after)
 
     # -- polling ------------------------------------------------------------------------------
 
@@ -268,9 +265,8 @@ class Poller:
             self.status.last_poll_duration = time.perf_counter() - t0
 
     def _swap(self, snap: Snapshot) -> None:
-        self._snapshot = snap
         self.status.last_success = snap.taken_at
-        self._swapped.notify()
+        self._latest.put(snap)
 
     def _build(self, wanted: Sequence[str], negotiated: Negotiated) -> Snapshot:
         eps = self.status.endpoints

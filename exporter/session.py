@@ -10,7 +10,6 @@ the others read :attr:`SlurmSession.api_version` and wait for it to be set.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ import msgspec
 from . import versions
 from .client import ApiPaths, SlurmClient, choose_jobs_version, choose_version, version_key
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
-from .model import Job, wall_time
+from .model import Job
 from .validate import check_jobs
 from .versions._common import decode
 
@@ -45,13 +44,10 @@ class Negotiated:
 class SlurmSession:
     """The client and the negotiated version; single-job reads for the bridge's fast path."""
 
-    def __init__(
-        self, client: SlurmClient, *, api_version: str | None = None, clock: Callable[[], float] = wall_time
-    ) -> None:
+    def __init__(self, client: SlurmClient, *, api_version: str | None = None) -> None:
         self.client = client
         self.forced_version = api_version
         """``--api-version``: this version instead of the highest common one."""
-        self._clock = clock
         self.negotiated: Negotiated | None = None
 
     @property

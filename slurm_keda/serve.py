@@ -136,7 +136,6 @@ class MetricsHttp(Runnable):
             listen_limits=limits,
         )
         self.address, self.port = settings.http.address, settings.http.port
-        self.web_config = web_config
         self.server: HttpServer | None = None
 
     async def start(self) -> None:

@@ -479,20 +479,24 @@ def env_name(option_name: str) -> str:
     return ENV_PREFIX + option_name.upper()
 
 
+def _option_named(variable: str) -> str | None:
+    """The option a variable (or secret file) name ``SLURM_KEDA_<NAME>`` stands for, in any case."""
+    upper = variable.upper()
+    name = upper[len(ENV_PREFIX) :].lower()
+    return name if upper.startswith(ENV_PREFIX) and name in OPTIONS else None
+
+
 def _environment(env: Mapping[str, str]) -> Iterator[tuple[str, str]]:
     """(option, value) of every ``SLURM_KEDA_*`` variable naming an option (case-insensitive)."""
     for key, value in env.items():
-        upper = key.upper()
-        if upper.startswith(ENV_PREFIX) and (name := upper[len(ENV_PREFIX) :].lower()) in OPTIONS:
+        if (name := _option_named(key)) is not None:
             yield name, value
 
 
 def _secrets(folder: Path) -> Iterator[tuple[str, str]]:
     """(option, content) of every file in ``folder`` named like an option's variable (any case)."""
     for path in folder.iterdir():
-        upper = path.name.upper()
-        name = upper[len(ENV_PREFIX) :].lower()
-        if upper.startswith(ENV_PREFIX) and name in OPTIONS and path.is_file():
+        if (name := _option_named(path.name)) is not None and path.is_file():
             yield name, path.read_text().strip()
 
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from exporter.errors import NotJSONError, TruncatedError
 from exporter.model import Snapshot
-from exporter.notify import Notifier
+from exporter.source import LatestSnapshot
 from exporter.versions import adapter_for
 
 T = TypeVar("T")
@@ -43,25 +43,8 @@ async def eventually(
         await asyncio.sleep(interval)
 
 
-class SnapshotFeed:
-    """A snapshot source like :class:`exporter.poller.Poller`: ``put`` swaps in the next snapshot."""
-
-    def __init__(self) -> None:
-        self._snapshot: Snapshot | None = None
-        self._swapped = Notifier()
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        return self._snapshot
-
-    async def wait_next(self, after: Snapshot | None = None) -> Snapshot:
-        while self._snapshot is None or self._snapshot is after:
-            await self._swapped.wait()
-        return self._snapshot
-
-    def put(self, snap: Snapshot) -> None:
-        self._snapshot = snap
-        self._swapped.notify()
+SnapshotFeed = LatestSnapshot
+"""A snapshot source like :class:`exporter.poller.Poller`: ``put`` swaps in the next snapshot."""
 
 
 def promtool_path() -> str:
