@@ -162,7 +162,6 @@ class Bridge:
         self.source = source
         self.session = session
         self.kube = kube
-        self.slurm = session.client
         self.options = options
         self._clock = clock
         self.pods: Informer[Pod] = Informer(
@@ -396,7 +395,7 @@ class Bridge:
             pod = self._pod(action.uid)
             try:
                 job_id = await submit_job(
-                    self.slurm,
+                    self.session.client,
                     version,
                     action.request,
                     instance=self.options.instance,
@@ -474,7 +473,7 @@ class Bridge:
             self._bind_failed.pop(action.uid, None)
             return True
         if isinstance(action, Cancel):
-            cancelled = await cancel_job(self.slurm, version, action.job_id)
+            cancelled = await cancel_job(self.session.client, version, action.job_id)
             if action.why.startswith(RELEASED):
                 self.stats.released += cancelled
             log.info(

@@ -330,6 +330,7 @@ class SlurmClient:
         self.config = config
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self._backoff = Backoff(self.config.backoff, RETRY_BACKOFF_CAP, jitter=1.0)
         self._session: aiohttp.ClientSession | None = None
         self._limit = asyncio.Semaphore(config.max_concurrency)
         self._endpoint_locks: dict[str, asyncio.Lock] = {}
@@ -463,7 +464,7 @@ class SlurmClient:
             except SlurmError as err:
                 if started or attempt >= max_retries or not _retryable(err, final_statuses):
                     raise
-                delay = Backoff(self.config.backoff, RETRY_BACKOFF_CAP, jitter=1.0).delay(attempt, self._rng)
+                delay = self._backoff.delay(attempt, self._rng)
                 attempt += 1
                 log.warning("%s; retry %d/%d in %.2fs", err, attempt, max_retries, delay)
                 await self._sleep(delay)
