@@ -67,7 +67,7 @@ class Informer(Generic[T]):
         self._list = list_fn
         self._watch = watch_fn
         self._key = key
-        self._backoff = Backoff(0.5, max_backoff, jitter=0.5)
+        self._retry = Backoff(0.5, max_backoff, jitter=0.5)
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._clock = clock
@@ -102,7 +102,7 @@ class Informer(Generic[T]):
     async def _backoff(self, failures: int) -> None:
         """Wait after the ``failures``-th failure in a row: half to all of 0.5 s × 2^failures, at most
         ``max_backoff`` (never ~0: a tight loop against a failing server is what this prevents)."""
-        await self._sleep(self._backoff.delay(failures, self._rng))
+        await self._sleep(self._retry.delay(failures, self._rng))
 
     async def _run(self) -> None:
         failures = 0
