@@ -89,8 +89,10 @@ async def test_a_bridge_pod_scales_a_nodeset_from_zero_and_back(lab_2605: Lab, t
                     fake.put("pods", bridge_pod("trainer", reservation=None))
 
                     def bound() -> dict[str, Any] | None:
-                        if auto.replicas and "scaled" not in marks:
-                            marks["scaled"] = time.monotonic() - start
+                        if auto.first_active is not None and "scaled" not in marks:
+                            # when KEDA saw it active and scaled from zero (exact, as "joined" is): a
+                            # time sampled here every 0.1 s could fall after the node's registration
+                            marks["scaled"] = auto.first_active - start
                         if operator.registered and "joined" not in marks:
                             marks["joined"] = operator.registered[0] - start
                         p = fake.get("pods", "team-a", "trainer")
