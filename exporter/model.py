@@ -215,6 +215,10 @@ class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     backfilled_jobs: int = 0
     last_backfilled_jobs: int = 0
     backfill_active: bool = False
+    rpc_counts: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """RPCs slurmctld served since ``stats_reset_time``, by message type (``REQUEST_UPDATE_JOB``, ...)."""
+    rpc_seconds: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Seconds slurmctld spent serving them, by message type."""
     stats_time: float | None = None
     """When slurmctld produced these statistics (``req_time``)."""
     stats_reset_time: float | None = None
@@ -278,6 +282,10 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     requested_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when the request that fetched (or confirmed) its data was sent, epoch seconds — the
     data holds everything Slurm accepted before then (a 10,000-job /jobs takes seconds to answer)."""
+    listed_at: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Per endpoint: when the request of its last full listing was sent, epoch seconds. Jobs kept up to
+    date from ``/jobs/state`` (:mod:`exporter.jobsync`) have every state as of ``requested_at``, but
+    what changes without the state (a pending job's reason or priority) only as of this."""
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
     dropped: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)

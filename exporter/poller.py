@@ -28,9 +28,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import versions
-from .client import NotModified
+from . import jobsync, versions
+from .client import NotModified, version_key
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
+from .jobsync import JobSig
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import ENDPOINTS, Diag, Envelope, Job, Node, Snapshot, wall_time
 from .session import Negotiated, SlurmSession
@@ -62,6 +63,19 @@ class PollerConfig:
     use_update_time: bool = True
     full_refresh: float = 60.0
     """Seconds after which an endpoint is fetched in full even if ``last_update`` did not move."""
+    incremental_jobs: bool = True
+    """Between full ``/jobs`` listings, read ``/jobs/state`` and only the jobs whose state moved
+    (:mod:`exporter.jobsync`); Slurm releases without ``/jobs/state`` (22.05) always list in full."""
+    jobs_full_refresh: float = 300.0
+    """Seconds between full ``/jobs`` listings while jobs are kept incrementally (and at least
+    :attr:`jobs_listing_ratio` times the last listing's duration)."""
+    jobs_listing_ratio: float = 10.0
+    """A full listing starts no sooner than this many times its last duration after the last one ended
+    (slurmrestd spends at most 1/ratio of its time listing for us), the first one and a failed one's
+    retry aside."""
+    jobs_changes_limit: int = 1000
+    """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
+    :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
     endpoints: tuple[str, ...] = ENDPOINTS
     up_max_age: float = 30.0
     """Seconds the data of every :data:`REQUIRED_ENDPOINTS` endpoint may be old and Slurm still count as
@@ -118,6 +132,49 @@ class EndpointState:
 
 
 @dataclass
+class JobsSync:
+    """How the jobs data is kept between full listings (:mod:`exporter.jobsync`); mutated only by the
+    poller, read by /metrics and the status page."""
+
+    incremental: bool = False
+    """Whether the last jobs fetch was incremental (``/jobs/state`` and single-job reads)."""
+    incremental_fetches: int = 0
+    full_listings: Counter[str] = field(default_factory=Counter)
+    """Full ``/jobs`` listings by why: ``first``, ``period``, ``changes`` (more than the limit changed),
+    ``job_update`` (a job-changing RPC with more pending jobs than the limit), ``retry`` (after a failed
+    listing), ``off`` (incremental reads off or not offered)."""
+    state_reads: int = 0
+    """``/jobs/state`` requests sent."""
+    job_reads: int = 0
+    """``/job/{id}`` requests sent."""
+    last_changed: int = 0
+    """Jobs read one by one by the last incremental fetch."""
+    last_gone: int = 0
+    """Jobs the last incremental fetch dropped because Slurm no longer lists them."""
+    backlog: int = 0
+    """Changed jobs left for the next polls (more than the limit changed within a listing's spacing)."""
+    listed_at: float | None = None
+    """When the request of the last full listing was sent, epoch seconds."""
+    listing_ended: float | None = None
+    listing_duration: float = 0.0
+    """Seconds the last full listing took."""
+    update_rpcs: int | None = None
+    """slurmctld's count of job-changing RPCs at the last look (:func:`exporter.jobsync.job_update_rpcs`)."""
+    recheck_pending: bool = False
+    """A job-changing RPC was seen: read every pending job again (or list in full)."""
+    states_unsupported: bool = False
+    """``/jobs/state`` answered 404: this server cannot do incremental reads."""
+    refused: dict[int, JobSig] = field(default_factory=dict)
+    """Job id → its signature when its record was refused (impossible values): not read again until it
+    moves."""
+    refused_partitions: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def listing_allowed(self, now: float, ratio: float) -> bool:
+        """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
+        return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
+
+
+@dataclass
 class PollStatus:
     """Health of the poller, read by /metrics and the status page."""
 
@@ -138,6 +195,7 @@ class PollStatus:
     last_error: str = ""
     up_max_age: float = 30.0
     """:attr:`PollerConfig.up_max_age`."""
+    jobs_sync: JobsSync = field(default_factory=JobsSync)
 
     def data_age(self, now: float) -> float | None:
         """Seconds since the oldest of the required endpoints' data was fetched (or confirmed unchanged);
@@ -174,6 +232,8 @@ class Poller:
         )
         self._latest = LatestSnapshot()
         self._early = asyncio.Event()
+        self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...]]] = {}
+        """Jobs the last full listing dropped as impossible: id → (signature, partitions)."""
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -250,7 +310,15 @@ class Poller:
                     return None
             paths = negotiated.paths
             wanted = [e for e in self.config.endpoints if not paths or e in paths]
-            results = await asyncio.gather(*(self._fetch(e, negotiated) for e in wanted))
+            first: list[bool] = []
+            if "jobs" in wanted and "diag" in wanted and self._jobs_incremental(negotiated):
+                # /diag first (a few ms): its RPC counters tell whether a job changed without its state
+                first.append(await self._fetch("diag", negotiated))
+                if first[0]:
+                    self._note_job_updates()
+                wanted = ["diag", *(e for e in wanted if e != "diag")]
+            rest = wanted[len(first) :]
+            results = [*first, *await asyncio.gather(*(self._fetch(e, negotiated) for e in rest))]
             if not any(results):
                 if all(self.status.endpoints[e].last_error_kind == "http_404" for e in wanted):
                     self.session.forget()  # slurmrestd was upgraded: negotiate again next poll
@@ -290,6 +358,7 @@ class Poller:
             reservations=items("reservations"),
             fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
             requested_at={e: st.requested_at for e, st in eps.items() if st.requested_at is not None},
+            listed_at=self._listed_at(),
             last_update={
                 e: st.envelope.last_update
                 for e, st in eps.items()
@@ -300,14 +369,173 @@ class Poller:
             },
         )
 
+    def _listed_at(self) -> dict[str, float]:
+        """When the held jobs were last listed in full (the request's start); the other endpoints are
+        always fetched whole, so their ``requested_at`` says it."""
+        at = self.status.jobs_sync.listed_at
+        return {"jobs": at} if at is not None else {}
+
     async def _fetch(self, name: str, negotiated: Negotiated) -> bool:
         """Fetch one endpoint into its state; True on success (or confirmed no change)."""
+        if name == "jobs" and self._jobs_incremental(negotiated):
+            return await self._fetch_jobs(negotiated)
+        if name == "jobs":
+            self.status.jobs_sync.incremental = False
+            self.status.jobs_sync.full_listings["off"] += 1
+        return await self._fetch_listing(name, negotiated)
+
+    # -- jobs, incrementally (exporter.jobsync) --------------------------------------------------------
+
+    def _jobs_incremental(self, negotiated: Negotiated) -> bool:
+        """Whether jobs are kept from ``/jobs/state`` between listings (v0.0.40+ has it)."""
+        return (
+            self.config.incremental_jobs
+            and not self.status.jobs_sync.states_unsupported
+            and version_key(negotiated.jobs_version) >= version_key("v0.0.40")
+        )
+
+    def _note_job_updates(self) -> None:
+        """Look at slurmctld's count of job-changing RPCs in the /diag just read: when it moved, a job may
+        have changed without its state (hold, release, ``scontrol update``): read pending jobs again."""
+        diag = self.status.endpoints["diag"].data
+        rpcs = jobsync.job_update_rpcs(diag if isinstance(diag, Diag) else None)
+        sync = self.status.jobs_sync
+        if rpcs is None:
+            return
+        if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
+            sync.recheck_pending = True
+        sync.update_rpcs = rpcs
+
+    def _listing_reason(self, st: EndpointState, now: float) -> str | None:
+        """Why the jobs must be listed in full now; None when an incremental read will do."""
+        sync, cfg = self.status.jobs_sync, self.config
+        if st.data is None or sync.listed_at is None:
+            return "first"
+        period = max(cfg.jobs_full_refresh, cfg.jobs_listing_ratio * sync.listing_duration)
+        if now - sync.listed_at >= period:
+            return "period"
+        return None
+
+    async def _fetch_jobs(self, negotiated: Negotiated) -> bool:
+        """The jobs, read incrementally or listed in full (:meth:`_listing_reason`, :meth:`_sync_jobs`)."""
+        st, sync = self.status.endpoints["jobs"], self.status.jobs_sync
+        reason = self._listing_reason(st, self._clock())
+        if reason is None:
+            synced = await self._sync_jobs(st)
+            if isinstance(synced, bool):
+                return synced
+            reason = synced
+        sync.incremental = False
+        sync.full_listings[reason] += 1
+        return await self._fetch_listing("jobs", negotiated, update_time=False)
+
+    async def _sync_jobs(self, st: EndpointState) -> bool | str:
+        """One incremental read: ``/jobs/state``, then ``/job/{id}`` for each job whose state moved (at
+        most :attr:`PollerConfig.jobs_changes_limit`), folded into the held jobs only when every read
+        succeeded. True/False: done, succeeded or not; a string: list in full instead, and why."""
+        sync, cfg = self.status.jobs_sync, self.config
+        held: tuple[Job, ...] = st.data
+        now = self._clock()
+        t0 = time.perf_counter()
+        try:
+            try:
+                states = await self.session.job_states()
+            except HTTPStatusError as e:
+                if e.status != 404:
+                    raise
+                sync.states_unsupported = True
+                log.warning("jobs/state: %s; listing /jobs in full from now on", e)
+                return "off"
+            finally:
+                sync.state_reads += 1
+            found = jobsync.changes(held, states, sync.refused)
+            fetch = list(found.fetch)
+            recheck = sync.recheck_pending
+            if recheck:
+                pending = {j.job_id for j in held if j.state == "PENDING" and j.job_id in states}
+                wanted = sorted(pending.union(fetch))
+                if len(wanted) <= cfg.jobs_changes_limit:
+                    fetch = wanted
+                elif sync.listing_allowed(now, cfg.jobs_listing_ratio):
+                    return "job_update"
+                else:
+                    recheck = False  # too many pending jobs: wait until a listing may start
+            sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
+            if sync.backlog:
+                if sync.listing_allowed(now, cfg.jobs_listing_ratio):
+                    return "changes"
+                fetch = fetch[: cfg.jobs_changes_limit]
+            read = await self._read_jobs(fetch)
+        except SlurmError as e:
+            st.record_error(e, self._clock())
+            self.status.last_error = str(e)
+            log.warning("poll jobs (incremental) failed: %s", e)
+            return False
+        finally:
+            st.last_duration = time.perf_counter() - t0
+        sync.job_reads += len(fetch)
+        fetched: dict[int, list[Job]] = {}
+        dropped: list[tuple[Job, str]] = []
+        for job_id, (good, bad) in read.items():
+            fetched[job_id] = good
+            sync.refused.pop(job_id, None)
+            sync.refused_partitions.pop(job_id, None)
+            dropped.extend(bad)
+        for job, _ in dropped:
+            sync.refused[job.job_id] = states.get(job.job_id) or jobsync.signature(job)
+            sync.refused_partitions[job.job_id] = job.partitions or ("",)
+        for job_id in [j for j in sync.refused if j not in states]:
+            del sync.refused[job_id]
+            sync.refused_partitions.pop(job_id, None)
+        if dropped:
+            self._note_dropped("jobs", dropped)
+        st.dropped_partitions = frozenset(p for parts in sync.refused_partitions.values() for p in parts)
+        st.data = jobsync.merge(held, fetched, found.gone)
+        if recheck:
+            sync.recheck_pending = False
+        sync.incremental = True
+        sync.incremental_fetches += 1
+        sync.last_changed, sync.last_gone = len(fetch), len(found.gone)
+        st.last_bytes = 0
+        st.successes += 1
+        st.fetched_at = self._clock()
+        st.requested_at = now
+        st.last_ok = True
+        return True
+
+    async def _read_jobs(self, ids: Sequence[int]) -> dict[int, tuple[list[Job], list[tuple[Job, str]]]]:
+        """``/job/{id}`` for each id, ``--max-concurrency`` at a time; raises the first SlurmError (the
+        other reads are cancelled)."""
+        out: dict[int, tuple[list[Job], list[tuple[Job, str]]]] = {}
+        if not ids:
+            return out
+        todo = iter(ids)
+
+        async def lane(index: int) -> None:
+            for job_id in todo:  # one shared iterator: each id is read once
+                out[job_id] = await self.session.job_records(job_id, lane=index)
+
+        lanes = max(1, min(len(ids), self.client.config.max_concurrency))
+        tasks = [asyncio.create_task(lane(i), name=f"poller-job-read-{i}") for i in range(lanes)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return out
+
+    # -- any endpoint, listed -------------------------------------------------------------------------
+
+    async def _fetch_listing(self, name: str, negotiated: Negotiated, *, update_time: bool = True) -> bool:
+        """Fetch one endpoint in one request (``update_time`` sent when allowed and due)."""
         st = self.status.endpoints[name]
         path = negotiated.paths.get(name) or f"/slurm/{negotiated.version}/{name}"
         params: dict[str, str] = {}
         now = self._clock()
         incremental = (
-            self.config.use_update_time
+            update_time
+            and self.config.use_update_time
             and name in INCREMENTAL_ENDPOINTS
             and not st.update_time_broken
             and st.envelope is not None
@@ -356,11 +584,23 @@ class Poller:
             st.dropped_partitions = st._fetch_dropped
             st.full_fetch_at = finished
             st.envelope = env
+            if name == "jobs":
+                self._listed_jobs(now, finished, time.perf_counter() - t0)
         st.successes += 1
         st.fetched_at = finished
         st.requested_at = now
         st.last_ok = True
         return True
+
+    def _listed_jobs(self, requested: float, finished: float, duration: float) -> None:
+        sync = self.status.jobs_sync
+        sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
+        sync.recheck_pending = False
+        sync.backlog = 0
+        sync.refused = {job_id: sig for job_id, (sig, _) in self._listing_refused.items()}
+        sync.refused_partitions = {
+            job_id: parts or ("",) for job_id, (_, parts) in self._listing_refused.items()
+        }
 
     async def _get_parsed(
         self, name: str, path: str, params: dict[str, str], negotiated: Negotiated
@@ -436,6 +676,10 @@ class Poller:
             env = adapter.envelope(envelope_bytes, name)
         if check is not None:
             self._note_dropped(name, dropped)
+        if name == "jobs":
+            self._listing_refused = {
+                job.job_id: (jobsync.signature(job), job.partitions) for job, _ in dropped
+            }
         return records, env, decoder.bytes_seen
 
     def _note_dropped(self, name: str, dropped: Sequence[tuple[Job | Node, str]]) -> None:

@@ -70,6 +70,9 @@ def poller_config(s: PollSettings) -> PollerConfig:
         interval=s.interval,
         use_update_time=s.use_update_time,
         full_refresh=s.full_refresh,
+        incremental_jobs=s.incremental_jobs,
+        jobs_full_refresh=s.jobs_full_refresh,
+        jobs_changes_limit=s.jobs_changes_limit,
         up_max_age=s.up_max_age,
     )
 

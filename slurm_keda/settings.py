@@ -164,6 +164,26 @@ class PollSettings(_Group):
     use_update_time: bool = Field(
         True, alias="use_update_time", description="send update_time to skip unchanged data"
     )
+    incremental_jobs: bool = Field(
+        True,
+        alias="incremental_jobs",
+        description="between full /jobs listings, read /jobs/state and only the jobs whose state moved",
+    )
+    jobs_full_refresh: float = Field(
+        300.0,
+        ge=0.0,
+        alias="jobs_full_refresh",
+        description="seconds between full /jobs listings with --incremental-jobs (at least 10 times the "
+        "last listing's duration); a pending job's reason-only change waits for one",
+    )
+    jobs_changes_limit: int = Field(
+        1000,
+        ge=1,
+        le=1_000_000,
+        alias="jobs_changes_limit",
+        description="jobs read one by one in one poll at most; more changed jobs mean a full listing (or, "
+        "within 10 listing durations of the last one, the rest in the next polls)",
+    )
     up_max_age: float = Field(
         30.0,
         gt=0.0,

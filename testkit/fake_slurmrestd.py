@@ -16,6 +16,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from testkit.fake_jobs import JobTable
 from testkit.tools import serve_app
 
 Fault = str
@@ -46,6 +47,9 @@ class FakeSlurmrestd:
     fault_times: dict[str, int] = field(default_factory=dict)
     """Endpoint → how many more requests get its fault (then it answers ok); missing = always."""
     hang_seconds: float = 1.0
+    jobs_table: JobTable | None = None
+    """When set, ``/jobs``, ``/jobs/state/`` and ``/job/{id}`` answer from this table (faults still apply, by
+    the endpoint names ``jobs``, ``jobs/state`` and ``job``)."""
 
     def __post_init__(self) -> None:
         if not self.versions:
@@ -59,6 +63,8 @@ class FakeSlurmrestd:
     def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/openapi/v3", self._openapi)
+        app.router.add_get(r"/slurm/{version}/jobs/state/", self._job_states)
+        app.router.add_get(r"/slurm/{version}/job/{job_id}", self._job)
         app.router.add_get(r"/slurm/{version}/{endpoint:[a-z]+}{slash:/?}", self._endpoint)
         return app
 
@@ -80,8 +86,25 @@ class FakeSlurmrestd:
         }
         return web.json_response({"openapi": "3.0.2", "paths": paths})
 
-    async def _endpoint(self, request: web.Request) -> web.StreamResponse:
-        endpoint = request.match_info["endpoint"]
+    async def _job_states(self, request: web.Request) -> web.StreamResponse:
+        return await self._endpoint(request, "jobs/state")
+
+    async def _job(self, request: web.Request) -> web.StreamResponse:
+        return await self._endpoint(request, "job")
+
+    def _table_body(self, request: web.Request, endpoint: str) -> bytes | None:
+        """The job table's answer; None for 304 (``jobs``) or 404 (``job``)."""
+        table = self.jobs_table
+        assert table is not None
+        if endpoint == "jobs/state":
+            return table.states()
+        if endpoint == "job":
+            return table.job(int(request.match_info["job_id"]))
+        since = request.query.get("update_time")
+        return table.listing(int(since) if since else None)
+
+    async def _endpoint(self, request: web.Request, endpoint: str = "") -> web.StreamResponse:
+        endpoint = endpoint or request.match_info["endpoint"]
         version = request.match_info["version"]
         self.requests.append((request.path, dict(request.query), dict(request.headers)))
         self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
@@ -94,12 +117,25 @@ class FakeSlurmrestd:
                 return denied
             if version not in self.versions:
                 return web.json_response({"errors": [{"description": "Unknown version"}]}, status=404)
-            body = self.body(version, endpoint)
             fault = self.faults.get(endpoint, "ok")
             if endpoint in self.fault_times:
                 if self.fault_times[endpoint] <= 0:
                     fault = "ok"
                 self.fault_times[endpoint] -= 1
+            if self.jobs_table is not None and endpoint in ("jobs", "jobs/state", "job"):
+                answer = self._table_body(request, endpoint)
+                if answer is None and fault == "ok" and endpoint == "job":
+                    errors = [{"description": "Unable to query JobId", "error": "Invalid job id specified"}]
+                    return web.json_response({"jobs": [], "errors": errors}, status=404)
+                if answer is None and fault == "ok":
+                    return web.Response(status=304)
+                body = answer or b'{"jobs": []}'
+            elif endpoint in ("jobs/state", "job"):
+                return web.json_response(
+                    {"errors": [{"description": "Unable find requested URL"}]}, status=404
+                )
+            else:
+                body = self.body(version, endpoint)
             return await self._fault(request, fault, body)
         finally:
             self.in_flight[endpoint] -= 1

@@ -253,6 +253,14 @@ def envelope(
 # ----------------------------------------------------------------------------------------- diag
 
 
+class RawRpcType(Struct, gc=False):
+    """One entry of ``rpcs_by_message_type`` (the same in every generation; times in microseconds)."""
+
+    message_type: str = ""
+    count: int = 0
+    total_time: int = 0
+
+
 class RawStats(Struct, Generic[Num], gc=False):
     """``statistics`` of /diag; only ``req_time``/``req_time_start`` differ between generations."""
 
@@ -287,6 +295,7 @@ class RawStats(Struct, Generic[Num], gc=False):
     bf_backfilled_jobs: int = 0
     bf_last_backfilled_jobs: int = 0
     bf_active: bool = False
+    rpcs_by_message_type: list[RawRpcType] | None = None
 
 
 def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> Diag:
@@ -320,6 +329,10 @@ def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> D
         backfilled_jobs=s.bf_backfilled_jobs,
         last_backfilled_jobs=s.bf_last_backfilled_jobs,
         backfill_active=bool(s.bf_active),
+        rpc_counts={r.message_type: r.count for r in s.rpcs_by_message_type or () if r.message_type},
+        rpc_seconds={
+            r.message_type: usec(r.total_time) for r in s.rpcs_by_message_type or () if r.message_type
+        },
         stats_time=epoch(num(s.req_time)),
         stats_reset_time=epoch(num(s.req_time_start)),
     )

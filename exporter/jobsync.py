@@ -1,0 +1,158 @@
+"""Incremental job listing: which held job records are out of date, from ``GET /jobs/state``.
+
+A full ``/jobs`` listing costs slurmrestd about 1.4 ms of CPU per job (27 s at 20,000 jobs) and
+``update_time`` does not narrow it (any change returns every job). ``/jobs/state`` lists every job
+record's id and state only (1.6 MB for 20,000 jobs); ``/job/{id}`` returns one job (an array's or a het
+job's leader id returns all of its records). The poller compares the two and reads only the records
+whose state moved (:func:`changes`), then folds them into the records it holds (:func:`merge`).
+
+What ``/jobs/state`` cannot see — a change that leaves the state alone (a pending job's reason or
+priority, ``scontrol update``, hold and release) — waits for a trigger (slurmctld's RPC counters,
+:func:`job_update_rpcs`) or the next full listing. Everything here is pure: bytes and records in, the
+answer out.
+
+``/jobs/state`` names an entry ``N`` (a job), ``N_T`` (array task ``T`` held by record ``N``; a pending
+array record lists each pending task) or ``N+K`` (component ``K`` of a het job, record ``N``); ``N`` is
+always the record's own ``job_id``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from . import errors, slurmtext
+from .model import Diag, Job
+from .versions._common import decode
+
+JobSig = tuple[str, frozenset[str], int]
+"""What ``/jobs/state`` says of one job record: base state, state flags, number of entries (the pending
+tasks of a pending array record, else 1)."""
+
+JOB_UPDATE_RPCS = frozenset({"REQUEST_UPDATE_JOB", "REQUEST_TOP_JOB"})
+"""slurmctld RPCs that can change a job without changing its state (hold, release, ``scontrol update`` of
+partition, priority, limits, ...; ``scontrol top``)."""
+
+
+@dataclass(frozen=True)
+class JobChanges:
+    """What one ``/jobs/state`` read says must change in the held records."""
+
+    fetch: tuple[int, ...]
+    """Record ids to read again with ``/job/{id}`` (new, or their state moved), ascending."""
+    gone: frozenset[int]
+    """Held record ids Slurm no longer lists (purged after MinJobAge, or folded back into their array)."""
+
+
+def parse_states(body: bytes) -> dict[int, JobSig]:
+    """A ``/jobs/state`` answer → record id → :data:`JobSig`. Raises :class:`errors.SlurmError` for a
+    body that is not such an answer (or names errors); an entry whose id or state cannot be read is
+    skipped (it is read again with the next full listing)."""
+    answer = decode(_JOB_STATES, body, "jobs/state")
+    if answer.errors:
+        text = "; ".join(_error_text(e) for e in answer.errors)
+        raise errors.SlurmReportedError(text, endpoint="jobs/state")
+    out: dict[int, JobSig] = {}
+    for entry in answer.jobs:
+        record = _record_id(entry.job_id)
+        if record is None or not entry.state:
+            continue
+        try:
+            base, flags = slurmtext.job_state(entry.state)
+        except ValueError:
+            continue
+        held = out.get(record)
+        if held is None:
+            out[record] = (base, frozenset(flags), 1)
+        else:  # one more pending task of an array record
+            out[record] = (held[0], held[1], held[2] + 1)
+    return out
+
+
+def signature(job: Job) -> JobSig:
+    """What ``/jobs/state`` lists for ``job`` while the record is unchanged."""
+    entries = job.array_pending_tasks if job.array_task_string and job.array_task_id is None else 1
+    return (job.state, frozenset(job.state_flags), max(1, entries))
+
+
+def changes(
+    held: Iterable[Job],
+    states: Mapping[int, JobSig],
+    refused: Mapping[int, JobSig] | None = None,
+) -> JobChanges:
+    """Compare the held records with a ``/jobs/state`` read. ``refused``: record id → the signature it had
+    when its record was last read and refused (impossible values): not read again until it moves."""
+    refused = refused or {}
+    held_sigs = {job.job_id: signature(job) for job in held}
+    fetch = sorted(
+        job_id
+        for job_id, sig in states.items()
+        if held_sigs.get(job_id) != sig and refused.get(job_id) != sig
+    )
+    gone = frozenset(job_id for job_id in held_sigs if job_id not in states)
+    return JobChanges(fetch=tuple(fetch), gone=gone)
+
+
+def merge(
+    held: Sequence[Job],
+    fetched: Mapping[int, Sequence[Job]],
+    gone: Iterable[int] = (),
+) -> tuple[Job, ...]:
+    """The held records with ``fetched`` folded in: requested id → the (valid) records ``/job/{id}``
+    returned, empty when Slurm no longer knows the job. Every returned record replaces the held one with
+    its id (an array's or het job's siblings come along and are fresher too); a requested id that came
+    back without its own record is dropped, as is every id in ``gone``. Held order is kept; records not
+    held before follow, in the order read."""
+    fresh: dict[int, Job] = {}
+    for records in fetched.values():
+        for job in records:
+            fresh[job.job_id] = job
+    drop = set(gone)
+    drop.update(job_id for job_id in fetched if job_id not in fresh)
+    out: list[Job] = []
+    for job in held:
+        if job.job_id in drop:
+            continue
+        out.append(fresh.pop(job.job_id, job))
+    out.extend(job for job_id, job in fresh.items() if job_id not in drop)
+    return tuple(out)
+
+
+def job_update_rpcs(diag: Diag | None) -> int | None:
+    """How many job-changing RPCs (:data:`JOB_UPDATE_RPCS`) slurmctld served since its counters were
+    reset; None when the answer has no per-type counts (then nothing can be concluded from it)."""
+    if diag is None or not diag.rpc_counts:
+        return None
+    return sum(diag.rpc_counts.get(name, 0) for name in JOB_UPDATE_RPCS)
+
+
+def _record_id(entry_id: int | str) -> int | None:
+    if isinstance(entry_id, int):
+        return entry_id if entry_id > 0 else None
+    digits = entry_id.partition("_")[0].partition("+")[0]
+    if not digits.isdigit():
+        return None
+    record = int(digits)
+    return record if record > 0 else None
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict):
+        return str(error.get("description") or error.get("error") or error)
+    return str(error)
+
+
+class _JobState(msgspec.Struct):
+    job_id: int | str = ""
+    state: list[str] | str = []
+
+
+class _JobStates(msgspec.Struct):
+    jobs: list[_JobState] = []
+    errors: list[Any] = []
+
+
+_JOB_STATES = msgspec.json.Decoder(_JobStates)

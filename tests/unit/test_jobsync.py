@@ -1,0 +1,420 @@
+"""Incremental jobs: the pure diff and merge, and the poller keeping jobs from ``/jobs/state`` over real HTTP
+against a job table that answers as slurmrestd 26.05 does (testkit.fake_jobs)."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import msgspec
+import pytest
+
+from exporter import jobsync
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.model import Job, Snapshot
+from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from testkit.fake_jobs import JobTable, num
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.paths import RECORDED, RECORDED_2605
+from testkit.tools import Clock, no_sleep
+
+DATA = RECORDED / "slurm-26.05.5"
+pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
+
+
+def _job(job_id: int, state: str = "PENDING", **kw: object) -> Job:
+    return Job(job_id=job_id, state=state, **kw)  # type: ignore[arg-type]
+
+
+# -- pure -------------------------------------------------------------------------------------------------
+
+
+def test_parse_states_folds_entries_into_their_records() -> None:
+    body = json.dumps(
+        {
+            "jobs": [
+                {"job_id": "1", "state": ["PENDING"]},
+                {"job_id": "4_1", "state": ["RUNNING"]},
+                {"job_id": "2_2", "state": ["PENDING"]},
+                {"job_id": "2_3", "state": ["PENDING"]},
+                {"job_id": "5+0", "state": ["RUNNING", "CONFIGURING"]},
+                {"job_id": "6+1", "state": ["RUNNING"]},
+                {"job_id": "junk", "state": ["RUNNING"]},
+                {"job_id": "7", "state": []},
+            ],
+            "errors": [],
+        }
+    ).encode()
+    assert jobsync.parse_states(body) == {
+        1: ("PENDING", frozenset(), 1),
+        4: ("RUNNING", frozenset(), 1),
+        2: ("PENDING", frozenset(), 2),
+        5: ("RUNNING", frozenset({"CONFIGURING"}), 1),
+        6: ("RUNNING", frozenset(), 1),
+    }
+
+
+def test_parse_states_refuses_errors_and_bad_bodies() -> None:
+    from exporter.errors import NotJSONError, SlurmReportedError
+
+    with pytest.raises(SlurmReportedError, match="Unspecified error"):
+        jobsync.parse_states(b'{"jobs": [], "errors": [{"description": "Unspecified error"}]}')
+    with pytest.raises(NotJSONError):
+        jobsync.parse_states(b"<html>")
+
+
+def test_signature_of_every_recorded_record_matches_the_state_listing() -> None:
+    """The recorded 26.05 records (array record with 18 pending tasks, split tasks, CONFIGURING flags) against
+    the /jobs/state the table renders for them: no record is read again while nothing moved."""
+    from exporter.versions import adapter_for
+
+    table = JobTable.recorded()
+    jobs, _ = adapter_for("v0.0.45").jobs(table.listing() or b"")
+    states = jobsync.parse_states(table.states())
+    assert {j.job_id: jobsync.signature(j) for j in jobs} == states
+    assert states[3] == ("PENDING", frozenset(), 18)  # 3-20%2
+
+
+def test_changes_new_moved_gone_and_refused() -> None:
+    held = [_job(1), _job(2, "RUNNING"), _job(3)]
+    states = {
+        1: ("PENDING", frozenset(), 1),  # same
+        2: ("COMPLETED", frozenset(), 1),  # moved
+        4: ("PENDING", frozenset(), 1),  # new
+        5: ("RUNNING", frozenset(), 1),  # refused at this signature
+        6: ("RUNNING", frozenset(), 1),  # refused at another signature: read again
+    }
+    refused = {5: ("RUNNING", frozenset(), 1), 6: ("PENDING", frozenset(), 1)}
+    got = jobsync.changes(held, states, refused)
+    assert got.fetch == (2, 4, 6)
+    assert got.gone == frozenset({3})
+
+
+def test_merge_replaces_keeps_order_appends_and_drops() -> None:
+    held = (_job(1), _job(2), _job(3), _job(9))
+    fetched = {
+        2: [_job(2, "RUNNING"), _job(7, "RUNNING")],  # array leader: a sibling came along
+        5: [_job(5)],  # new
+        9: [],  # Slurm no longer knows it
+    }
+    out = jobsync.merge(held, fetched, gone={3})
+    assert [(j.job_id, j.state) for j in out] == [
+        (1, "PENDING"),
+        (2, "RUNNING"),
+        (7, "RUNNING"),
+        (5, "PENDING"),
+    ]
+
+
+def test_job_update_rpcs_sums_the_job_changing_types() -> None:
+    from exporter.model import Diag
+
+    assert jobsync.job_update_rpcs(None) is None
+    assert jobsync.job_update_rpcs(Diag()) is None
+    d = Diag(rpc_counts={"REQUEST_UPDATE_JOB": 3, "REQUEST_TOP_JOB": 1, "REQUEST_JOB_INFO": 40})
+    assert jobsync.job_update_rpcs(d) == 4
+
+
+def test_recorded_diag_carries_rpc_counts_in_every_version() -> None:
+    from exporter.versions import adapter_for
+
+    for vdir in sorted(RECORDED.glob("slurm-*/v0.0.*")):
+        if not (vdir / "diag.json").exists() or vdir.name == "v0.0.37":
+            continue
+        diag, _ = adapter_for(vdir.name).diag((vdir / "diag.json").read_bytes())
+        assert diag.rpc_counts.get("MESSAGE_NODE_REGISTRATION_STATUS", 0) > 0, vdir
+        assert diag.rpc_seconds["MESSAGE_NODE_REGISTRATION_STATUS"] > 0, vdir
+
+
+# -- the poller over real HTTP ---------------------------------------------------------------------------
+
+
+@dataclass
+class Rig:
+    fake: FakeSlurmrestd
+    table: JobTable
+    url: str
+    clock: Clock
+
+    def poller(self, **cfg: object) -> Poller:
+        client = SlurmClient(
+            ClientConfig(base_url=self.url, token=TokenSource(token="good-token"), retries=0), sleep=no_sleep
+        )
+        return Poller(SlurmSession(client), PollerConfig(**cfg), clock=self.clock)  # type: ignore[arg-type]
+
+    async def listed(self) -> Snapshot:
+        """A snapshot from a fresh poller's full listing (the reference)."""
+        p = self.poller(incremental_jobs=False)
+        async with p.client:
+            snap = await p.poll_once()
+        assert snap is not None
+        return snap
+
+    def set_rpcs(self, updates: int) -> None:
+        doc = json.loads((RECORDED_2605 / "diag.json").read_bytes())
+        doc["statistics"]["rpcs_by_message_type"].append(
+            {"type_id": 3001, "message_type": "REQUEST_UPDATE_JOB", "count": updates, "total_time": 10}
+        )
+        self.fake.override["diag"] = json.dumps(doc).encode()
+
+
+@pytest.fixture
+async def rig() -> AsyncIterator[Rig]:
+    table = JobTable.recorded()
+    fake = FakeSlurmrestd(DATA, jobs_table=table)
+    async with serve(fake) as url:
+        r = Rig(fake, table, url, Clock(1_000_000.0))
+        r.set_rpcs(0)
+        yield r
+
+
+def by_id(jobs: tuple[Job, ...]) -> dict[int, Job]:
+    out = {j.job_id: j for j in jobs}
+    assert len(out) == len(jobs), "a job listed twice"
+    return out
+
+
+def differences(got: tuple[Job, ...], want: tuple[Job, ...]) -> list[str]:
+    """Field-by-field differences between two job lists, keyed by job id."""
+    a, b = by_id(got), by_id(want)
+    out = [f"job {j}: only in the incremental snapshot" for j in a.keys() - b.keys()]
+    out += [f"job {j}: missing from the incremental snapshot" for j in b.keys() - a.keys()]
+    for j in a.keys() & b.keys():
+        da, db = msgspec.structs.asdict(a[j]), msgspec.structs.asdict(b[j])
+        out += [f"job {j}.{k}: {da[k]!r} != {db[k]!r}" for k in da if da[k] != db[k]]
+    return sorted(out)
+
+
+async def test_steady_state_reads_only_jobs_state(rig: Rig) -> None:
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        assert rig.table.reads == {"jobs": 1}
+        for _ in range(3):
+            rig.clock.now += 1
+            snap = await p.poll_once()
+    assert rig.table.reads == {"jobs": 1, "jobs/state": 3}
+    sync = p.status.jobs_sync
+    assert sync.incremental and sync.incremental_fetches == 3 and sync.job_reads == 0
+    assert sync.full_listings == {"first": 1}
+    assert snap is not None and snap.listed_at == {"jobs": 1_000_000.0}
+    assert snap.requested_at["jobs"] == 1_000_003.0 and snap.fetched_at["jobs"] == 1_000_003.0
+
+
+async def test_submit_start_end_purge_and_array_split_are_read_one_by_one(rig: Rig) -> None:
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        new = t.submit()
+        t.start(6, nodes="c2")
+        t.end(1, "COMPLETED")
+        t.purge(2)
+        split = t.start_array_task(3)
+        t.set(14, job_state=["RUNNING"])  # CONFIGURING flag cleared
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None
+    # new, 6, 1, 14, the array's record 3 and the split task (new id; it also comes along with 3)
+    assert p.status.jobs_sync.last_changed == 6
+    assert p.status.jobs_sync.last_gone == 1
+    assert t.reads["jobs"] == 1 and t.reads["job"] == 6
+    assert differences(snap.jobs, (await rig.listed()).jobs) == []
+    jobs = by_id(snap.jobs)
+    assert jobs[new].state == "PENDING" and jobs[6].state == "RUNNING" and 2 not in jobs
+    assert jobs[split].array_task_id == 3 and jobs[3].array_pending_tasks == 17
+
+
+async def test_a_failed_single_read_changes_nothing_and_the_next_poll_catches_up(rig: Rig) -> None:
+    t, fake = rig.table, rig.fake
+    p = rig.poller()
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        t.start(6)
+        t.end(1)
+        fake.faults["job"] = "status:500:slurmctld busy"
+        fake.fault_times["job"] = 1
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and snap.jobs == first.jobs  # not half-updated
+        assert snap.fetched_at["jobs"] == first.fetched_at["jobs"]  # the jobs data shows its age
+        st = p.status.endpoints["jobs"]
+        assert not st.last_ok and st.errors == {"http_500": 1}
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+    assert p.status.endpoints["jobs"].last_ok
+
+
+async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> None:
+    t = rig.table
+    p = rig.poller(jobs_changes_limit=3, jobs_listing_ratio=10.0)
+    async with p.client:
+        await p.poll_once()
+        for _ in range(5):
+            t.submit()
+        rig.clock.now += 1
+        await p.poll_once()  # 5 > 3 and the listing may start: listed in full
+        sync = p.status.jobs_sync
+        assert sync.full_listings == {"first": 1, "changes": 1} and t.reads["job"] == 0
+        sync.listing_duration = 100.0  # a listing took 100 s: the next may start 1,000 s after it
+        for _ in range(5):
+            t.submit()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert sync.backlog == 2 and t.reads["job"] == 3 and sync.full_listings["changes"] == 1
+        assert snap is not None and len(snap.jobs) == len(t.records) - 2
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert sync.backlog == 0 and t.reads["job"] == 5
+    assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_a_job_update_rpc_rereads_pending_jobs_hold_and_release(rig: Rig) -> None:
+    """Hold and release leave the state PENDING: /jobs/state cannot see them, slurmctld's RPC counter can."""
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        t.set(6, priority=num(0), state_reason="JobHeldUser")
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and by_id(snap.jobs)[6].reason == "Resources"  # no signal: not seen yet
+        rig.set_rpcs(1)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and by_id(snap.jobs)[6].reason == "JobHeldUser"
+        pending = sum(1 for j in snap.jobs if j.state == "PENDING")
+        assert p.status.jobs_sync.last_changed == pending and not p.status.jobs_sync.recheck_pending
+        rig.clock.now += 1
+        await p.poll_once()  # the counter did not move: nothing read again
+        assert p.status.jobs_sync.last_changed == 0
+    assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_a_job_update_with_more_pending_jobs_than_the_limit_lists_in_full(rig: Rig) -> None:
+    p = rig.poller(jobs_changes_limit=2)
+    async with p.client:
+        await p.poll_once()
+        rig.table.set(7, state_reason="JobHeldAdmin", priority=num(0))
+        rig.set_rpcs(5)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert p.status.jobs_sync.full_listings == {"first": 1, "job_update": 1}
+    assert snap is not None and by_id(snap.jobs)[7].reason == "JobHeldAdmin"
+
+
+async def test_reason_only_changes_wait_for_the_listing_period(rig: Rig) -> None:
+    p = rig.poller(jobs_full_refresh=30.0)
+    async with p.client:
+        await p.poll_once()
+        rig.table.set(9, state_reason="Priority")  # its dependency completed: no RPC, no state change
+        rig.clock.now += 29
+        snap = await p.poll_once()
+        assert snap is not None and by_id(snap.jobs)[9].reason == "Dependency"
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and by_id(snap.jobs)[9].reason == "Priority"
+    assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
+    assert snap.listed_at["jobs"] == rig.clock.now
+
+
+async def test_the_listing_period_stretches_with_the_listing_cost(rig: Rig) -> None:
+    p = rig.poller(jobs_full_refresh=30.0, jobs_listing_ratio=10.0)
+    async with p.client:
+        await p.poll_once()
+        p.status.jobs_sync.listing_duration = 6.0  # at most one 6 s listing per 60 s
+        rig.clock.now += 59
+        await p.poll_once()
+        assert p.status.jobs_sync.full_listings == {"first": 1}
+        rig.clock.now += 1
+        await p.poll_once()
+    assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
+
+
+async def test_a_server_without_jobs_state_is_listed_in_full(rig: Rig) -> None:
+    rig.fake.jobs_table = None  # recorded answers only: /jobs/state answers 404 like 22.05's slurmrestd
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        rig.clock.now += 1
+        await p.poll_once()
+        rig.clock.now += 1
+        await p.poll_once()
+    sync = p.status.jobs_sync
+    assert sync.states_unsupported and sync.state_reads == 1
+    assert sync.full_listings == {"first": 1, "off": 2}
+    assert p.status.endpoints["jobs"].last_ok
+
+
+async def test_impossible_records_read_one_by_one_are_dropped_and_not_read_again(rig: Rig) -> None:
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        bad = t.submit(partition="gpu")
+        t.set(bad, cpus=num(-4))
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and bad not in by_id(snap.jobs)
+        assert snap.dropped == {"jobs": ("gpu",)}
+        reads = t.reads["job"]
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert t.reads["job"] == reads and snap is not None and snap.dropped == {"jobs": ("gpu",)}
+        t.purge(bad)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and snap.dropped == {}
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(rig: Rig, seed: int) -> None:
+    """Submissions, starts, ends, purges, array tasks splitting off, holds and releases (announced by the RPC
+    counter): after every poll the jobs equal a full listing's, field by field."""
+    rnd = random.Random(seed)
+    t = rig.table
+    limit = 4 if seed % 2 else 1000  # odd seeds: a backlog spread over polls; even ones: holds and releases
+    p = rig.poller(jobs_changes_limit=limit, jobs_listing_ratio=1e9)  # never list again: incremental only
+    rpcs = 0
+    async with p.client:
+        await p.poll_once()
+        for _ in range(25):
+            for _ in range(rnd.randint(0, 4)):
+                ids = sorted(t.records)
+                op = rnd.choice(["submit", "start", "end", "purge", "split", "hold", "release", "array"])
+                job_id = rnd.choice(ids)
+                rec = t.records[job_id]
+                state = rec["job_state"][0]
+                if op == "submit":
+                    t.submit(like=rnd.choice([6, 7, 9]))
+                elif op == "array":
+                    t.submit(like=3, array_job_id=num(t.next_id), array_task_string="1-4%2")
+                elif op == "start" and state == "PENDING" and not rec["array_task_string"]:
+                    t.start(job_id)
+                elif op == "end" and state == "RUNNING":
+                    t.end(job_id, rnd.choice(["COMPLETED", "FAILED", "TIMEOUT"]))
+                elif op == "purge" and state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
+                    t.purge(job_id)
+                elif op == "split" and rec["array_task_string"] and state == "PENDING":
+                    t.start_array_task(job_id)
+                elif op in ("hold", "release") and state == "PENDING" and limit > 4:
+                    held = op == "hold"
+                    t.set(
+                        job_id,
+                        priority=num(0 if held else 100),
+                        state_reason="JobHeldUser" if held else "Priority",
+                    )
+                    rpcs += 1
+                    rig.set_rpcs(rpcs)
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            if p.status.jobs_sync.backlog or p.status.jobs_sync.recheck_pending:
+                continue  # the rest comes with the next polls
+            assert snap is not None
+            assert differences(snap.jobs, (await rig.listed()).jobs) == []
+    assert p.status.jobs_sync.full_listings == {"first": 1}
