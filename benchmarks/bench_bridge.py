@@ -267,11 +267,11 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
         result.ended = time.time()
         result.requests = slurm.requests_sent - before
         result.megabytes = (slurm.bytes_received - bytes_before) / 1e6
-        watch = bridge.jobwatch
-        jobs_poll = poller.status.endpoints["jobs"]
+        jobs_poll, sync = poller.status.endpoints["jobs"], poller.status.jobs_sync
         print(
-            f"  ours: /jobs polled {jobs_poll.successes}x (last {jobs_poll.last_duration:.1f} s);"
-            f" job watch {watch.reads if watch else 0} reads, {watch.errors if watch else 0} errors"
+            f"  ours: jobs polled {jobs_poll.successes}x, {sum(sync.full_listings.values())} full listing(s)"
+            f" ({dict(sync.full_listings)}, last {sync.listing_duration:.1f} s),"
+            f" {sync.state_reads} /jobs/state and {sync.job_reads} /job/{{id}} reads"
         )
         for t in tasks:
             t.cancel()

@@ -94,9 +94,6 @@ class BridgeOptions:
     """Only Kubernetes nodes carrying this label (any value but ``"false"``) take bridge pods."""
     max_data_age: float = 30.0
     terminating_grace: float = 30.0
-    job_watch_interval: float = 1.0
-    """Seconds between looks at the bridge's awaited jobs between snapshots (:mod:`bridge.jobwatch`); 0
-    turns that fast path off (the snapshot alone, one /jobs listing per poll interval or more)."""
     pod_groups: bool = True
     """Watch coscheduling PodGroups (their CRD installed) for the ``minMember`` of pod-group gangs."""
     bind_deadline: float = 300.0

@@ -1,8 +1,8 @@
 """The bridge controller: watches the bridge's pods and the nodes, and on every new snapshot or change asks
 :func:`bridge.actions.plan` what to do and does it — Slurm writes through the slurmrestd client, Kubernetes
-writes through :class:`bridge.kube.Kube`. All Slurm reads come from the poller's snapshot (``source``) and,
-between snapshots, the job watch; Slurm is written through the process's one session (its client and
-negotiated API version).
+writes through :class:`bridge.kube.Kube`. All Slurm reads come from the poller's snapshot (``source``),
+which keeps jobs fresh incrementally (:mod:`exporter.jobsync`) and is asked to poll soon after every
+write; Slurm is written through the process's one session (its client and negotiated API version).
 
 One action per pod (or job) is in flight at a time; a failed action is counted by kind, logged, and
 tried again on a later pass (the plan is recomputed from the world, not from a queue of intents). Writes
@@ -27,7 +27,6 @@ from exporter.session import SlurmSession
 from exporter.source import PolledSource
 
 from .actions import (
-    ENDED,
     JOB_ID_LABEL,
     NODES_ANNOTATION,
     RANK_ANNOTATION,
@@ -46,10 +45,9 @@ from .actions import (
     plan,
 )
 from .informer import Informer
-from .jobwatch import JobWatch
 from .kube import Kube, KubeError
 from .pods import Namespace, Node, Pod, PodGroup, created_at
-from .requests import JobRequest, Refusal, parse_admin_comment
+from .requests import JobRequest, Refusal
 from .slurm import cancel_job, submit_job
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -192,10 +190,6 @@ class Bridge:
                 _pod_group_key,
                 missing_recheck=MISSING_CRD_RECHECK,
             )
-        self.jobwatch: JobWatch | None = None
-        """The fast path for the bridge's own jobs between snapshots (:mod:`bridge.jobwatch`)."""
-        if options.job_watch_interval > 0:
-            self.jobwatch = JobWatch(session, interval=options.job_watch_interval, clock=clock)
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
@@ -224,8 +218,6 @@ class Bridge:
             watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
         if self.pod_groups is not None:
             watchers.append(asyncio.create_task(self.pod_groups.run(), name="bridge-podgroup-informer"))
-        if self.jobwatch is not None:
-            watchers.append(asyncio.create_task(self.jobwatch.run(), name="bridge-job-watch"))
         try:
             seen: Snapshot | None = None
             while True:
@@ -243,8 +235,6 @@ class Bridge:
             asyncio.ensure_future(self.pods.wait_change()),
             asyncio.ensure_future(self.nodes.wait_change()),
         ]
-        if self.jobwatch is not None:
-            waits.append(asyncio.ensure_future(self.jobwatch.wait_change()))
         try:
             await asyncio.wait(waits, timeout=RECHECK, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -265,8 +255,6 @@ class Bridge:
         if snap.jobs_as_of < self.since:
             return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
-        if self.jobwatch is not None:
-            snap = self.jobwatch.apply(snap)
         world = World(
             snap,
             list(self.pods.objects.values()),
@@ -290,8 +278,6 @@ class Bridge:
         for stale in [k for k in self._admissions if k[:2] not in current]:  # older versions, gone pods
             del self._admissions[stale]
         self._count_pods(world, actions)
-        if self.jobwatch is not None:
-            self.jobwatch.awaited = self._awaited(world)
         self.stats.bind_backoff = sum(1 for f in self._bind_failed.values() if f.retry_at > now)
         for action in actions:
             if isinstance(action, Bind) and (failed := self._bind_failed.get(action.uid)) is not None:
@@ -314,22 +300,6 @@ class Bridge:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return actions
-
-    def _awaited(self, world: World) -> dict[int, str]:
-        """This bridge's jobs that have not started (by their state as seen), and submissions not listed."""
-        listed = set()
-        awaited: dict[int, str] = {}
-        for job in world.snapshot.jobs:
-            listed.add(job.job_id)
-            if job.state == "RUNNING" or job.state in ENDED or not job.admin_comment:
-                continue
-            comment = parse_admin_comment(job.admin_comment)
-            if comment is not None and comment.instance == self.options.instance:
-                awaited[job.job_id] = job.state
-        for submitted in self.submitted.values():
-            if submitted.job_id not in listed:
-                awaited[submitted.job_id] = ""
-        return awaited
 
     def _pod_group_sizes(self) -> dict[tuple[str, str], int] | str | None:
         """``(namespace, name) → minMember``; None while not listed yet; why PodGroups are off."""
@@ -413,8 +383,7 @@ class Bridge:
             self._refused_until.pop(action.uid, None)
             for uid in action.uids:
                 self.submitted[uid] = Submitted(job_id, self._clock())
-            if self.jobwatch is None:  # else the job watch follows it: no full /jobs listing per submission
-                self.source.poll_soon()
+            self.source.poll_soon()  # an incremental read: /jobs/state and the few jobs that moved
             partition = action.request.partition
             if action.group is None:
                 log.info("bridge: pod %s → Slurm job %d (partition %s)", action.pod, job_id, partition)

@@ -427,7 +427,7 @@ class Poller:
             reason = synced
         sync.incremental = False
         sync.full_listings[reason] += 1
-        return await self._fetch_listing("jobs", negotiated, update_time=False)
+        return await self._fetch_listing("jobs", negotiated, update_time=reason == "off")
 
     async def _sync_jobs(self, st: EndpointState) -> bool | str:
         """One incremental read: ``/jobs/state``, then ``/job/{id}`` for each job whose state moved (at

@@ -222,7 +222,6 @@ def bridge_options(b: BridgeSettings, policy_file: Path, namespace: str) -> Brid
         policy=load_policy(policy_file),
         scheduler_name=b.scheduler_name,
         own_namespace=namespace,
-        job_watch_interval=b.job_watch_interval,
         pod_groups=b.pod_groups,
         bind_deadline=b.bind_deadline,
     )

@@ -345,12 +345,6 @@ class BridgeSettings(_Group):
         alias="bridge_namespace",
         description="the bridge's own namespace (never placed); default: its service account's",
     )
-    job_watch_interval: float = Field(
-        1.0,
-        ge=0.0,
-        alias="bridge_job_watch_interval",
-        description="seconds between /jobs/state looks at the bridge's awaited jobs between polls (0: off)",
-    )
     bind_deadline: float = Field(
         300.0,
         gt=0.0,

@@ -104,19 +104,15 @@ async def test_a_submission_slurm_refuses_is_a_typed_error_with_slurms_text(lab_
 
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
-async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
+async def test_an_incremental_poll_sees_a_placeholder_start_without_a_listing(
     flavor: str, version: str, lab_2605: Lab, lab_2411: Lab
 ) -> None:
-    """/jobs/state and /job/{id} on the real slurmrestd: a job submitted after the last poll is found
-    RUNNING with its node by the job watch, overlaid on the snapshot, and dropped once a poll requested
-    after the watch's read holds it."""
-    from bridge.jobwatch import JobWatch
-
+    """/jobs/state and /job/{id} on the real slurmrestd: a job submitted after the listing is found RUNNING on
+    its node by the next poll, which reads /jobs/state and that one job (no second /jobs listing)."""
     lab = lab_2605 if flavor == "26.05" else lab_2411
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
         poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
-        watch = JobWatch(poller.session)
         with reserved_node(lab, "bridge-watch") as node_name:
             before = await poller.poll_once()
             assert before is not None
@@ -128,23 +124,20 @@ async def test_the_job_watch_sees_a_placeholder_start_before_the_next_snapshot(
             )
             try:
                 assert all(j.job_id != job_id for j in before.jobs)
-                states = await poller.session.job_states()
-                assert states[job_id] in ("PENDING", "RUNNING")
-                # the listing is complete: every live job of the poll is in it (ended ones may be purged in
-                # between — MinJobAge — and array tasks are listed otherwise, so counts are no measure)
-                live = {j.job_id for j in before.jobs if j.state in ("PENDING", "RUNNING") and not j.is_array}
-                assert live <= set(states), live - set(states)
-                watch.awaited = {job_id: ""}
 
-                async def seen() -> bool:
-                    return await watch.check() == 1
+                async def running() -> bool:
+                    snap = await poller.poll_once()
+                    return snap is not None and any(
+                        j.job_id == job_id and j.state == "RUNNING" for j in snap.jobs
+                    )
 
-                await eventually(seen, 30.0, f"the watch to read job {job_id} RUNNING", 0.2)
-                (job,) = [j for j in watch.apply(before).jobs if j.job_id == job_id]
-                assert job.state == "RUNNING" and job.nodes == node_name
-                assert parse_admin_comment(job.admin_comment) is not None
+                await eventually(running, 30.0, f"an incremental poll to read job {job_id} RUNNING", 0.2)
+                snap = poller.snapshot
+                assert snap is not None
+                (job,) = [j for j in snap.jobs if j.job_id == job_id]
+                assert job.nodes == node_name and parse_admin_comment(job.admin_comment) is not None
+                sync = poller.status.jobs_sync
+                assert sync.full_listings == {"first": 1} and sync.job_reads >= 1, sync
                 assert await poller.session.job(999_999) is None  # a job Slurm does not know
-                after = await poller.poll_once()  # requested after the watch's read: the overlay goes
-                assert after is not None and watch.apply(after) is after and not watch.overlay
             finally:
                 await cancel_job(client, version, job_id)

@@ -134,7 +134,7 @@ async def test_slurm_errors_in_2xx_body_are_errors(fake_url: tuple[FakeSlurmrest
 async def test_update_time_304_and_empty_list_reuse_held_data(fake_url: tuple[FakeSlurmrestd, str]) -> None:
     fake, url = fake_url
     clock = Clock(1_000_000.0)
-    p = _poller(url, clock, full_refresh=60.0)
+    p = _poller(url, clock, full_refresh=60.0, incremental_jobs=False)  # update_time for /jobs as well
     async with p.client:
         first = await p.poll_once()
         assert first is not None
