@@ -71,8 +71,8 @@ class PollerConfig:
     :attr:`jobs_listing_ratio` times the last listing's duration)."""
     jobs_listing_ratio: float = 10.0
     """A full listing starts no sooner than this many times its last duration after the last one ended
-    (slurmrestd spends at most 1/ratio of its time listing for us), the first one and a failed one's
-    retry aside."""
+    (slurmrestd spends at most 1/ratio of its time listing for us); the first listing, a requested one
+    and the retry of a failed one aside."""
     jobs_changes_limit: int = 1000
     """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
     :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
@@ -141,14 +141,16 @@ class JobsSync:
     incremental_fetches: int = 0
     full_listings: Counter[str] = field(default_factory=Counter)
     """Full ``/jobs`` listings by why: ``first``, ``period``, ``changes`` (more than the limit changed),
-    ``job_update`` (a job-changing RPC with more pending jobs than the limit), ``retry`` (after a failed
-    listing), ``off`` (incremental reads off or not offered)."""
+    ``job_update`` (a job-changing RPC with more pending jobs than the limit), ``requested``
+    (:meth:`Poller.refresh_jobs`), ``off`` (incremental reads off or not offered)."""
     state_reads: int = 0
     """``/jobs/state`` requests sent."""
     job_reads: int = 0
     """``/job/{id}`` requests sent."""
     last_changed: int = 0
     """Jobs read one by one by the last incremental fetch."""
+    last_read: tuple[int, ...] = ()
+    """The job ids the last incremental fetch read one by one."""
     last_gone: int = 0
     """Jobs the last incremental fetch dropped because Slurm no longer lists them."""
     backlog: int = 0
@@ -160,6 +162,8 @@ class JobsSync:
     """Seconds the last full listing took."""
     update_rpcs: int | None = None
     """slurmctld's count of job-changing RPCs at the last look (:func:`exporter.jobsync.job_update_rpcs`)."""
+    listing_requested: bool = False
+    """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
     """A job-changing RPC was seen: read every pending job again (or list in full)."""
     states_unsupported: bool = False
@@ -269,6 +273,10 @@ class Poller:
                     began + min(self.config.early_gap, self.config.interval) - time.monotonic()
                 )
             self._early.clear()
+
+    def refresh_jobs(self) -> None:
+        """List the jobs in full at the next poll (what changes without a job's state is then current)."""
+        self.status.jobs_sync.listing_requested = True
 
     def poll_soon(self) -> None:
         """Start the next poll now instead of after the interval (the bridge after a submission: the job's
@@ -411,6 +419,8 @@ class Poller:
         sync, cfg = self.status.jobs_sync, self.config
         if st.data is None or sync.listed_at is None:
             return "first"
+        if sync.listing_requested:
+            return "requested"
         period = max(cfg.jobs_full_refresh, cfg.jobs_listing_ratio * sync.listing_duration)
         if now - sync.listed_at >= period:
             return "period"
@@ -495,7 +505,7 @@ class Poller:
             sync.recheck_pending = False
         sync.incremental = True
         sync.incremental_fetches += 1
-        sync.last_changed, sync.last_gone = len(fetch), len(found.gone)
+        sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
         st.last_bytes = 0
         st.successes += 1
         st.fetched_at = self._clock()
@@ -595,7 +605,7 @@ class Poller:
     def _listed_jobs(self, requested: float, finished: float, duration: float) -> None:
         sync = self.status.jobs_sync
         sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
-        sync.recheck_pending = False
+        sync.recheck_pending = sync.listing_requested = False
         sync.backlog = 0
         sync.refused = {job_id: sig for job_id, (sig, _) in self._listing_refused.items()}
         sync.refused_partitions = {

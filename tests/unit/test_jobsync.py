@@ -8,7 +8,6 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import msgspec
 import pytest
 
 from exporter import jobsync
@@ -18,6 +17,8 @@ from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from testkit.fake_jobs import JobTable, num
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.jobdiff import by_id
+from testkit.jobdiff import job_differences as differences
 from testkit.paths import RECORDED, RECORDED_2605
 from testkit.tools import Clock, no_sleep
 
@@ -169,23 +170,6 @@ async def rig() -> AsyncIterator[Rig]:
         r = Rig(fake, table, url, Clock(1_000_000.0))
         r.set_rpcs(0)
         yield r
-
-
-def by_id(jobs: tuple[Job, ...]) -> dict[int, Job]:
-    out = {j.job_id: j for j in jobs}
-    assert len(out) == len(jobs), "a job listed twice"
-    return out
-
-
-def differences(got: tuple[Job, ...], want: tuple[Job, ...]) -> list[str]:
-    """Field-by-field differences between two job lists, keyed by job id."""
-    a, b = by_id(got), by_id(want)
-    out = [f"job {j}: only in the incremental snapshot" for j in a.keys() - b.keys()]
-    out += [f"job {j}: missing from the incremental snapshot" for j in b.keys() - a.keys()]
-    for j in a.keys() & b.keys():
-        da, db = msgspec.structs.asdict(a[j]), msgspec.structs.asdict(b[j])
-        out += [f"job {j}.{k}: {da[k]!r} != {db[k]!r}" for k in da if da[k] != db[k]]
-    return sorted(out)
 
 
 async def test_steady_state_reads_only_jobs_state(rig: Rig) -> None:

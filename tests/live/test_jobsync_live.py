@@ -1,0 +1,118 @@
+"""Incremental jobs on the real labs (26.05 and 24.11): churn — short jobs starting and ending, an array whose
+tasks split off as they start, a het job, a requeue, a hold and a release, ``scontrol update`` of partition
+and priority, cancellations — while one poller keeps the jobs from ``/jobs/state`` and ``/job/{id}``; then
+its snapshot is compared with a full listing, field by field.
+
+The churn runs on two dynamic nodes of the test's own reservation (other tests' nodes stay untouched). What
+``/jobs/state`` cannot see and no RPC announces — slurmctld's own reason and start-time estimates of pending
+jobs — is compared after the one full listing ``refresh_jobs`` asks for; after that listing a settled
+cluster costs no single-job read at all (Slurm's ``/jobs/state`` agrees with our reading of each record)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.jobsync import signature
+from exporter.model import Snapshot
+from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab
+from testkit.bridge_lab import reserved_nodes
+from testkit.jobdiff import by_id, job_differences
+
+LISTING_ONLY = ("reason", "start_time", "end_time")
+"""Fields slurmctld changes on pending jobs without a state change or an RPC (scheduler passes, backfill
+estimates): current only as of the last full listing (``Snapshot.listed_at``)."""
+
+
+async def listed(lab: Lab) -> Snapshot:
+    """A fresh poller's full listing of the lab."""
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
+    async with SlurmClient(cfg) as client:
+        snap = await Poller(SlurmSession(client), PollerConfig(incremental_jobs=False)).poll_once()
+    assert snap is not None
+    return snap
+
+
+@pytest.mark.parametrize("flavor", ["26.05", "24.11"])
+async def test_churn_then_the_incremental_snapshot_equals_a_listing(
+    flavor: str, lab_2605: Lab, lab_2411: Lab
+) -> None:
+    lab = lab_2605 if flavor == "26.05" else lab_2411
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
+    resv = "jobsync"
+    where = ("-p", "dyn", f"--reservation={resv}", "-n1")
+    async with SlurmClient(cfg) as client:
+        poller = Poller(SlurmSession(client), PollerConfig(jobs_full_refresh=1e9))
+        with reserved_nodes(lab, ["sync-a", "sync-b"], resv):
+            assert await poller.poll_once() is not None
+            polls = 0
+
+            async def poll_for(seconds: float) -> None:
+                nonlocal polls
+                until = time.monotonic() + seconds
+                while time.monotonic() < until:
+                    assert await poller.poll_once() is not None
+                    polls += 1
+                    await asyncio.sleep(0.2)
+
+            requeued = lab.sbatch(*where, "--requeue", command="sleep 300")
+            shorts = [lab.sbatch(*where, command="sleep 1") for _ in range(3)]
+            array = lab.sbatch(*where, "-a", "1-5%2", command="sleep 2")
+            het = lab.sbatch(*where, ":", *where, command="sleep 2")
+            held = lab.sbatch(*where, "-H", command="sleep 300")
+            # held (never starts); a partition change sticks on both releases from a multi-partition job
+            later = lab.sbatch("-p", "cpu,gpu", "-n1", "--mem=100", "-H", command="sleep 1")
+            prio = lab.sbatch(*where, command="sleep 1")  # behind the others on our two nodes
+            for _ in range(50):
+                await poll_for(0.2)
+                if any(j.job_id == requeued and j.state == "RUNNING" for j in poller.snapshot.jobs):
+                    break
+            lab.run(["scontrol", "requeue", str(requeued)])
+            for _ in range(
+                20
+            ):  # slurmctld may answer EAGAIN ("Resource temporarily unavailable") for a while
+                moved = lab.run_raw(["scontrol", "update", f"JobId={later}", "Partition=gpu"])
+                if moved.returncode == 0:
+                    break
+                assert "temporarily unavailable" in moved.stdout + moved.stderr, moved
+                await poll_for(0.5)
+            lab.run(["scontrol", "update", f"JobId={prio}", "Priority=7"])
+            await poll_for(2.0)
+            lab.run(["scontrol", "release", str(held)])
+            await poll_for(2.0)
+            lab.run(["scontrol", "hold", str(requeued)])
+            await poll_for(8.0)  # the array's tasks and the het job end; held and requeued settle
+            lab.run(["scancel", str(held), str(later), str(requeued)])
+            await poll_for(3.0)
+
+            mine = {*shorts, array, het, requeued, held, later, prio}
+            snap = poller.snapshot
+            assert snap is not None
+            want = await listed(lab)
+            assert job_differences(snap.jobs, want.jobs, pending_ignored=LISTING_ONLY) == []
+            jobs = by_id(snap.jobs)
+            assert mine <= set(jobs)
+            assert {jobs[j].state for j in (held, later, requeued)} == {"CANCELLED"}
+            tasks = [j for j in snap.jobs if j.array_job_id == array]
+            assert sorted(j.array_task_id for j in tasks) == [1, 2, 3, 4, 5], tasks  # split off as they ran
+            assert jobs[later].partitions == ("gpu",) and jobs[prio].priority == 7
+            sync = poller.status.jobs_sync
+            assert sync.full_listings == {"first": 1}, sync.full_listings
+            assert sync.incremental_fetches == polls and sync.job_reads > 0
+
+            poller.refresh_jobs()  # one full listing: now the pending jobs' estimates too
+            listing = await poller.poll_once()
+            assert listing is not None and sync.full_listings["requested"] == 1
+            after = await poller.poll_once()
+            assert after is not None
+            before = by_id(listing.jobs)
+            for job_id in sync.last_read:  # read only jobs whose state moved in between
+                old = before.get(job_id)
+                new = by_id(after.jobs).get(job_id)
+                assert old is None or new is None or signature(old) != signature(new), job_id
+            assert job_differences(after.jobs, (await listed(lab)).jobs, pending_ignored=LISTING_ONLY) == []
