@@ -17,6 +17,7 @@ import random
 import re
 import ssl
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -345,6 +346,8 @@ class SlurmClient:
             raise ValueError(f"slurmrestd URL must start with http://, https:// or unix: ({url!r})")
         self.requests_sent = 0
         """Requests put on the wire, retries included."""
+        self.requests_by_endpoint: Counter[str] = Counter()
+        """The same by endpoint (``jobs``, ``jobs/state``, ``job``, ``job/submit``, ...; lanes folded)."""
         self.bytes_received = 0
         """Body bytes received from slurmrestd."""
 
@@ -485,6 +488,7 @@ class SlurmClient:
         idle = min(limit, self.config.idle_timeout)
         timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0), sock_read=idle)
         self.requests_sent += 1
+        self.requests_by_endpoint[endpoint.partition(":")[0]] += 1
         headers = self._headers()
         if body is not None:
             headers["Content-Type"] = "application/json"

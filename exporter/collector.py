@@ -77,6 +77,7 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
     yield errors
     yield dropped
     yield fetched
+    yield from jobs_sync_families(status)
     last = GaugeMetricFamily(
         "slurm_exporter_last_success_timestamp_seconds", "When the current snapshot was taken (epoch seconds)"
     )
@@ -103,6 +104,67 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
             },
         )
     yield info
+
+
+def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
+    """How the jobs are kept: full ``/jobs`` listings by why, incremental fetches and the requests they
+    made (:mod:`exporter.jobsync`)."""
+    sync = status.jobs_sync
+    mode = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_incremental",
+        "1 when the last jobs fetch was incremental (/jobs/state and the jobs whose state moved), 0 when it "
+        "listed /jobs in full",
+    )
+    mode.add_metric([], 1.0 if sync.incremental else 0.0)
+    yield mode
+    listings = CounterMetricFamily(
+        "slurm_exporter_poll_jobs_listings",
+        "Full /jobs listings started, by why: first, period, changes (more changed jobs than "
+        "--jobs-changes-limit), job_update (a job-changing RPC with more pending jobs than the limit), "
+        "requested, off (incremental reads off or not offered)",
+        labels=["reason"],
+    )
+    for reason, n in sorted(sync.full_listings.items()):
+        listings.add_metric([reason], float(n))
+    yield listings
+    incremental = CounterMetricFamily(
+        "slurm_exporter_poll_jobs_incremental_fetches", "Incremental jobs fetches that succeeded"
+    )
+    incremental.add_metric([], float(sync.incremental_fetches))
+    yield incremental
+    reads = CounterMetricFamily(
+        "slurm_exporter_poll_jobs_reads",
+        "Requests the incremental jobs fetches sent, by endpoint: jobs/state (every job's state) and job "
+        "(one job's records)",
+        labels=["endpoint"],
+    )
+    reads.add_metric(["jobs/state"], float(sync.state_reads))
+    reads.add_metric(["job"], float(sync.job_reads))
+    yield reads
+    changed = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_changed", "Jobs the last incremental fetch read one by one"
+    )
+    changed.add_metric([], float(sync.last_changed))
+    yield changed
+    backlog = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_backlog",
+        "Changed jobs left for the next polls (more than --jobs-changes-limit changed while a full listing "
+        "was not allowed yet)",
+    )
+    backlog.add_metric([], float(sync.backlog))
+    yield backlog
+    listed = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_listed_timestamp_seconds",
+        "When the last full /jobs listing was requested: pending jobs' reasons and estimates are as of then",
+    )
+    if sync.listed_at is not None:
+        listed.add_metric([], sync.listed_at)
+    yield listed
+    listing = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_listing_duration_seconds", "Seconds the last full /jobs listing took"
+    )
+    listing.add_metric([], sync.listing_duration)
+    yield listing
 
 
 # ------------------------------------------------------------------------------------------------ jobs

@@ -480,12 +480,33 @@ async def _snapshot(request: web.Request) -> web.Response:
     return web.Response(body=msgspec.json.encode(snap), content_type="application/json")
 
 
+def _ago(at: float | None, now: float) -> str:
+    return "never" if at is None else f"{max(0.0, now - at):.1f}s ago"
+
+
+def jobs_freshness(status: PollStatus, now: float) -> str:
+    """One line: how the jobs are kept and how fresh each part of them is."""
+    sync = status.jobs_sync
+    jobs = status.endpoints.get("jobs")
+    listed = f"last full listing requested {_ago(sync.listed_at, now)} (took {sync.listing_duration:.1f}s)"
+    if not sync.incremental:
+        return f"jobs: listed in full each poll; {listed}"
+    backlog = f", {sync.backlog} left for the next polls" if sync.backlog else ""
+    return (
+        f"jobs: incremental — every job's state as of {_ago(jobs.requested_at if jobs else None, now)} "
+        f"({sync.last_changed} read one by one by the last poll{backlog}); pending jobs' reasons and "
+        f"estimates as of the {listed}"
+    )
+
+
 async def _index(request: web.Request) -> web.Response:
     poller = request.app[POLLER]
     st = poller.status
     snap = poller.snapshot
+    now = time.time()
     rows = "".join(
         f"<tr><td>{html.escape(e.name)}</td><td>{e.successes}</td><td>{sum(e.errors.values())}</td>"
+        f"<td>{_ago(e.fetched_at, now)}</td>"
         f"<td>{e.last_duration * 1000:.1f} ms</td><td>{html.escape(e.last_error)}</td></tr>"
         for e in (st.negotiation, *st.endpoints.values())
     )
@@ -502,7 +523,8 @@ async def _index(request: web.Request) -> web.Response:
         if st.last_poll_finished is not None
         else "no poll finished yet"
     )
-    error = f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
+    error = f"<p>{html.escape(jobs_freshness(st, now))}</p>"
+    error += f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
     error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>
 <h1>slurm-keda {__version__}</h1>
@@ -510,7 +532,7 @@ async def _index(request: web.Request) -> web.Response:
 <p>{last_poll}</p>{error}
 <p><a href="/metrics">/metrics</a> · <a href="/snapshot">/snapshot</a> ·
 <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
-<table border="1"><tr><th>endpoint</th><th>ok</th><th>errors</th><th>last duration</th>
+<table border="1"><tr><th>endpoint</th><th>ok</th><th>errors</th><th>data as of</th><th>last duration</th>
 <th>last error</th></tr>
 {rows}</table></body></html>"""
     return web.Response(text=page, content_type="text/html")

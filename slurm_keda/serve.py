@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kubernetes_asyncio import client as kube_client
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from autoscaler.demand import Target
 from autoscaler.grpc_scaler import GrpcTLS, GrpcTLSError, ScalerServer, start_grpc_server
@@ -88,6 +88,23 @@ class PollerRunnable(Runnable):
 
     async def run(self) -> None:
         await self.poller.run()
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        client = self.poller.client
+        requests = CounterMetricFamily(
+            "slurm_exporter_slurmrestd_requests",
+            "Requests this process sent to slurmrestd (retries included), by endpoint: the poller's and the "
+            "bridge's (job/submit, job cancel)",
+            labels=["endpoint"],
+        )
+        for endpoint, n in sorted(client.requests_by_endpoint.items()):
+            requests.add_metric([endpoint], float(n))
+        yield requests
+        received = CounterMetricFamily(
+            "slurm_exporter_slurmrestd_received_bytes", "Body bytes this process received from slurmrestd"
+        )
+        received.add_metric([], float(client.bytes_received))
+        yield received
 
 
 class DemandRunnable(Runnable):

@@ -402,3 +402,33 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
             assert snap is not None
             assert differences(snap.jobs, (await rig.listed()).jobs) == []
     assert p.status.jobs_sync.full_listings == {"first": 1}
+
+
+async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: Rig) -> None:
+    import aiohttp
+
+    from exporter.server import make_app
+    from testkit.tools import serve_app
+
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        rig.table.start(6)
+        rig.clock.now += 1
+        await p.poll_once()
+        async with serve_app(make_app(p)) as url, aiohttp.ClientSession() as cs:
+            async with cs.get(f"{url}/metrics") as r:
+                metrics = await r.text()
+            async with cs.get(f"{url}/") as r:
+                page = await r.text()
+            async with cs.get(f"{url}/snapshot") as r:
+                snapshot = await r.json()
+    assert 'slurm_exporter_poll_jobs_reads_total{endpoint="jobs/state"} 1.0' in metrics
+    assert 'slurm_exporter_poll_jobs_reads_total{endpoint="job"} 1.0' in metrics
+    assert 'slurm_exporter_poll_jobs_listings_total{reason="first"} 1.0' in metrics
+    assert "slurm_exporter_poll_jobs_incremental 1.0" in metrics
+    assert "slurm_exporter_poll_jobs_changed 1.0" in metrics
+    assert "slurm_exporter_poll_jobs_listed_timestamp_seconds 1e+06" in metrics
+    assert "jobs: incremental" in page and "1 read one by one by the last poll" in page
+    assert snapshot["listed_at"] == {"jobs": 1_000_000.0}
+    assert snapshot["requested_at"]["jobs"] == 1_000_001.0
