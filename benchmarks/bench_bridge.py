@@ -60,6 +60,7 @@ from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.lab_queue import count_jobs, fill_held
 
 RESERVATION = "bench-bridge"
 HELD = "bench-bridge-held"
@@ -76,26 +77,11 @@ def pct(values: list[float], p: float) -> float:
 
 
 def count(lab: Lab, *args: str) -> int:
-    return len(lab.run(["squeue", "-h", "-o", "%i", *args], check=False).split())
+    return count_jobs(lab, *args)
 
 
 def fill_queue(lab: Lab, n: int) -> None:
-    have = count(lab, "-n", HELD)
-    if have >= n:
-        print(f"queue: {have} held {HELD} jobs already there")
-        return
-    t = time.perf_counter()
-    missing = n - have
-    loops = 4
-    script = " & ".join(
-        f"(i=0; while [ $i -lt {missing // loops + (1 if k < missing % loops else 0)} ]; do"
-        f" sbatch -H -p cpu -J {HELD} -o /dev/null --wrap true >/dev/null || exit 1; i=$((i+1)); done)"
-        for k in range(loops)
-    )
-    lab.run(["sh", "-c", script + " ; wait"], timeout=1800)
-    print(
-        f"queue: {count(lab, '-n', HELD)} held jobs ({missing} submitted in {time.perf_counter() - t:.0f} s)"
-    )
+    fill_held(lab, n, HELD)
 
 
 def add_nodes(lab: Lab, names: list[str], cpus: int) -> None:

@@ -234,6 +234,20 @@ class Lab:
     def is_running(self) -> bool:
         return self._pid("slurmctld") is not None
 
+    def pid(self, component: str) -> int | None:
+        """The live pid of one of this lab's daemons (``slurmctld``, ``slurmrestd-tcp``, ``slurmd-c1``...)."""
+        return self._pid(component)
+
+    def restart_restd(self, *, timeout: float = 60.0) -> int:
+        """A fresh TCP slurmrestd (its memory from zero, e.g. for a benchmark); its pid once it serves."""
+        self._stop("slurmrestd-tcp")
+        self._start_restd()
+        deadline = time.monotonic() + timeout
+        self._wait("slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp")
+        pid = self._pid("slurmrestd-tcp")
+        assert pid is not None
+        return pid
+
     def _start(self, component: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         pid = self._pid(component)
         if pid is not None:
