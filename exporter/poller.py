@@ -166,6 +166,9 @@ class JobsSync:
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
     """A job-changing RPC was seen: read every pending job again (or list in full)."""
+    recheck_ended: float | None = None
+    recheck_duration: float = 0.0
+    """Seconds the last re-read of every pending job took (spaced like listings: :meth:`recheck_allowed`)."""
     states_unsupported: bool = False
     """``/jobs/state`` answered 404: this server cannot do incremental reads."""
     refused: dict[int, JobSig] = field(default_factory=dict)
@@ -176,6 +179,12 @@ class JobsSync:
     def listing_allowed(self, now: float, ratio: float) -> bool:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
         return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
+
+    def recheck_allowed(self, now: float, ratio: float) -> bool:
+        """Whether every pending job may be read again now: no sooner than ``ratio`` times the last such
+        re-read's duration after it ended (a stream of ``scontrol update`` costs slurmrestd at most
+        1/ratio of its time)."""
+        return self.recheck_ended is None or now - self.recheck_ended >= ratio * self.recheck_duration
 
 
 @dataclass
@@ -460,7 +469,7 @@ class Poller:
                 sync.state_reads += 1
             found = jobsync.changes(held, states, sync.refused)
             fetch = list(found.fetch)
-            recheck = sync.recheck_pending
+            recheck = sync.recheck_pending and sync.recheck_allowed(now, cfg.jobs_listing_ratio)
             if recheck:
                 pending = {j.job_id for j in held if j.state == "PENDING" and j.job_id in states}
                 wanted = sorted(pending.union(fetch))
@@ -475,6 +484,7 @@ class Poller:
                 if sync.listing_allowed(now, cfg.jobs_listing_ratio):
                     return "changes"
                 fetch = fetch[: cfg.jobs_changes_limit]
+            reading = time.perf_counter()
             read = await self._read_jobs(fetch)
         except SlurmError as e:
             st.record_error(e, self._clock())
@@ -503,6 +513,8 @@ class Poller:
         st.data = jobsync.merge(held, fetched, found.gone)
         if recheck:
             sync.recheck_pending = False
+            sync.recheck_ended = self._clock()
+            sync.recheck_duration = time.perf_counter() - reading
         sync.incremental = True
         sync.incremental_fetches += 1
         sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)

@@ -1,0 +1,353 @@
+"""Freshness at scale: how soon a job change reaches the snapshot — which ``/metrics``, the demand service
+(its gRPC stream included) and the bridge all wake on — with 20,000 jobs queued, and what it costs
+slurmrestd: incremental jobs (``/jobs/state`` + ``/job/{id}``) against full polling (a ``/jobs`` listing
+whenever anything changed, as before), one after the other in one run, on the 26.05 lab.
+
+Setup (kept between runs unless ``--clean``): ``--queue`` held jobs named ``bench-fresh-held`` in partition
+``cpu``; two dynamic nodes ``fr-1``, ``fr-2`` (4 CPUs each) under the reservation ``bench-fresh`` with
+``--parked`` jobs that wait for a begin time two days ahead (the hold/release targets).
+
+Per mode, for ``--duration`` seconds: a fresh slurmrestd (its memory from zero), a poller in this process
+(``--poll-interval``, default 1 s), churn — one event every ``--churn-interval`` s, in turn: a 3 s job into
+the reservation (new, start, end), an array of 3 tasks (each task splits off as it starts), a hold of a
+parked job, a release of one held for ``--hold-for`` seconds — and a watcher woken by every snapshot swap.
+Each change's moment is slurmctld's own (its log, millisecond stamps: submit, Allocate/Started, ``_job_complete``, hold, release);
+its latency is the first swapped snapshot that shows it. Figures per mode: p50/p99 per kind of change,
+slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS (start, end, peak), requests per
+minute by endpoint, our own CPU and peak RSS.
+
+Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
+Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import math
+import os
+import re
+import resource
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
+
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.model import Snapshot
+from exporter.poller import Poller, PollerConfig
+from exporter.session import SlurmSession
+from lab import Lab
+from testkit.lab_queue import count_jobs, fill_held
+
+HELD = "bench-fresh-held"
+RESERVATION = "bench-fresh"
+NODES = ["fr-1", "fr-2"]
+PARKED = "bench-fresh-parked"
+ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+LOG_EVENTS = {
+    "new": re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\S+)"),
+    "start": re.compile(r"(?:Allocate|Started) JobId=(\S+)"),
+    "end": re.compile(r"_job_complete: JobId=(\S+) done"),
+    "hold": re.compile(r"_hold_job_rec: hold on JobId=(\S+)"),
+    "release": re.compile(r"_release_job_rec: release hold on JobId=(\S+)"),
+}
+KINDS = tuple(LOG_EVENTS)
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else math.nan
+
+
+def record_id(token: str) -> int | None:
+    """``12``, ``2_5(7)`` (array task of record 7), ``68+1(69)`` → the record's job id."""
+    if "(" in token:
+        token = token[token.index("(") + 1 : token.index(")")]
+    digits = token.partition("_")[0].partition("+")[0]
+    return int(digits) if digits.isdigit() else None
+
+
+def log_events(path: Path, start: int) -> tuple[list[tuple[str, int, float]], int]:
+    """(kind, job id, epoch seconds) of slurmctld's log lines from byte ``start``; the next start."""
+    out: list[tuple[str, int, float]] = []
+    with path.open("rb") as f:
+        f.seek(start)
+        data = f.read()
+    for line in data.decode("utf-8", "replace").splitlines():
+        if not line.startswith("["):
+            continue
+        stamp = line[1 : line.index("]")]
+        for kind, pattern in LOG_EVENTS.items():
+            m = pattern.search(line)
+            if m and (job_id := record_id(m.group(1))) is not None:
+                out.append((kind, job_id, datetime.fromisoformat(stamp).timestamp()))
+    return out, start + len(data)
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
+
+
+def proc_rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# -- the lab --------------------------------------------------------------------------------------------
+
+
+def add_nodes(lab: Lab) -> None:
+    lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
+    lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
+    for name in NODES:
+        with contextlib.suppress(Exception):
+            lab.remove_node(name)
+        lab.add_node(name, dynamic=True, cpus=4, memory_mb=400)
+    create = [
+        *("scontrol", "create", "reservation", f"ReservationName={RESERVATION}", f"Nodes={','.join(NODES)}"),
+        *("Users=root", "StartTime=now", "Duration=1440"),
+    ]
+    for attempt in range(40):
+        result = lab.run_raw(create)
+        if result.returncode == 0:
+            return
+        if attempt == 39:
+            raise RuntimeError(result.stdout + result.stderr)
+        time.sleep(0.5)
+
+
+def park(lab: Lab, n: int) -> list[int]:
+    where = ["-p", "dyn", f"--reservation={RESERVATION}", "-n1", "-J", PARKED, "--begin=now+2days"]
+    return [lab.sbatch(*where, command="true") for _ in range(n)]
+
+
+# -- one mode -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Mode:
+    name: str
+    seen: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    """kind → job id → when a snapshot first showed it (new, start, end)."""
+    held_seen: dict[int, list[tuple[float, bool]]] = field(default_factory=lambda: defaultdict(list))
+    """Parked job → (when, held) each time a snapshot showed its hold state change."""
+    events: list[tuple[str, int, float]] = field(default_factory=list)
+    latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    missed: Counter[str] = field(default_factory=Counter)
+    restd_cores: float = 0.0
+    restd_rss: tuple[int, int, int] = (0, 0, 0)
+    """slurmrestd RSS at the start, at the end, and the peak sampled."""
+    ours_cores: float = 0.0
+    ours_rss_peak: int = 0
+    requests: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    listings: int = 0
+    listing_seconds: float = 0.0
+    errors: Counter[str] = field(default_factory=Counter)
+
+    def watch(self, snap: Snapshot, now: float, mine: set[int], parked: set[int]) -> None:
+        for job in snap.jobs:
+            jid = job.job_id
+            if jid in parked:
+                held = job.reason in ("JobHeldUser", "JobHeldAdmin")
+                history = self.held_seen[jid]
+                if not history or history[-1][1] != held:
+                    history.append((now, held))
+                continue
+            if jid not in mine and job.array_job_id not in mine:
+                continue
+            self.seen["new"].setdefault(jid, now)
+            if job.state != "PENDING":
+                self.seen["start"].setdefault(jid, now)
+            if job.state in ENDED:
+                self.seen["end"].setdefault(jid, now)
+
+    def measure(self) -> None:
+        for kind, jid, at in self.events:
+            if kind in ("hold", "release"):
+                want = kind == "hold"
+                seen = next((t for t, held in self.held_seen.get(jid, []) if held == want and t >= at), None)
+            else:
+                seen = self.seen[kind].get(jid)
+            if seen is None:  # not shown by any snapshot up to the end (the settling included)
+                self.missed[kind] += 1
+                continue
+            self.latencies[kind].append(max(0.0, seen - at))
+
+
+async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[int]) -> Mode:
+    mode = Mode(name)
+    pid = lab.restart_restd()
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file), stream_timeout=900)
+    log_path = lab.state_dir / "log" / "slurmctld.log"
+    async with SlurmClient(cfg) as client:
+        poller = Poller(
+            SlurmSession(client),
+            PollerConfig(interval=args.poll_interval, incremental_jobs=name == "incremental"),
+        )
+        first = await poller.poll_once()  # the first listing is not part of the figures
+        assert first is not None, poller.status.last_error
+        mine: set[int] = set()
+        parked_set = set(parked)
+        held = {j.job_id: 0.0 for j in first.jobs if j.job_id in parked_set and j.reason == "JobHeldUser"}
+        log_at = log_path.stat().st_size
+        rss0 = peak = proc_rss_bytes(pid)
+        cpu0, ours0, t0 = proc_cpu_seconds(pid), time.process_time(), time.monotonic()
+        requests0 = Counter(client.requests_by_endpoint)
+        listings0 = sum(poller.status.jobs_sync.full_listings.values())
+        stop = asyncio.Event()
+
+        async def churn() -> None:
+            where = ["-p", "dyn", f"--reservation={RESERVATION}", "-n1", "-J", "bench-fresh"]
+            step = 0
+            while not stop.is_set():
+                action = ("job", "array", "hold", "release", "job")[step % 5]
+                step += 1
+                if action == "job":
+                    mine.add(await asyncio.to_thread(lab.sbatch, *where, command="sleep 3"))
+                elif action == "array":
+                    mine.add(await asyncio.to_thread(lab.sbatch, *where, "-a", "1-3", command="sleep 2"))
+                elif action == "hold" and (free := sorted(parked_set - held.keys())):
+                    job_id = free[step % len(free)]
+                    held[job_id] = time.monotonic()
+                    await asyncio.to_thread(lab.run, ["scontrol", "hold", str(job_id)])
+                elif action == "release" and held:
+                    job_id, since = min(held.items(), key=lambda item: item[1])
+                    if time.monotonic() - since >= args.hold_for:
+                        del held[job_id]
+                        await asyncio.to_thread(lab.run, ["scontrol", "release", str(job_id)])
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.churn_interval)
+
+        async def watcher() -> None:
+            snap: Snapshot | None = first
+            while True:
+                snap = await poller.wait_next(snap)
+                mode.watch(snap, time.time(), mine, parked_set)
+
+        async def sampler() -> None:
+            nonlocal peak
+            while True:
+                peak = max(peak, proc_rss_bytes(pid))
+                mode.ours_rss_peak = max(mode.ours_rss_peak, proc_rss_bytes(os.getpid()))
+                await asyncio.sleep(2.0)
+
+        tasks = [
+            asyncio.create_task(poller.run(), name="poller"),
+            asyncio.create_task(watcher(), name="watcher"),
+            asyncio.create_task(sampler(), name="sampler"),
+            asyncio.create_task(churn(), name="churn"),
+        ]
+        await asyncio.sleep(args.duration)
+        stop.set()
+        await asyncio.sleep(args.settle)  # the last changes may still arrive
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        elapsed = time.monotonic() - t0
+        mode.seconds = elapsed
+        mode.restd_cores = (proc_cpu_seconds(pid) - cpu0) / elapsed
+        mode.ours_cores = (time.process_time() - ours0) / elapsed
+        mode.restd_rss = (rss0, proc_rss_bytes(pid), max(peak, proc_rss_bytes(pid)))
+        mode.requests = Counter(client.requests_by_endpoint) - requests0
+        sync = poller.status.jobs_sync
+        mode.listings = sum(sync.full_listings.values()) - listings0
+        mode.listing_seconds = sync.listing_duration
+        mode.errors = Counter(poller.status.endpoints["jobs"].errors)
+        events, _ = log_events(log_path, log_at)
+        ours = mine | set(mode.seen["new"])  # with the array tasks that split off
+        mode.events = [
+            (k, j, t) for k, j, t in events if (j in parked_set if k in ("hold", "release") else j in ours)
+        ]
+        mode.measure()
+        with contextlib.suppress(Exception):
+            lab.run(["scancel", "-n", "bench-fresh"], check=False)
+    return mode
+
+
+def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
+    print(
+        f"\n{queue} jobs in squeue; poll interval {args.poll_interval:g} s;"
+        f" churn every {args.churn_interval:g} s; {args.duration:.0f} s per mode"
+    )
+    head = f"{'mode':<12} " + " ".join(f"{k + ' p50/p99 s':>20}" for k in KINDS)
+    print(head)
+    for m in modes:
+        cells = []
+        for k in KINDS:
+            lat = m.latencies.get(k, [])
+            missed = f" ({m.missed[k]} missed)" if m.missed[k] else ""
+            cells.append(f"{pct(lat, 50):6.2f}/{pct(lat, 99):6.2f} n={len(lat):<3}{missed}".rjust(20))
+        print(f"{m.name:<12} " + " ".join(cells))
+    print(
+        f"\n{'mode':<12} {'restd cores':>11} {'restd RSS MB start→end (peak)':>30} {'ours cores':>10}"
+        f" {'ours RSS MB':>11} {'listings':>8} {'req/min':>8}  requests by endpoint"
+    )
+    for m in modes:
+        rss = f"{m.restd_rss[0] / 1e6:.0f}→{m.restd_rss[1] / 1e6:.0f} ({m.restd_rss[2] / 1e6:.0f})"
+        per_min = sum(m.requests.values()) / (m.seconds / 60)
+        by = ", ".join(f"{e} {n}" for e, n in sorted(m.requests.items()))
+        print(
+            f"{m.name:<12} {m.restd_cores:11.2f} {rss:>30} {m.ours_cores:10.2f} {m.ours_rss_peak / 1e6:11.0f}"
+            f" {m.listings:8d} {per_min:8.0f}  {by}"
+        )
+    for m in modes:
+        errors = f"; jobs fetch errors {dict(m.errors)}" if m.errors else ""
+        print(f"{m.name}: last full listing took {m.listing_seconds:.1f} s{errors}")
+
+
+async def run(args: argparse.Namespace) -> int:
+    lab = Lab("26.05")
+    lab.up()
+    print(f"lab 26.05: Slurm {lab.release()}")
+    fill_held(lab, args.queue, HELD)
+    add_nodes(lab)
+    parked = park(lab, args.parked)
+    queue = count_jobs(lab)
+    modes: list[Mode] = []
+    try:
+        for name in args.modes.split(","):
+            modes.append(await run_mode(lab, args, name, parked))
+            m = modes[-1]
+            print(f"  {name}: {sum(len(v) for v in m.latencies.values())} changes measured")
+    finally:
+        lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
+        lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
+        for name in NODES:
+            with contextlib.suppress(Exception):
+                lab.remove_node(name)
+        if args.clean:
+            lab.run(["scancel", "-n", HELD], check=False)
+    report(modes, args, queue)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
+    print(f"our peak RSS over the run (getrusage): {peak:.0f} MB")
+    return 0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--queue", type=int, default=20000)
+    p.add_argument("--parked", type=int, default=20)
+    p.add_argument("--duration", type=float, default=180.0, help="seconds per mode")
+    p.add_argument("--settle", type=float, default=10.0, help="seconds after the churn stops")
+    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--churn-interval", type=float, default=1.0)
+    p.add_argument("--hold-for", type=float, default=10.0, help="seconds a parked job stays held")
+    p.add_argument("--modes", default="incremental,full")
+    p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    raise SystemExit(asyncio.run(run(p.parse_args())))
+
+
+if __name__ == "__main__":
+    main()
