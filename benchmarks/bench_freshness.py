@@ -13,8 +13,8 @@ the reservation (new, start, end), an array of 3 tasks (each task splits off as 
 parked job, a release of one held for ``--hold-for`` seconds — and a watcher woken by every snapshot swap.
 Each change's moment is slurmctld's own (its log, millisecond stamps: submit, Allocate/Started,
 ``_job_complete``, hold, release); its latency is the first swapped snapshot that shows it. Figures per
-mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS (start, end, peak), requests per
-minute by endpoint, our own CPU and peak RSS.
+mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS
+(start, end, peak), requests per minute by endpoint, our own CPU and peak RSS.
 
 Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
 Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
