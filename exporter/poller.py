@@ -521,7 +521,8 @@ class Poller:
         st.last_bytes = 0
         st.successes += 1
         st.fetched_at = self._clock()
-        st.requested_at = now
+        if not sync.backlog:  # with jobs left unread, the data holds all Slurm accepted only as of before
+            st.requested_at = now
         st.last_ok = True
         return True
 

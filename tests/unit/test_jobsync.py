@@ -249,9 +249,13 @@ async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> N
         for _ in range(5):
             t.submit()
         rig.clock.now += 1
+        complete_as_of = rig.clock.now - 1
         snap = await p.poll_once()
         assert sync.backlog == 2 and t.reads["job"] == 3 and sync.full_listings["changes"] == 1
         assert snap is not None and len(snap.jobs) == len(t.records) - 2
+        # two new jobs are not in it: it holds everything Slurm accepted only as of the poll before (the
+        # bridge must not take a missing job for one never submitted)
+        assert snap.jobs_as_of == complete_as_of and snap.fetched_at["jobs"] == rig.clock.now
         rig.clock.now += 1
         snap = await p.poll_once()
     assert sync.backlog == 0 and t.reads["job"] == 5
@@ -432,3 +436,25 @@ async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: R
     assert "jobs: incremental" in page and "1 read one by one by the last poll" in page
     assert snapshot["listed_at"] == {"jobs": 1_000_000.0}
     assert snapshot["requested_at"]["jobs"] == 1_000_001.0
+
+
+async def test_rereads_of_every_pending_job_are_spaced_by_their_cost(rig: Rig) -> None:
+    """A stream of job-changing RPCs costs slurmrestd at most 1/ratio of its time in re-reads."""
+    p = rig.poller(jobs_listing_ratio=10.0)
+    async with p.client:
+        await p.poll_once()
+        rig.set_rpcs(1)
+        rig.clock.now += 1
+        await p.poll_once()
+        sync = p.status.jobs_sync
+        assert sync.last_changed > 0 and not sync.recheck_pending
+        sync.recheck_duration = 5.0  # say that re-read took 5 s: the next one 50 s after it at the earliest
+        rig.table.set(6, state_reason="JobHeldUser", priority=num(0))
+        rig.set_rpcs(2)
+        rig.clock.now += 49
+        snap = await p.poll_once()
+        assert sync.recheck_pending and sync.last_changed == 0
+        assert snap is not None and by_id(snap.jobs)[6].reason == "Resources"
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert not sync.recheck_pending and snap is not None and by_id(snap.jobs)[6].reason == "JobHeldUser"
