@@ -486,7 +486,11 @@ class SlurmClient:
         assert self._session is not None
         limit = self.config.timeout if whole else self.config.stream_timeout
         idle = min(limit, self.config.idle_timeout)
-        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0), sock_read=idle)
+        # slurmrestd renders a listing whole before its first byte (27 s for 20,000 jobs, 26.05): a streamed
+        # answer may take until ``limit`` to begin, and no more than ``idle`` between bytes once it has
+        timeout = aiohttp.ClientTimeout(
+            total=limit, sock_connect=min(limit, 10.0), sock_read=idle if whole else None
+        )
         self.requests_sent += 1
         self.requests_by_endpoint[endpoint.partition(":")[0]] += 1
         headers = self._headers()
@@ -521,7 +525,7 @@ class SlurmClient:
                     raise TooLargeError(f"answer of {expected} bytes is over the {cap >> 20} MiB cap{option}")
                 received = 0
                 rate = _RateFloor(self.config.min_rate, idle)
-                async for chunk in resp.content.iter_chunked(self.config.chunk_bytes):
+                async for chunk in _idle_bounded(resp.content.iter_chunked(self.config.chunk_bytes), idle):
                     received += len(chunk)
                     self.bytes_received += len(chunk)
                     if received > cap:
@@ -536,7 +540,7 @@ class SlurmClient:
         except SlurmError as err:
             err.endpoint = err.endpoint or endpoint
             raise
-        except aiohttp.SocketTimeoutError:
+        except (aiohttp.SocketTimeoutError, _IdleTimeout):
             raise RequestTimeout(
                 f"no byte from slurmrestd for {idle:g}s (frozen or stalled)", endpoint=endpoint
             ) from None
@@ -558,3 +562,21 @@ class SlurmClient:
         body = await self.get("/openapi/v3", endpoint="openapi")
         document: dict[str, object] = decode(_OPENAPI, body, "openapi")  # a typed error for any bad body
         return versions_from_openapi(document)
+
+
+class _IdleTimeout(Exception):
+    """No chunk within the idle limit once the answer began (told apart from the total limit)."""
+
+
+async def _idle_bounded(chunks: AsyncIterator[bytes], idle: float) -> AsyncIterator[bytes]:
+    """``chunks``, each awaited at most ``idle`` seconds (:class:`_IdleTimeout` otherwise)."""
+    it = aiter(chunks)
+    while True:
+        try:
+            async with asyncio.timeout(idle):
+                chunk = await anext(it)
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise _IdleTimeout from None
+        yield chunk

@@ -88,7 +88,8 @@ class SlurmSettings(_Group):
         30.0,
         gt=0.0,
         alias="stream_idle_timeout",
-        description="seconds a request may go without receiving a byte (a frozen slurmrestd)",
+        description="seconds a request may go without receiving a byte (a frozen slurmrestd); a /jobs "
+        "listing's first byte may take until --stream-timeout (slurmrestd renders it whole first)",
     )
     min_transfer_rate: float = Field(
         1024.0,

@@ -64,9 +64,12 @@ class RawServer(LoopbackServer):
         on_request: Callable[[], None] = lambda: None,
         stall: float = 0.0,
         drip: tuple[int, float] | None = None,
+        render: float = 0.0,
     ) -> None:
         super().__init__()
         self.answer = answer
+        self.render = render
+        """Seconds of silence before the first byte (slurmrestd renders a listing whole before sending)."""
         self.on_request = on_request
         self.stall = stall
         """Seconds to keep the connection open, silent, after the answer (a frozen slurmrestd)."""
@@ -76,6 +79,8 @@ class RawServer(LoopbackServer):
 
     async def serve(self, head: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.on_request()
+        if self.render:
+            await asyncio.sleep(self.render)
         if self.drip is None:
             writer.write(self.answer)
         else:

@@ -309,6 +309,29 @@ async def test_a_stream_that_stops_sending_ends_after_the_idle_timeout() -> None
     assert info.value.kind == "timeout"
 
 
+async def test_a_listing_may_take_long_to_begin_but_not_to_go_on() -> None:
+    """slurmrestd renders a listing whole before its first byte (27 s at 20,000 jobs, 26.05 lab): that wait
+    is bounded by --stream-timeout, not the idle timeout (which cut every such listing and made slurmrestd
+    render it again and again); a small answer still gets the idle limit for its first byte."""
+    body = b'{"jobs": []}'
+    head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+    async with (
+        RawServer(head + body, render=0.6) as url,
+        _client(url, retries=0, stream_timeout=5.0, idle_timeout=0.2) as c,
+    ):
+        got = b"".join([chunk async for chunk in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs")])
+        assert got == body
+        with pytest.raises(errors.RequestTimeout, match=r"no byte from slurmrestd for 0\.2s"):
+            await c.get("/slurm/v0.0.45/diag/", endpoint="diag")
+    async with (
+        RawServer(head + body, render=2.0) as url,
+        _client(url, retries=0, stream_timeout=0.5, idle_timeout=0.2) as c,
+    ):
+        with pytest.raises(errors.RequestTimeout, match=r"no complete answer within 0\.5s"):
+            async for _ in c.stream("/slurm/v0.0.45/jobs/", endpoint="jobs"):
+                pass
+
+
 async def test_a_drip_fed_stream_ends_at_the_rate_floor() -> None:
     # a byte every 50 ms never trips the idle timeout; averaged over each idle window it is far under
     # the floor, so the request ends within about two windows instead of at the stream limit

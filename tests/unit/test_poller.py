@@ -190,7 +190,10 @@ async def test_update_time_requests_are_retried(fake_url: tuple[FakeSlurmrestd, 
     fake, url = fake_url
     clock = Clock(1_000_000.0)
     token = TokenSource(token="good-token")
-    cfg = ClientConfig(base_url=url, token=token, retries=2, timeout=0.5, idle_timeout=0.5)
+    # a listing's first byte may take until --stream-timeout (slurmrestd renders it whole first)
+    cfg = ClientConfig(
+        base_url=url, token=token, retries=2, timeout=0.5, idle_timeout=0.5, stream_timeout=1.0
+    )
     p = Poller(SlurmSession(SlurmClient(cfg, sleep=no_sleep)), PollerConfig(), clock=clock)
     fake.hang_seconds = 2.0
     async with p.client:
