@@ -306,6 +306,7 @@ class Poller:
             st.last_duration = time.perf_counter() - t0
         st.successes += 1
         st.fetched_at = self._clock()
+        self.status.jobs_sync.states_unsupported = False  # an upgraded slurmrestd may offer /jobs/state now
         self.status.offered_versions = negotiated.offered
         self.status.api_version = negotiated.version
         self.status.jobs_api_version = negotiated.jobs_version
