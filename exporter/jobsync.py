@@ -18,7 +18,8 @@ always the record's own ``job_id``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -119,6 +120,37 @@ def merge(
         out.append(fresh.pop(job.job_id, job))
     out.extend(job for job_id, job in fresh.items() if job_id not in drop)
     return tuple(out)
+
+
+UNSETTLED_REASONS = frozenset({"None", "PartitionConfig"})
+"""Reasons a pending job shows before slurmctld's first scheduling pass over it (lab: 0.1–1 s)."""
+FOLLOW_READS = 3
+"""Polls a job that :func:`to_follow` names is read again at most (its reason changes about a second on)."""
+_JOB_IDS = re.compile(r"\d+")
+
+
+def to_follow(
+    read: Iterable[Job], fresh: Collection[int], held: Iterable[Job], now: float, done: Collection[int] = ()
+) -> set[int]:
+    """Pending jobs whose reason slurmctld is about to change without a state change or an RPC, to be read
+    again in the next polls: jobs read for the first time (ids in ``fresh``) whose reason is not settled yet
+    (:data:`UNSETTLED_REASONS`); jobs waiting (``Dependency``) on a job of ``read`` that left PENDING (their
+    dependency text names it); jobs whose begin time has come (``BeginTime``, ``eligible_time`` ≤ ``now``,
+    epoch seconds) unless in ``done`` (already followed to the end)."""
+    read = list(read)
+    out = {
+        j.job_id for j in read if j.job_id in fresh and j.state == "PENDING" and j.reason in UNSETTLED_REASONS
+    }
+    moved = {str(i) for j in read if j.state != "PENDING" for i in (j.job_id, j.array_job_id) if i}
+    for job in held:
+        if job.state != "PENDING":
+            continue
+        if job.reason == "BeginTime" and job.eligible_time is not None and job.eligible_time <= now:
+            if job.job_id not in done:
+                out.add(job.job_id)
+        elif moved and job.reason == "Dependency" and moved.intersection(_JOB_IDS.findall(job.dependency)):
+            out.add(job.job_id)
+    return out
 
 
 def job_update_rpcs(diag: Diag | None) -> int | None:

@@ -24,7 +24,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,6 +166,11 @@ class JobsSync:
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
     """A job-changing RPC was seen: read every pending job again (or list in full)."""
+    follow: dict[int, int] = field(default_factory=dict)
+    """Pending job → polls left to read it again: its reason is about to change without a state change or
+    an RPC (:func:`exporter.jobsync.to_follow`)."""
+    followed: set[int] = field(default_factory=set)
+    """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
     recheck_ended: float | None = None
     recheck_duration: float = 0.0
     """Seconds the last re-read of every pending job took (spaced like listings: :meth:`recheck_allowed`)."""
@@ -485,6 +490,10 @@ class Poller:
                 if sync.listing_allowed(now, cfg.jobs_listing_ratio):
                     return "changes"
                 fetch = fetch[: cfg.jobs_changes_limit]
+            chosen = set(fetch)
+            followed = [j for j in sync.follow if j in states and j not in chosen]
+            if len(fetch) + len(followed) <= cfg.jobs_changes_limit:  # else they wait: changes go first
+                fetch += followed
             reading = time.perf_counter()
             read = await self._read_jobs(fetch)
         except SlurmError as e:
@@ -512,6 +521,7 @@ class Poller:
             self._note_dropped("jobs", dropped)
         st.dropped_partitions = frozenset(p for parts in sync.refused_partitions.values() for p in parts)
         st.data = jobsync.merge(held, fetched, found.gone)
+        self._follow(held, fetched, st.data, set(states))
         if recheck:
             sync.recheck_pending = False
             sync.recheck_ended = self._clock()
@@ -526,6 +536,36 @@ class Poller:
             st.requested_at = now
         st.last_ok = True
         return True
+
+    def _follow(
+        self,
+        before: Sequence[Job],
+        fetched: Mapping[int, Sequence[Job]],
+        after: Sequence[Job],
+        listed: set[int],
+    ) -> None:
+        """Count down the followed jobs that were read (one whose reason moved, or that left PENDING, is
+        done), and follow the ones :func:`exporter.jobsync.to_follow` names now. ``listed``: the ids
+        ``/jobs/state`` listed."""
+        sync = self.status.jobs_sync
+        follow, followed = sync.follow, sync.followed
+        held_ids = {j.job_id for j in before}
+        reasons = {j.job_id: j.reason for j in before if j.job_id in follow}
+        read = [job for records in fetched.values() for job in records]
+        for job in read:
+            if job.job_id in follow:
+                left = follow.pop(job.job_id) - 1
+                if job.state == "PENDING" and job.reason == reasons.get(job.job_id):
+                    if left > 0:
+                        follow[job.job_id] = left
+                    else:
+                        followed.add(job.job_id)
+        fresh = {j.job_id for j in read if j.job_id not in held_ids}
+        for job_id in jobsync.to_follow(read, fresh, after, self._clock(), followed):
+            follow.setdefault(job_id, jobsync.FOLLOW_READS)
+        for job_id in [j for j in follow if j not in listed]:
+            del follow[job_id]
+        followed.intersection_update(listed)
 
     async def _read_jobs(self, ids: Sequence[int]) -> dict[int, tuple[list[Job], list[tuple[Job, str]]]]:
         """``/job/{id}`` for each id, ``--max-concurrency`` at a time; raises the first SlurmError (the

@@ -458,3 +458,80 @@ async def test_rereads_of_every_pending_job_are_spaced_by_their_cost(rig: Rig) -
         rig.clock.now += 1
         snap = await p.poll_once()
     assert not sync.recheck_pending and snap is not None and by_id(snap.jobs)[6].reason == "JobHeldUser"
+
+
+def test_to_follow_names_the_jobs_whose_reason_is_about_to_move() -> None:
+    ended = _job(1, "COMPLETED")
+    fresh_unsettled = _job(20, reason="None")
+    fresh_settled = _job(21, reason="Priority")
+    held = [
+        _job(9, reason="Dependency", dependency="afterok:1(unfulfilled)"),
+        _job(10, reason="Dependency", dependency="afterany:77(unfulfilled)"),  # on another job
+        _job(11, reason="BeginTime", eligible_time=100.0),  # its time has come
+        _job(12, reason="BeginTime", eligible_time=500.0),  # not yet
+        _job(13, reason="BeginTime", eligible_time=50.0),  # followed to the end already
+        _job(14, reason="Dependency", dependency="afterok:3_7(unfulfilled)"),  # on an array task of 3
+        fresh_unsettled,
+        fresh_settled,
+    ]
+    task = _job(30, "RUNNING", array_job_id=3, array_task_id=7)
+    got = jobsync.to_follow(
+        [ended, fresh_unsettled, fresh_settled, task], {20, 21}, held, now=200.0, done={13}
+    )
+    assert got == {9, 11, 14, 20}
+
+
+async def test_a_dependency_met_is_followed_without_a_listing_or_an_rpc(rig: Rig) -> None:
+    """Job 9 waits on job 1 (afterok); job 1 ends; slurmctld's next pass turns 9's reason to Priority — no state
+    change, no RPC: the poller reads 9 again in the polls after 1 left."""
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        t.end(1)
+        rig.clock.now += 1
+        await p.poll_once()
+        assert p.status.jobs_sync.follow == {9: jobsync.FOLLOW_READS}
+        t.set(9, state_reason="Priority", dependency="afterok:1(fulfilled)")
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and by_id(snap.jobs)[9].reason == "Priority"
+        assert p.status.jobs_sync.follow == {} and p.status.jobs_sync.full_listings == {"first": 1}
+        reads = t.reads["job"]
+        rig.clock.now += 1
+        await p.poll_once()
+    assert t.reads["job"] == reads  # done following
+
+
+async def test_a_fresh_jobs_reason_is_read_again_after_the_first_pass(rig: Rig) -> None:
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        new = t.submit(state_reason="PartitionConfig")  # before slurmctld's first pass
+        rig.clock.now += 1
+        await p.poll_once()
+        t.set(new, state_reason="Dependency")
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and by_id(snap.jobs)[new].reason == "Dependency"
+        stuck = t.submit(state_reason="None")  # never looked at by the scheduler: followed 3 polls, then left
+        for _ in range(5):
+            rig.clock.now += 1
+            await p.poll_once()
+    assert stuck not in p.status.jobs_sync.follow
+    assert t.reads["job"] == 2 + 1 + jobsync.FOLLOW_READS
+
+
+async def test_a_begin_time_that_came_is_followed(rig: Rig) -> None:
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        eligible = by_id(p.snapshot.jobs if p.snapshot else ())[10].eligible_time
+        assert eligible is not None
+        rig.clock.now = eligible + 1
+        t.set(10, state_reason="Priority")  # slurmctld's pass after the begin time
+        await p.poll_once()
+        snap = await p.poll_once()
+    assert snap is not None and by_id(snap.jobs)[10].reason == "Priority"
