@@ -482,8 +482,8 @@ def test_to_follow_names_the_jobs_whose_reason_is_about_to_move() -> None:
 
 
 async def test_a_dependency_met_is_followed_without_a_listing_or_an_rpc(rig: Rig) -> None:
-    """Job 9 waits on job 1 (afterok); job 1 ends; slurmctld's next pass turns 9's reason to Priority — no state
-    change, no RPC: the poller reads 9 again in the polls after 1 left."""
+    """Job 9 waits on job 1 (afterok); job 1 ends; slurmctld's next pass turns 9's reason to Priority — no
+    state change, no RPC: the poller reads 9 again in the polls after 1 left."""
     t = rig.table
     p = rig.poller()
     async with p.client:
