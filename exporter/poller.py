@@ -250,6 +250,10 @@ class Poller:
         )
         self._latest = LatestSnapshot()
         self._early = asyncio.Event()
+        self.standby = False
+        """A replica that does not hold the bridge's Lease: its jobs are kept from ``/jobs/state`` like the
+        leader's, but listed in full only when it must (first, requested, too many changes), never for the
+        period — the second replica does not double slurmrestd's listings."""
         self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...]]] = {}
         """Jobs the last full listing dropped as impossible: id → (signature, partitions)."""
 
@@ -437,7 +441,7 @@ class Poller:
         if sync.listing_requested:
             return "requested"
         period = max(cfg.jobs_full_refresh, cfg.jobs_listing_ratio * sync.listing_duration)
-        if now - sync.listed_at >= period:
+        if now - sync.listed_at >= period and not self.standby:
             return "period"
         return None
 

@@ -107,6 +107,25 @@ class PollerRunnable(Runnable):
         yield received
 
 
+class LeaderListings(Runnable):
+    """With leader election: the poller lists the jobs for its period only while this replica leads (the
+    standby keeps its jobs from ``/jobs/state`` alone, and lists in full again once it leads)."""
+
+    name = "poller-listings"
+    needs_leader = True
+
+    def __init__(self, poller: Poller) -> None:
+        self.poller = poller
+        poller.standby = True
+
+    async def run(self) -> None:
+        self.poller.standby = False
+        try:
+            await asyncio.Event().wait()  # until the lead ends (cancelled)
+        finally:
+            self.poller.standby = True
+
+
 class DemandRunnable(Runnable):
     """The demand service: follows the snapshots; its families ride on each snapshot's render."""
 
@@ -298,6 +317,8 @@ def build(
         elector = LeaderElector(parts.kube, parts.lease)
     manager = Manager(elector=elector)
     manager.add(PollerRunnable(poller))
+    if elector is not None:
+        manager.add(LeaderListings(poller))
     manager.add(DemandRunnable(demand))
     manager.add(MetricsHttp(poller, s, web_config, manager))
     if s.grpc.listen is not None:

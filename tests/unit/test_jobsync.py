@@ -535,3 +535,17 @@ async def test_a_begin_time_that_came_is_followed(rig: Rig) -> None:
         await p.poll_once()
         snap = await p.poll_once()
     assert snap is not None and by_id(snap.jobs)[10].reason == "Priority"
+
+
+async def test_a_standby_replica_does_not_list_for_the_period(rig: Rig) -> None:
+    p = rig.poller(jobs_full_refresh=30.0)
+    p.standby = True
+    async with p.client:
+        await p.poll_once()  # the first listing: every replica needs one
+        rig.clock.now += 100
+        await p.poll_once()
+        assert p.status.jobs_sync.full_listings == {"first": 1} and p.status.jobs_sync.incremental
+        p.standby = False  # it leads now
+        rig.clock.now += 1
+        await p.poll_once()
+    assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
