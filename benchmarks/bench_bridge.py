@@ -237,7 +237,12 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
         session = SlurmSession(slurm, api_version=VERSION)
         poller = Poller(session, PollerConfig(interval=args.poll_interval))
         bridge = Bridge(
-            poller, session, kube, BridgeOptions(instance="bench-ours", policy=policy, pod_groups=False)
+            poller,
+            session,
+            kube,
+            BridgeOptions(
+                instance="bench-ours", policy=policy, pod_groups=False, submit_lanes=args.submit_lanes
+            ),
         )
         tasks = [
             asyncio.create_task(poller.run(), name="poller"),
@@ -413,6 +418,7 @@ def main() -> None:
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
     p.add_argument("--approaches", default="ours,go-approach")
     p.add_argument("--poll-interval", type=float, default=10.0, help="ours: the poller's interval (s)")
+    p.add_argument("--submit-lanes", type=int, default=4, help="ours: submissions in flight at once")
     raise SystemExit(asyncio.run(run(p.parse_args())))
 
 

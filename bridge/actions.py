@@ -94,6 +94,8 @@ class BridgeOptions:
     """Only Kubernetes nodes carrying this label (any value but ``"false"``) take bridge pods."""
     max_data_age: float = 30.0
     terminating_grace: float = 30.0
+    submit_lanes: int = 4
+    """Submissions in flight at once (each still waits for a slot of ``--max-concurrency``)."""
     pod_groups: bool = True
     """Watch coscheduling PodGroups (their CRD installed) for the ``minMember`` of pod-group gangs."""
     bind_deadline: float = 300.0

@@ -199,6 +199,7 @@ class Bridge:
         """Pod uid → its failed bindings (for the backoff and the deadline)."""
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._busy: set[str] = set()
+        self._submissions = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.since = 0.0
         """When :meth:`run` last started (epoch seconds)."""
@@ -364,12 +365,14 @@ class Bridge:
         if isinstance(action, Submit):
             pod = self._pod(action.uid)
             try:
+                self._submissions += 1
                 job_id = await submit_job(
                     self.session.client,
                     version,
                     action.request,
                     instance=self.options.instance,
                     excluded_nodes=action.excluded_nodes,
+                    lane=self._submissions % self.options.submit_lanes,
                 )
             except SlurmError as e:
                 refusals = self._refused_until.get(action.uid, (0.0, 0))[1] + 1

@@ -85,11 +85,13 @@ async def submit_job(
     *,
     instance: str,
     excluded_nodes: Sequence[str] = (),
+    lane: int = 0,
 ) -> int:
-    """Submit ``request``'s placeholder job; its Slurm job id."""
+    """Submit ``request``'s placeholder job; its Slurm job id. ``lane`` picks one of several request lanes
+    (the client sends one request per lane at a time), so submissions can run side by side."""
     body: dict[str, Any] = submit_body(request, version, instance=instance, excluded_nodes=excluded_nodes)
     answer = await client.send(
-        "POST", f"/slurm/{version}/job/submit", endpoint="job/submit", body=json.dumps(body).encode()
+        "POST", f"/slurm/{version}/job/submit", endpoint=f"job/submit:{lane}", body=json.dumps(body).encode()
     )
     return parse_submit_answer(answer)
 
