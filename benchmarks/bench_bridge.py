@@ -60,7 +60,7 @@ from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
-from testkit.lab_queue import count_jobs, fill_held
+from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 
 RESERVATION = "bench-bridge"
 HELD = "bench-bridge-held"
@@ -85,23 +85,7 @@ def fill_queue(lab: Lab, n: int) -> None:
 
 
 def add_nodes(lab: Lab, names: list[str], cpus: int) -> None:
-    lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
-    lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
-    for name in names:
-        with contextlib.suppress(Exception):
-            lab.remove_node(name)
-        lab.add_node(name, dynamic=True, cpus=cpus, memory_mb=cpus * 20)
-    create = [
-        *("scontrol", "create", "reservation", f"ReservationName={RESERVATION}", f"Nodes={','.join(names)}"),
-        *("Users=root", "StartTime=now", "Duration=600"),
-    ]
-    for attempt in range(40):
-        result = lab.run_raw(create)
-        if result.returncode == 0:
-            return
-        if attempt == 39:
-            raise RuntimeError(result.stdout + result.stderr)
-        time.sleep(0.5)
+    reserve_new_nodes(lab, names, RESERVATION, cpus=cpus, memory_mb=cpus * 20, minutes=600)
 
 
 def clear_placeholders(lab: Lab) -> None:

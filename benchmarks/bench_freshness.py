@@ -43,7 +43,7 @@ from exporter.model import Snapshot
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
-from testkit.lab_queue import count_jobs, fill_held
+from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 
 HELD = "bench-fresh-held"
 RESERVATION = "bench-fresh"
@@ -108,23 +108,7 @@ def proc_rss_bytes(pid: int) -> int:
 
 
 def add_nodes(lab: Lab) -> None:
-    lab.run(["scancel", f"--reservation={RESERVATION}"], check=False)
-    lab.run(["scontrol", "delete", f"ReservationName={RESERVATION}"], check=False)
-    for name in NODES:
-        with contextlib.suppress(Exception):
-            lab.remove_node(name)
-        lab.add_node(name, dynamic=True, cpus=4, memory_mb=400)
-    create = [
-        *("scontrol", "create", "reservation", f"ReservationName={RESERVATION}", f"Nodes={','.join(NODES)}"),
-        *("Users=root", "StartTime=now", "Duration=1440"),
-    ]
-    for attempt in range(40):
-        result = lab.run_raw(create)
-        if result.returncode == 0:
-            return
-        if attempt == 39:
-            raise RuntimeError(result.stdout + result.stderr)
-        time.sleep(0.5)
+    reserve_new_nodes(lab, NODES, RESERVATION, cpus=4, memory_mb=400, minutes=1440)
 
 
 def park(lab: Lab, n: int) -> list[int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 from lab import Lab
@@ -31,3 +32,27 @@ def fill_held(lab: Lab, n: int, name: str, partition: str = "cpu") -> None:
     lab.run(["sh", "-c", script + " ; wait"], timeout=3600)
     took = time.perf_counter() - t
     print(f"queue: {count_jobs(lab, '-n', name)} held jobs ({missing} submitted in {took:.0f} s)")
+
+
+def reserve_new_nodes(
+    lab: Lab, names: list[str], reservation: str, *, cpus: int, memory_mb: int, minutes: int
+) -> None:
+    """Dynamic nodes ``names`` (re-created) under the reservation ``reservation`` for root (its jobs
+    cancelled, it re-created). Right after they register slurmctld may call them busy for a while: retried."""
+    lab.run(["scancel", f"--reservation={reservation}"], check=False)
+    lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
+    for name in names:
+        with contextlib.suppress(Exception):
+            lab.remove_node(name)
+        lab.add_node(name, dynamic=True, cpus=cpus, memory_mb=memory_mb)
+    create = [
+        *("scontrol", "create", "reservation", f"ReservationName={reservation}", f"Nodes={','.join(names)}"),
+        *("Users=root", "StartTime=now", f"Duration={minutes}"),
+    ]
+    for attempt in range(40):
+        result = lab.run_raw(create)
+        if result.returncode == 0:
+            return
+        if attempt == 39:
+            raise RuntimeError(result.stdout + result.stderr)
+        time.sleep(0.5)
