@@ -273,6 +273,10 @@ class ClientConfig:
     backoff: float = 0.5
     """First backoff; doubles per attempt, with full jitter, capped at :data:`RETRY_BACKOFF_CAP`."""
     max_concurrency: int = 4
+    """Reads in flight at once."""
+    write_concurrency: int = 4
+    """Writes (POST, DELETE: the bridge's submissions and cancellations) in flight at once, beside the
+    reads: a burst of submissions never holds the polls back, nor the polls the submissions."""
     tls_ca_file: Path | None = None
     tls_insecure: bool = False
     chunk_bytes: int = 256 << 10
@@ -334,6 +338,7 @@ class SlurmClient:
         self._backoff = Backoff(self.config.backoff, RETRY_BACKOFF_CAP, jitter=1.0)
         self._session: aiohttp.ClientSession | None = None
         self._limit = asyncio.Semaphore(config.max_concurrency)
+        self._write_limit = asyncio.Semaphore(config.write_concurrency)
         self._endpoint_locks: dict[str, asyncio.Lock] = {}
         url = config.base_url.rstrip("/")
         self._unix_path: str | None = None
@@ -371,7 +376,8 @@ class SlurmClient:
                     ssl_arg = False
                 elif self.config.tls_ca_file:
                     ssl_arg = ssl.create_default_context(cafile=str(self.config.tls_ca_file))
-            connector = aiohttp.TCPConnector(ssl=ssl_arg, limit=self.config.max_concurrency)
+            limit = self.config.max_concurrency + self.config.write_concurrency
+            connector = aiohttp.TCPConnector(ssl=ssl_arg, limit=limit)
         self._session = aiohttp.ClientSession(
             connector=framed(connector), auto_decompress=True, raise_for_status=False
         )
@@ -391,10 +397,11 @@ class SlurmClient:
         return headers
 
     @asynccontextmanager
-    async def _lane(self, endpoint: str) -> AsyncIterator[None]:
-        """One request per endpoint in flight, and at most ``max_concurrency`` overall."""
+    async def _lane(self, endpoint: str, *, write: bool = False) -> AsyncIterator[None]:
+        """One request per endpoint in flight, at most ``max_concurrency`` reads and ``write_concurrency``
+        writes overall."""
         lock = self._endpoint_locks.setdefault(endpoint, asyncio.Lock())
-        async with lock, self._limit:
+        async with lock, self._write_limit if write else self._limit:
             yield
 
     async def get(
@@ -454,7 +461,7 @@ class SlurmClient:
         while True:
             started = False
             try:
-                async with self._lane(endpoint):
+                async with self._lane(endpoint, write=method != "GET"):
                     async for chunk in self._attempt(path, endpoint, params, whole, method, body):
                         started = True
                         yield chunk

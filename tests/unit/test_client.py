@@ -423,3 +423,37 @@ async def test_a_bad_openapi_document_is_a_typed_error(body: bytes, kind: str) -
             await c.openapi()
     assert info.value.kind == kind
     assert info.value.endpoint == "openapi"
+
+
+async def test_writes_have_their_own_slots_beside_the_reads() -> None:
+    """A read holding every read slot (a long listing) does not hold the bridge's submissions back."""
+    from aiohttp import web
+
+    from testkit.tools import serve_app
+
+    release = asyncio.Event()
+
+    async def slow_read(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.json_response({"jobs": []})
+
+    async def submit(request: web.Request) -> web.Response:
+        return web.json_response({"job_id": 7})
+
+    app = web.Application()
+    app.router.add_get("/read", slow_read)
+    app.router.add_post("/submit", submit)
+    async with serve_app(app) as url, _client(url, retries=0, max_concurrency=1, write_concurrency=2) as c:
+        reading = asyncio.ensure_future(c.get("/read", endpoint="jobs"))
+        await asyncio.sleep(0.1)
+        answers = await asyncio.wait_for(
+            asyncio.gather(
+                *(c.send("POST", "/submit", endpoint=f"job/submit:{i}", body=b"{}") for i in range(3))
+            ),
+            5.0,
+        )
+        assert not reading.done()  # the read still holds its slot; the writes went beside it
+        release.set()
+        await reading
+    assert answers == [b'{"job_id": 7}'] * 3
+    assert c.requests_by_endpoint == {"jobs": 1, "job/submit": 3}
