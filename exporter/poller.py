@@ -47,6 +47,9 @@ INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"
 """Endpoints whose GET takes ``update_time``; "no change" is HTTP 304 (24.11+) or an empty list."""
 
 
+INCREMENTAL_JOBS_SINCE = "v0.0.41"
+"""The first API version whose ``/jobs/state`` names every entry by its record's job id (Slurm 24.11)."""
+
 UPDATE_TIME_REJECTED = frozenset({400, 422, 500})
 """Statuses that, for a request carrying ``update_time``, mean "this server can't do update_time":
 Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestamp failed": 422 on
@@ -414,11 +417,12 @@ class Poller:
     # -- jobs, incrementally (exporter.jobsync) --------------------------------------------------------
 
     def _jobs_incremental(self, negotiated: Negotiated) -> bool:
-        """Whether jobs are kept from ``/jobs/state`` between listings (v0.0.40+ has it)."""
+        """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
+        but names a split-off array task by its array's id, ``3_1``, not its own record's, ``6_1``)."""
         return (
             self.config.incremental_jobs
             and not self.status.jobs_sync.states_unsupported
-            and version_key(negotiated.jobs_version) >= version_key("v0.0.40")
+            and version_key(negotiated.jobs_version) >= version_key(INCREMENTAL_JOBS_SINCE)
         )
 
     def _note_job_updates(self) -> None:

@@ -264,14 +264,17 @@ UPDATE_TIME_REJECTED = {("24.11", "v0.0.40"), ("24.11", "v0.0.41")}
 
 
 async def _two_polls(
-    lab: Lab, api_version: str
+    lab: Lab, api_version: str, *, incremental_jobs: bool = True
 ) -> tuple[Snapshot, Snapshot, Poller, dict[str, float | None]]:
-    """Two consecutive polls by one poller; also Slurm's last_update per endpoint after the first."""
+    """Two consecutive polls by one poller; also Slurm's last_update per endpoint after the first.
+    ``incremental_jobs`` off: /jobs is listed (with update_time) like the other endpoints."""
     token = TokenSource(token_file=lab.token_file)
     # retries=0: the 24.11 v0.0.40/41 500s to update_time would otherwise cost ~1.5 s of backoff per sample
     config = ClientConfig(base_url=lab.url, token=token, retries=0, user_name=user_name_for(lab))
     async with SlurmClient(config) as client:
-        poller = Poller(SlurmSession(client, api_version=api_version), PollerConfig())
+        poller = Poller(
+            SlurmSession(client, api_version=api_version), PollerConfig(incremental_jobs=incremental_jobs)
+        )
         first = await poller.poll_once()
         assert first is not None, poller.status.last_error
         held = {
@@ -292,12 +295,12 @@ REJECTED_CASES = [c for c in CASES if tuple(c.values) in UPDATE_TIME_REJECTED]
 
 
 async def _stable_two_polls(
-    lab: Lab, api_version: str
+    lab: Lab, api_version: str, *, incremental_jobs: bool = True
 ) -> tuple[CliView, Snapshot, Snapshot, Poller, dict[str, float | None]]:
     """Two consecutive polls between two CLI views that agree (retried a bounded number of times)."""
     for _ in range(SAMPLE_ATTEMPTS):
         before = cli_view(lab)
-        first, second, poller, held = await _two_polls(lab, api_version)
+        first, second, poller, held = await _two_polls(lab, api_version, incremental_jobs=incremental_jobs)
         if before.stable() == cli_view(lab).stable():
             return before, first, second, poller, held
     pytest.fail("the workload kept moving")
@@ -308,13 +311,23 @@ async def test_update_time_rejected_falls_back_to_full_fetch(
     lab_demo: tuple[Lab, dict[str, int]], api_version: str
 ) -> None:
     lab, _ = lab_demo
-    before, first, second, poller, _held = await _stable_two_polls(lab, api_version)
+    # /jobs listed each poll (--no-incremental-jobs), so that its update_time is rejected too
+    before, first, second, poller, _held = await _stable_two_polls(lab, api_version, incremental_jobs=False)
     assert endpoint_errors(poller) == {}
     for name in sorted(INCREMENTAL_ENDPOINTS):
         st = poller.status.endpoints[name]
         assert (st.successes, st.unchanged, st.update_time_broken) == (2, 0, True), name
     assert sorted(str(j.job_id) for j in second.jobs) == sorted(r["record_job_id"] for r in before.squeue)
     assert [j.job_id for j in second.jobs] == [j.job_id for j in first.jobs]
+    # by default the jobs are kept from /jobs/state instead — from v0.0.41: v0.0.40 names a split-off array
+    # task by its array's id (3_1 where v0.0.41 says 6_1), so it lists in full
+    before, first, second, poller, _held = await _stable_two_polls(lab, api_version)
+    assert endpoint_errors(poller) == {}
+    sync = poller.status.jobs_sync
+    incremental = api_version != "v0.0.40"
+    assert sync.incremental is incremental and sync.state_reads == int(incremental)
+    assert sync.full_listings == ({"first": 1} if incremental else {"off": 2})
+    assert sorted(str(j.job_id) for j in second.jobs) == sorted(r["record_job_id"] for r in before.squeue)
 
 
 @pytest.mark.parametrize(("lab", "api_version"), NO_LAST_UPDATE_CASES, indirect=["lab"])

@@ -549,3 +549,18 @@ async def test_a_standby_replica_does_not_list_for_the_period(rig: Rig) -> None:
         rig.clock.now += 1
         await p.poll_once()
     assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
+
+
+async def test_api_v0040_lists_in_full() -> None:
+    """v0.0.40's /jobs/state names a split-off array task by its array's id (3_1, where v0.0.41+ say 6_1,
+    the task's own record; 24.11 lab): its jobs are listed every poll, as before."""
+    table = JobTable.recorded()
+    fake = FakeSlurmrestd(RECORDED / "slurm-24.11.5", jobs_table=table, versions=["v0.0.40"])
+    async with serve(fake) as url:
+        rig = Rig(fake, table, url, Clock(1_000_000.0))
+        p = rig.poller()
+        async with p.client:
+            await p.poll_once()
+            rig.clock.now += 1
+            await p.poll_once()
+    assert p.status.jobs_sync.full_listings == {"off": 2} and table.reads["jobs/state"] == 0
