@@ -8,12 +8,15 @@ Per endpoint the poller keeps the last good data (:class:`EndpointState`). A fai
 its previous data (its ``fetched_at`` stops moving, so staleness shows) and records the error;
 when every endpoint fails no new snapshot is made at all. The poller never stops on an error.
 
-``update_time``: ``jobs``, ``nodes`` and ``partitions`` send Slurm's ``last_update`` of the data
-held; slurmrestd then answers with an empty list when nothing changed, and the held data is
-reused. A full fetch is forced every ``full_refresh`` seconds anyway, because a few fields
-(node free memory and load, pending-job start estimates) change without moving ``last_update``.
-The per-endpoint fetchers are small objects so that an incremental jobs mode (diff
-``/jobs/state``, fetch changed jobs one by one) can replace the jobs fetcher later.
+``update_time``: ``nodes``, ``partitions`` and ``reservations`` (and ``jobs`` when listed each poll)
+send Slurm's ``last_update`` of the data held; slurmrestd then answers 304 or an empty list when nothing
+changed, and the held data is reused. A full fetch is forced every ``full_refresh`` seconds anyway,
+because a few fields (node free memory and load) change without moving ``last_update``.
+
+Jobs are kept incrementally (:mod:`exporter.jobsync`, API v0.0.41+): the first poll lists them, later
+polls read ``/jobs/state`` and only the jobs whose state moved (``/job/{id}``), the jobs a job-changing
+RPC may have touched, and the ones whose reason slurmctld is about to move; a full listing comes every
+``jobs_full_refresh`` seconds, spaced by its own cost (:class:`JobsSync`, ``docs/freshness.md``).
 """
 
 from __future__ import annotations
