@@ -222,9 +222,21 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
 
         async def sampler() -> None:
             nonlocal peak
+            next_report = args.report_every
             while True:
-                peak = max(peak, proc_rss_bytes(pid))
+                rss = proc_rss_bytes(pid)
+                peak = max(peak, rss)
                 mode.ours_rss_peak = max(mode.ours_rss_peak, proc_rss_bytes(os.getpid()))
+                elapsed = time.monotonic() - t0
+                if args.report_every and elapsed >= next_report:
+                    next_report += args.report_every
+                    cores = (proc_cpu_seconds(pid) - cpu0) / elapsed
+                    listings = sum(poller.status.jobs_sync.full_listings.values()) - listings0
+                    print(
+                        f"  {name} at {elapsed / 60:.0f} min: slurmrestd RSS {rss / 1e6:.0f} MB,"
+                        f" {cores:.2f} cores on average, {listings} listing(s)",
+                        flush=True,
+                    )
                 await asyncio.sleep(2.0)
 
         tasks = [
@@ -328,6 +340,9 @@ def main() -> None:
     p.add_argument("--poll-interval", type=float, default=1.0)
     p.add_argument("--churn-interval", type=float, default=1.0)
     p.add_argument("--hold-for", type=float, default=10.0, help="seconds a parked job stays held")
+    p.add_argument(
+        "--report-every", type=float, default=0.0, help="print slurmrestd's RSS every N s (0: off)"
+    )
     p.add_argument("--modes", default="incremental,full")
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
     raise SystemExit(asyncio.run(run(p.parse_args())))
