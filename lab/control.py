@@ -238,10 +238,11 @@ class Lab:
         """The live pid of one of this lab's daemons (``slurmctld``, ``slurmrestd-tcp``, ``slurmd-c1``...)."""
         return self._pid(component)
 
-    def restart_restd(self, *, timeout: float = 60.0) -> int:
-        """A fresh TCP slurmrestd (its memory from zero, e.g. for a benchmark); its pid once it serves."""
+    def restart_restd(self, *, timeout: float = 60.0, env: dict[str, str] | None = None) -> int:
+        """A fresh TCP slurmrestd (its memory from zero, e.g. for a benchmark; ``env`` added to its
+        environment, e.g. ``MALLOC_ARENA_MAX``); its pid once it serves."""
         self._stop("slurmrestd-tcp")
-        self._start_restd()
+        self._start_restd(env)
         deadline = time.monotonic() + timeout
         self._wait("slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp")
         pid = self._pid("slurmrestd-tcp")
@@ -593,7 +594,7 @@ class Lab:
             ) from None
         return HOST_RESTD_USER, entry.pw_uid, entry.pw_gid
 
-    def _start_restd(self) -> None:
+    def _start_restd(self, env: dict[str, str] | None = None) -> None:
         user, uid, gid = self._restd_ids()
         release = self.release()
         plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
@@ -605,7 +606,7 @@ class Lab:
         self._start(
             "slurmrestd-tcp",
             argv("rest_auth/jwt", f"127.0.0.1:{self.ports.slurmrestd}"),
-            env={"SLURM_JWT": "daemon"},
+            env={"SLURM_JWT": "daemon", **(env or {})},
         )
         # rest_auth/local: the caller's uid comes from the socket (root and the slurmrestd user are let in).
         # slurmrestd runs as its own user, so the socket lives in a directory that user owns.

@@ -171,11 +171,12 @@ class PollSettings(_Group):
         description="between full /jobs listings, read /jobs/state and only the jobs whose state moved",
     )
     jobs_full_refresh: float = Field(
-        300.0,
+        3600.0,
         ge=0.0,
         alias="jobs_full_refresh",
         description="seconds between full /jobs listings with --incremental-jobs (at least 10 times the "
-        "last listing's duration); a pending job's reason-only change waits for one",
+        "last listing's duration; 0: none); a pending job's reason-only change waits for one; each listing "
+        "grows slurmrestd 26.05 by ~135 KB per job",
     )
     jobs_changes_limit: int = Field(
         1000,

@@ -564,3 +564,12 @@ async def test_api_v0040_lists_in_full() -> None:
             rig.clock.now += 1
             await p.poll_once()
     assert p.status.jobs_sync.full_listings == {"off": 2} and table.reads["jobs/state"] == 0
+
+
+async def test_no_listing_for_the_period_when_it_is_zero(rig: Rig) -> None:
+    p = rig.poller(jobs_full_refresh=0.0)
+    async with p.client:
+        await p.poll_once()
+        rig.clock.now += 100_000
+        await p.poll_once()
+    assert p.status.jobs_sync.full_listings == {"first": 1} and p.status.jobs_sync.incremental
