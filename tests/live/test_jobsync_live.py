@@ -17,7 +17,7 @@ import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.jobsync import signature
-from exporter.model import Snapshot
+from exporter.model import Job, Snapshot
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
@@ -36,6 +36,16 @@ async def listed(lab: Lab) -> Snapshot:
         snap = await Poller(SlurmSession(client), PollerConfig(incremental_jobs=False)).poll_once()
     assert snap is not None
     return snap
+
+
+def stable_ids(a: Snapshot, b: Snapshot) -> set[int]:
+    """Jobs two listings hold with the same record (what did not change between them)."""
+    old, new = by_id(a.jobs), by_id(b.jobs)
+    return {j for j in old.keys() & new.keys() if old[j] == new[j]}
+
+
+def only(snap: Snapshot, ids: set[int]) -> list[Job]:
+    return [j for j in snap.jobs if j.job_id in ids]
 
 
 @pytest.mark.parametrize("flavor", ["26.05", "24.11"])
@@ -88,13 +98,25 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
             lab.run(["scontrol", "hold", str(requeued)])
             await poll_for(8.0)  # the array's tasks and the het job end; held and requeued settle
             lab.run(["scancel", str(held), str(later), str(requeued)])
-            await poll_for(3.0)
+            # no fixed wait decides it: poll until none of the reservation's jobs pends, runs or completes
+            for _ in range(120):
+                await poll_for(0.5)
+                if not lab.run(
+                    ["squeue", "-h", "-R", resv, "-t", "PD,R,CG", "-o", "%i"], check=False
+                ).split():
+                    break
 
             mine = {*shorts, array, het, requeued, held, later, prio}
-            snap = poller.snapshot
+            # the comparison window is forced: only jobs whose record two listings around the last poll agree
+            # on are compared (another test's job may end meanwhile); ours have all settled, so they must be
+            earlier = await listed(lab)
+            snap = await poller.poll_once()
+            polls += 1
             assert snap is not None
             want = await listed(lab)
-            assert job_differences(snap.jobs, want.jobs, pending_ignored=LISTING_ONLY) == []
+            still = stable_ids(earlier, want)
+            assert {*shorts, array, het, requeued, held, later, prio} <= still
+            assert job_differences(only(snap, still), only(want, still), pending_ignored=LISTING_ONLY) == []
             jobs = by_id(snap.jobs)
             assert mine <= set(jobs)
             assert {jobs[j].state for j in (held, later, requeued)} == {"CANCELLED"}
@@ -115,4 +137,6 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
                 old = before.get(job_id)
                 new = by_id(after.jobs).get(job_id)
                 assert old is None or new is None or signature(old) != signature(new), job_id
-            assert job_differences(after.jobs, (await listed(lab)).jobs, pending_ignored=LISTING_ONLY) == []
+            final = await listed(lab)
+            still = stable_ids(listing, final)
+            assert job_differences(only(after, still), only(final, still), pending_ignored=LISTING_ONLY) == []
