@@ -16,7 +16,7 @@ and single pods up to ``--pods``, each 1 CPU and 10 MiB, sharing nodes (``share-
   gang on the r-th node), else back in the queue with kube-scheduler's backoff (1 s, doubling, at most 10 s).
 
 Figures per approach: pods bound in ``--timeout`` s; Slurm RUNNING → bound p50 / p99 (the job's start time
-from Slurm, 1 s resolution; bound when the harness saw ``spec.nodeName``, polled every 50 ms; pods not bound
+from slurmctld's log, ms stamps; bound when the fake API server bound the pod; pods not bound
 count as the timeout); slurmrestd requests per minute (the clients' ``requests_sent``; ours includes every
 poll of every endpoint).
 
@@ -59,8 +59,10 @@ from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
-from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
+from testkit.fake_kube import write_kubeconfig
+from testkit.kube_process import KubeProcess
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
+from testkit.slurmctld_log import log_end, log_events
 
 RESERVATION = "bench-bridge"
 HELD = "bench-bridge-held"
@@ -118,15 +120,18 @@ def pod_docs(pods: int, gangs: int, gang_size: int, tag: str) -> list[dict[str, 
     return docs
 
 
-def k8s_nodes(fake: FakeKube, names: list[str]) -> None:
-    for name in names:
-        fake.put(
+def k8s_nodes(names: list[str]) -> list[tuple[str, dict[str, Any]]]:
+    """The Kubernetes nodes, Ready and labelled for the bridge."""
+    return [
+        (
             "nodes",
             {
                 "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]},
             },
         )
+        for name in names
+    ]
 
 
 # -- measuring ------------------------------------------------------------------------------------------
@@ -146,6 +151,10 @@ class Result:
     latencies: list[float] = field(default_factory=list)
     starts_rel: list[float] = field(default_factory=list)
     """When Slurm started each bound pod's job, from the pods' creation."""
+    seen_running: dict[int, float] = field(default_factory=dict)
+    """ours: job id → when the poller's snapshot first showed it RUNNING."""
+    stages: dict[str, list[float]] = field(default_factory=dict)
+    """ours: RUNNING → in a snapshot, in a snapshot → bound (s), per bound pod."""
 
     def every(self, timeout: float) -> list[float]:
         """The latencies, a pod never bound counting as the timeout."""
@@ -161,24 +170,20 @@ class Result:
         )
 
 
-async def watch_bindings(fake: FakeKube, result: Result, total: int) -> None:
-    while len(result.bound_at) < total:
-        now = time.time()
-        for (prefix, ns, name), obj in list(fake.objects.items()):
-            ours = prefix == "v1/pods" and ns == NAMESPACE and name not in result.bound_at
-            if ours and obj.get("spec", {}).get("nodeName"):
-                result.bound_at[name] = now
-        await asyncio.sleep(0.05)
+async def wait_bound(kube: KubeProcess, total: int, timeout: float) -> None:
+    """Until ``total`` pods are bound or ``timeout`` s passed (the fake records each binding's moment)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and await kube.bound() < total:
+        await asyncio.sleep(0.2)
 
 
-def job_ids(fake: FakeKube) -> dict[str, int]:
-    """Each bound pod's Slurm job (its job-id label, written before the binding)."""
-    out = {}
-    for (prefix, ns, name), obj in fake.objects.items():
-        label = obj.get("metadata", {}).get("labels", {}).get(JOB_ID_LABEL)
-        if prefix == "v1/pods" and ns == NAMESPACE and label:
-            out[name] = int(label)
-    return out
+async def collect_bindings(kube: KubeProcess, result: Result) -> None:
+    """Each bound pod's binding moment and Slurm job (its job-id label, written before the binding)."""
+    for key, (at, labels) in (await kube.bindings()).items():
+        name = key.partition("/")[2]
+        result.bound_at[name] = at
+        if labels.get(JOB_ID_LABEL):
+            result.job_of[name] = int(labels[JOB_ID_LABEL])
 
 
 async def start_times(slurm: SlurmClient) -> dict[int, float]:
@@ -192,18 +197,60 @@ async def start_times(slurm: SlurmClient) -> dict[int, float]:
 
 
 @contextlib.asynccontextmanager
-async def kube_for(fake: FakeKube, tmp: Path) -> AsyncIterator[Kube]:
-    async with serve_kube(fake) as url:
-        cfg = await load_configuration(write_kubeconfig(tmp / "kubeconfig", url))
+async def kube_for(nodes: list[str], tmp: Path) -> AsyncIterator[tuple[KubeProcess, Kube]]:
+    """The fake API server in its own process (it must not share our CPU), and a client of it."""
+    async with KubeProcess(k8s_nodes(nodes)) as fake:
+        cfg = await load_configuration(write_kubeconfig(tmp / "kubeconfig", fake.url))
         async with client.ApiClient(cfg) as api:
-            yield Kube(api)
+            yield fake, Kube(api)
 
 
-def measure(result: Result, fake: FakeKube, starts: dict[int, float]) -> None:
-    result.job_of = job_ids(fake)
+def measure(result: Result, starts: dict[int, float]) -> None:
     jobs = {p: result.job_of[p] for p in result.bound_at if result.job_of.get(p) in starts}
     result.latencies = [max(0.0, result.bound_at[p] - starts[j]) for p, j in jobs.items()]
     result.starts_rel = [starts[j] - result.started for j in jobs.values()]
+    seen = result.seen_running
+    if seen:
+        both = {p: j for p, j in jobs.items() if j in seen}
+        result.stages = {
+            "RUNNING → in a snapshot": [max(0.0, seen[j] - starts[j]) for j in both.values()],
+            "in a snapshot → bound": [max(0.0, result.bound_at[p] - seen[j]) for p, j in both.items()],
+        }
+
+
+def precise_starts(lab: Lab, offset: int, start_times: dict[int, float]) -> dict[int, float]:
+    """Job id → when Slurm started it, to the millisecond where slurmctld's log (from byte ``offset``) says:
+    its scheduler's ``Allocate``/``Started`` line; else, for a job whose ``start_time`` second is its
+    submission's, the submission's stamp (slurmctld started it inside the submit RPC, which logs no
+    start line); else the middle of the ``start_time`` second (the API's resolution, ±0.5 s)."""
+    events, _ = log_events(lab.state_dir / "log" / "slurmctld.log", offset)
+    logged: dict[int, float] = {}
+    submitted: dict[int, float] = {}
+    for kind, job_id, at in events:
+        if kind == "start":
+            logged.setdefault(job_id, at)
+        elif kind == "new":
+            submitted.setdefault(job_id, at)
+    out = {}
+    for job_id, second in start_times.items():
+        if job_id in logged:
+            out[job_id] = logged[job_id]
+        elif job_id in submitted and math.floor(submitted[job_id]) == second:
+            out[job_id] = submitted[job_id]
+        else:
+            out[job_id] = second + 0.5
+    return out
+
+
+async def watch_running(poller: Poller, result: Result) -> None:
+    """Note when each job first shows RUNNING in the poller's snapshot."""
+    snap = None
+    while True:
+        snap = await poller.wait_next(snap)
+        now = time.time()
+        for job in snap.jobs:
+            if job.state == "RUNNING":
+                result.seen_running.setdefault(job.job_id, now)
 
 
 def slurm_client(lab: Lab) -> SlurmClient:
@@ -214,10 +261,8 @@ def slurm_client(lab: Lab) -> SlurmClient:
 
 
 async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy: Policy, tmp: Path) -> Result:
-    fake = FakeKube(token=TOKEN)
-    k8s_nodes(fake, nodes)
     result = Result("ours", args.pods)
-    async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
+    async with kube_for(nodes, tmp) as (fake, kube), slurm_client(lab) as slurm:
         session = SlurmSession(slurm, api_version=VERSION)
         poller = Poller(session, PollerConfig(interval=args.poll_interval))
         bridge = Bridge(
@@ -233,13 +278,14 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
             asyncio.create_task(bridge.run(), name="bridge"),
         ]
         await poller.wait_next(None)
+        tasks.append(asyncio.create_task(watch_running(poller, result), name="watch-running"))
+        log_offset = log_end(lab.state_dir / "log" / "slurmctld.log")
         before, bytes_before = slurm.requests_sent, slurm.bytes_received
         result.started = time.time()
-        for doc in pod_docs(args.pods, args.gangs, args.gang_size, "o"):
-            fake.put("pods", doc)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watch_bindings(fake, result, args.pods), args.timeout)
+        await fake.put("pods", pod_docs(args.pods, args.gangs, args.gang_size, "o"))
+        await wait_bound(fake, args.pods, args.timeout)
         result.ended = time.time()
+        await collect_bindings(fake, result)
         result.requests = slurm.requests_sent - before
         result.megabytes = (slurm.bytes_received - bytes_before) / 1e6
         jobs_poll, sync = poller.status.endpoints["jobs"], poller.status.jobs_sync
@@ -252,7 +298,7 @@ async def run_ours(lab: Lab, args: argparse.Namespace, nodes: list[str], policy:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         starts = await start_times(slurm)
-    measure(result, fake, starts)
+    measure(result, precise_starts(lab, log_offset, starts))
     return result
 
 
@@ -275,12 +321,10 @@ _JOBS = msgspec.json.Decoder(_Jobs)
 async def run_go_approach(
     lab: Lab, args: argparse.Namespace, nodes: list[str], policy: Policy, tmp: Path
 ) -> Result:
-    fake = FakeKube(token=TOKEN)
-    k8s_nodes(fake, nodes)
     result = Result("go-approach", args.pods)
     docs = pod_docs(args.pods, args.gangs, args.gang_size, "g")
-    async with kube_for(fake, tmp) as kube, slurm_client(lab) as slurm:
-        pods = [decode_pod(json.dumps(fake.put("pods", doc))) for doc in docs]
+    async with kube_for(nodes, tmp) as (fake, kube), slurm_client(lab) as slurm:
+        pods = [decode_pod(json.dumps(doc)) for doc in await fake.put("pods", docs)]
         # what each pod's job is: one per single pod, one per gang (members in rank order)
         groups: dict[str, list[Pod]] = {}
         for p in pods:
@@ -302,7 +346,6 @@ async def run_go_approach(
         result.started = time.time()
         for p in pods:
             heapq.heappush(queue, (time.monotonic(), next(seq), p, 1.0))
-        watcher = asyncio.create_task(watch_bindings(fake, result, args.pods), name="watch")
         deadline = time.monotonic() + args.timeout
         while queue and time.monotonic() < deadline:
             ready, _, p, backoff = heapq.heappop(queue)
@@ -319,15 +362,13 @@ async def run_go_approach(
                 await kube.bind(p, host)
             else:
                 heapq.heappush(queue, (time.monotonic() + backoff, next(seq), p, min(10.0, backoff * 2)))
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(watcher, 1.0)
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
+        await wait_bound(fake, args.pods, 1.0)
         result.ended = time.time()
+        await collect_bindings(fake, result)
         result.requests = slurm.requests_sent
         result.megabytes = slurm.bytes_received / 1e6
         starts = await start_times(slurm)
-    measure(result, fake, starts)
+    measure(result, starts)
     return result
 
 
@@ -381,6 +422,9 @@ async def run(args: argparse.Namespace) -> int:
                 f"{r.name}: Slurm started the jobs {started[0]:.1f}–{started[-1]:.1f} s after the pods were"
                 f" created; bound {bound[0]:.1f}–{bound[-1]:.1f} s"
             )
+    for r in results:
+        for stage, values in r.stages.items():
+            print(f"{r.name}: {stage}: p50 {pct(values, 50):.2f} s, p99 {pct(values, 99):.2f} s")
     if len(results) == 2 and results[0].latencies and results[1].latencies:
         ours, go = results
         p50 = pct(go.every(args.timeout), 50) / max(0.01, pct(ours.every(args.timeout), 50))

@@ -27,13 +27,11 @@ import asyncio
 import contextlib
 import math
 import os
-import re
 import resource
 import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
@@ -44,64 +42,20 @@ from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
+from testkit.slurmctld_log import LOG_EVENTS, log_events, proc_cpu_seconds, proc_rss_bytes
 
 HELD = "bench-fresh-held"
 RESERVATION = "bench-fresh"
 NODES = ["fr-1", "fr-2"]
 PARKED = "bench-fresh-parked"
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
-LOG_EVENTS = {
-    "new": re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\S+)"),
-    "start": re.compile(r"(?:Allocate|Started) JobId=(\S+)"),
-    "end": re.compile(r"_job_complete: JobId=(\S+) done"),
-    "hold": re.compile(r"_hold_job_rec: hold on JobId=(\S+)"),
-    "release": re.compile(r"_release_job_rec: release hold on JobId=(\S+)"),
-}
 KINDS = tuple(LOG_EVENTS)
 
 
 def pct(values: list[float], p: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else math.nan
-
-
-def record_id(token: str) -> int | None:
-    """``12``, ``2_5(7)`` (array task of record 7), ``68+1(69)`` → the record's job id."""
-    if "(" in token:
-        token = token[token.index("(") + 1 : token.index(")")]
-    digits = token.partition("_")[0].partition("+")[0]
-    return int(digits) if digits.isdigit() else None
-
-
-def log_events(path: Path, start: int) -> tuple[list[tuple[str, int, float]], int]:
-    """(kind, job id, epoch seconds) of slurmctld's log lines from byte ``start``; the next start."""
-    out: list[tuple[str, int, float]] = []
-    with path.open("rb") as f:
-        f.seek(start)
-        data = f.read()
-    for line in data.decode("utf-8", "replace").splitlines():
-        if not line.startswith("["):
-            continue
-        stamp = line[1 : line.index("]")]
-        for kind, pattern in LOG_EVENTS.items():
-            m = pattern.search(line)
-            if m and (job_id := record_id(m.group(1))) is not None:
-                out.append((kind, job_id, datetime.fromisoformat(stamp).timestamp()))
-    return out, start + len(data)
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-
-def proc_rss_bytes(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 # -- the lab --------------------------------------------------------------------------------------------

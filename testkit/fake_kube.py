@@ -29,6 +29,7 @@ import asyncio
 import copy
 import json
 import re
+import time
 import uuid
 from collections import deque
 from contextlib import AbstractAsyncContextManager
@@ -191,6 +192,8 @@ class FakeKube:
         self.token = token
         self.down = False
         self.requests: list[tuple[str, str, bool]] = []
+        self.bound_at: dict[Key, float] = {}
+        """Pod → when the API server bound it (epoch seconds): the moment benchmarks measure to."""
         self._fail: list[tuple[str, re.Pattern[str], int]] = []
         self._always: list[tuple[str, re.Pattern[str], int]] = []
         self._watchers: list[_Watcher] = []
@@ -545,6 +548,7 @@ class FakeKube:
                 )
             )
         pod["spec"]["nodeName"] = node
+        self.bound_at[key] = time.time()
         conditions = [
             c for c in pod.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"
         ]
