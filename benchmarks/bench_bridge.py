@@ -153,6 +153,8 @@ class Result:
     """When Slurm started each bound pod's job, from the pods' creation."""
     seen_running: dict[int, float] = field(default_factory=dict)
     """ours: job id → when the poller's snapshot first showed it RUNNING."""
+    polls: list[tuple[float, float]] = field(default_factory=list)
+    """ours: (poll, jobs part) seconds of each poll during the run."""
     stages: dict[str, list[float]] = field(default_factory=dict)
     """ours: RUNNING → in a snapshot, in a snapshot → bound (s), per bound pod."""
 
@@ -248,6 +250,7 @@ async def watch_running(poller: Poller, result: Result) -> None:
     while True:
         snap = await poller.wait_next(snap)
         now = time.time()
+        result.polls.append((poller.status.last_poll_duration, poller.status.endpoints["jobs"].last_duration))
         for job in snap.jobs:
             if job.state == "RUNNING":
                 result.seen_running.setdefault(job.job_id, now)
@@ -425,6 +428,12 @@ async def run(args: argparse.Namespace) -> int:
     for r in results:
         for stage, values in r.stages.items():
             print(f"{r.name}: {stage}: p50 {pct(values, 50):.2f} s, p99 {pct(values, 99):.2f} s")
+        if r.polls:
+            polls, jobs = [p for p, _ in r.polls], [j for _, j in r.polls]
+            print(
+                f"{r.name}: {len(polls)} polls, each p50 {pct(polls, 50):.2f} s (jobs {pct(jobs, 50):.2f} s),"
+                f" max {max(polls):.2f} s"
+            )
     if len(results) == 2 and results[0].latencies and results[1].latencies:
         ours, go = results
         p50 = pct(go.every(args.timeout), 50) / max(0.01, pct(ours.every(args.timeout), 50))
@@ -441,7 +450,7 @@ def main() -> None:
     p.add_argument("--gang-size", type=int, default=4)
     p.add_argument("--queue", type=int, default=10000)
     p.add_argument("--nodes", type=int, default=8)
-    p.add_argument("--cpus", type=int, default=128)
+    p.add_argument("--cpus", type=int, default=256)
     p.add_argument("--timeout", type=float, default=300.0)
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
     p.add_argument("--approaches", default="ours,go-approach")

@@ -120,8 +120,7 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     listings = CounterMetricFamily(
         "slurm_exporter_poll_jobs_listings",
         "Full /jobs listings started, by why: first, period, changes (more changed jobs than "
-        "--jobs-changes-limit), job_update (a job-changing RPC with more pending jobs than the limit), "
-        "requested, off (incremental reads off or not offered)",
+        "--jobs-changes-limit), requested, off (incremental reads off or not offered)",
         labels=["reason"],
     )
     for reason, n in sorted(sync.full_listings.items()):
@@ -141,6 +140,28 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     reads.add_metric(["jobs/state"], float(sync.state_reads))
     reads.add_metric(["job"], float(sync.job_reads))
     yield reads
+    rereads = CounterMetricFamily(
+        "slurm_exporter_poll_jobs_rereads",
+        "Jobs read again whatever their state, by why: follow (a fresh reason about to move), recheck "
+        "(after a job-changing RPC, newest first), sweep (every job in turn)",
+        labels=["reason"],
+    )
+    for reason in ("follow", "recheck", "sweep"):
+        rereads.add_metric([reason], float(sync.rereads[reason]))
+    yield rereads
+    recheck = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_recheck_left",
+        "Jobs left to read again after job-changing RPCs (hold, release, scontrol update) not yet found",
+    )
+    recheck.add_metric([], float(len(sync.recheck)))
+    yield recheck
+    sweep = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_sweep_period_seconds",
+        "Seconds one turn of the sweep takes (jobs not yet ended / --jobs-sweep-rate): a change no state "
+        "and no RPC tells, such as a pending job's reason, is current within it",
+    )
+    sweep.add_metric([], sync.sweep_period)
+    yield sweep
     changed = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_changed", "Jobs the last incremental fetch read one by one"
     )

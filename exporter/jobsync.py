@@ -7,9 +7,10 @@ job's leader id returns all of its records). The poller compares the two and rea
 whose state moved (:func:`changes`), then folds them into the records it holds (:func:`merge`).
 
 What ``/jobs/state`` cannot see — a change that leaves the state alone (a pending job's reason or
-priority, ``scontrol update``, hold and release) — waits for a trigger (slurmctld's RPC counters,
-:func:`job_update_rpcs`) or the next full listing. Everything here is pure: bytes and records in, the
-answer out.
+priority, ``scontrol update``, hold and release) — is found by reading jobs again whatever moved: after a
+job-changing RPC (slurmctld's counters, :func:`job_update_rpcs`) newest first until as many jobs changed
+as RPCs were counted, and all the time in turn at a low rate (the sweep), :func:`take` picking them.
+Everything here is pure: bytes and records in, the answer out.
 
 ``/jobs/state`` names an entry ``N`` (a job), ``N_T`` (array task ``T`` held by record ``N``; a pending
 array record lists each pending task) or ``N+K`` (component ``K`` of a het job, record ``N``); ``N`` is
@@ -139,6 +140,56 @@ def merge(
         out.append(fresh.pop(job.job_id, job))
     out.extend(job for job_id, job in fresh.items() if job_id not in drop)
     return tuple(out)
+
+
+FINAL_STATES = frozenset(
+    {
+        *("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL"),
+        *("PREEMPTED", "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY"),
+    }
+)
+"""Base states a job record never leaves (only its purge, which ``/jobs/state`` shows, remains)."""
+
+
+def live_ids(held: Iterable[Job], listed: Collection[int]) -> list[int]:
+    """Ids of the held records ``/jobs/state`` still lists whose state is not final, ascending: the records
+    a change without a state change can still touch."""
+    return sorted(j.job_id for j in held if j.state not in FINAL_STATES and j.job_id in listed)
+
+
+def take(queue: list[int], n: int, wanted: Collection[int], skip: Collection[int]) -> list[int]:
+    """Pop up to ``n`` ids off the end of ``queue`` that are in ``wanted`` and not in ``skip`` (the others
+    popped are dropped: gone, final, or read anyway)."""
+    out: list[int] = []
+    while queue and len(out) < n:
+        job_id = queue.pop()
+        if job_id in wanted and job_id not in skip:
+            out.append(job_id)
+    return out
+
+
+HOLD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
+
+
+def updated(before: Job | None, after: Job | None) -> bool:
+    """Whether a record read again shows what a job-changing RPC does (a hold or release, or a field the
+    scheduler never moves on its own), not the scheduler's own bookkeeping: a pending job's reason
+    (``Resources`` ↔ ``Priority``), its priority (aging) and start estimate drift all the time and would
+    end a recheck before it reached the job the RPC changed. A record gone counts."""
+    if before is None or after is None:
+        return before is not after
+    if (before.reason in HOLD_REASONS) != (after.reason in HOLD_REASONS):
+        return True
+    drift = {"reason": after.reason, "priority": after.priority, "start_time": after.start_time}
+    return msgspec.structs.replace(before, **drift) != after
+
+
+def moved(held: Iterable[Job], fetched: Mapping[int, Sequence[Job]], ids: Collection[int]) -> int:
+    """How many of the records ``ids`` read again were :func:`updated`."""
+    wanted = set(ids)
+    before = {j.job_id: j for j in held if j.job_id in wanted}
+    after = {j.job_id: j for job_id in wanted for j in fetched.get(job_id, ()) if j.job_id == job_id}
+    return sum(1 for job_id in wanted if updated(before.get(job_id), after.get(job_id)))
 
 
 UNSETTLED_REASONS = frozenset({"None", "PartitionConfig"})

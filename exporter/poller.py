@@ -72,10 +72,17 @@ class PollerConfig:
     incremental_jobs: bool = True
     """Between full ``/jobs`` listings, read ``/jobs/state`` and only the jobs whose state moved
     (:mod:`exporter.jobsync`); Slurm releases without ``/jobs/state`` (22.05) always list in full."""
-    jobs_full_refresh: float = 3600.0
+    jobs_full_refresh: float = 0.0
     """Seconds between full ``/jobs`` listings while jobs are kept incrementally (and at least
-    :attr:`jobs_listing_ratio` times the last listing's duration); 0: none for the period. slurmrestd
-    26.05.5 keeps ~135 KB per job of every listing (+2.7 GB per 20,000-job listing, never given back)."""
+    :attr:`jobs_listing_ratio` times the last listing's duration); 0: none for the period — the sweep
+    (:attr:`jobs_sweep_rate`) keeps what changes without a state change. slurmrestd 26.05.5 keeps ~135 KB
+    per job of every listing (+2.7 GB per 20,000-job listing, never given back)."""
+    jobs_sweep_rate: float = 20.0
+    """Jobs per second read again in turn, oldest first, whatever moved: a change no state or RPC tells
+    (a pending job's reason or priority) is current within (jobs not yet ended) / rate seconds."""
+    jobs_recheck_rate: float = 500.0
+    """Jobs per second read again, newest first, after slurmctld counted a job-changing RPC (hold,
+    release, ``scontrol update``), until as many changed jobs were found as RPCs were counted."""
     jobs_listing_ratio: float = 10.0
     """A full listing starts no sooner than this many times its last duration after the last one ended
     (slurmrestd spends at most 1/ratio of its time listing for us); the first listing, a requested one
@@ -172,15 +179,27 @@ class JobsSync:
     listing_requested: bool = False
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
-    """A job-changing RPC was seen: read every pending job again (or list in full)."""
+    """A job-changing RPC was seen: start re-reading the jobs not yet ended, newest first."""
+    recheck: list[int] = field(default_factory=list)
+    """Job ids left to re-read after a job-changing RPC, ascending (the newest popped first)."""
+    recheck_wanted: int = 0
+    """Job-changing RPCs counted since the re-reading began: it stops once as many jobs changed."""
+    recheck_found: int = 0
+    sweep: list[int] = field(default_factory=list)
+    """Job ids left in this turn of the sweep, descending (the oldest popped first); refilled when empty."""
+    sweep_period: float = 0.0
+    """Seconds one turn of the sweep takes at the last refill: jobs not yet ended / rate."""
+    rereads: Counter[str] = field(default_factory=Counter)
+    """Jobs read again whatever their state by why: ``follow`` (a reason about to move), ``recheck``
+    (after a job-changing RPC), ``sweep`` (in turn)."""
+    quota_at: float | None = None
+    """When the last incremental read took its re-read quotas (they accrue with time)."""
+    quota_carry: dict[str, float] = field(default_factory=dict)
     follow: dict[int, int] = field(default_factory=dict)
     """Pending job → polls left to read it again: its reason is about to change without a state change or
     an RPC (:func:`exporter.jobsync.to_follow`)."""
     followed: set[int] = field(default_factory=set)
     """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
-    recheck_ended: float | None = None
-    recheck_duration: float = 0.0
-    """Seconds the last re-read of every pending job took (spaced like listings: :meth:`recheck_allowed`)."""
     states_unsupported: bool = False
     """``/jobs/state`` answered 404: this server cannot do incremental reads."""
     refused: dict[int, JobSig] = field(default_factory=dict)
@@ -192,11 +211,20 @@ class JobsSync:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
         return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
 
-    def recheck_allowed(self, now: float, ratio: float) -> bool:
-        """Whether every pending job may be read again now: no sooner than ``ratio`` times the last such
-        re-read's duration after it ended (a stream of ``scontrol update`` costs slurmrestd at most
-        1/ratio of its time)."""
-        return self.recheck_ended is None or now - self.recheck_ended >= ratio * self.recheck_duration
+    def quota(self, why: str, rate: float, elapsed: float) -> int:
+        """Jobs ``why`` may read again now at ``rate`` per second, ``elapsed`` s after the last quota (at
+        most 10 s of it: no burst after an outage); the fraction left carries over."""
+        due = self.quota_carry.get(why, 0.0) + rate * min(max(elapsed, 0.0), 10.0)
+        n = int(due)
+        self.quota_carry[why] = due - n
+        return n
+
+    def forget_rereads(self) -> None:
+        """A full listing read everything: the recheck is done and the sweep starts over."""
+        self.recheck_pending = False
+        self.recheck.clear()
+        self.recheck_wanted = self.recheck_found = 0
+        self.sweep.clear()
 
 
 @dataclass
@@ -431,14 +459,15 @@ class Poller:
 
     def _note_job_updates(self) -> None:
         """Look at slurmctld's count of job-changing RPCs in the /diag just read: when it moved, a job may
-        have changed without its state (hold, release, ``scontrol update``): read pending jobs again."""
+        have changed without its state (hold, release, ``scontrol update``): read jobs again."""
         diag = self.status.endpoints["diag"].data
         rpcs = jobsync.job_update_rpcs(diag if isinstance(diag, Diag) else None)
         sync = self.status.jobs_sync
         if rpcs is None:
             return
         if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
-            sync.recheck_pending = True
+            sync.recheck_pending = True  # a lower count: slurmctld restarted; at least one RPC anyway
+            sync.recheck_wanted += max(1, rpcs - sync.update_rpcs)
         sync.update_rpcs = rpcs
 
     def _listing_reason(self, st: EndpointState, now: float) -> str | None:
@@ -474,6 +503,8 @@ class Poller:
         held: tuple[Job, ...] = st.data
         now = self._clock()
         t0 = time.perf_counter()
+        rechecked: list[int] = []
+        swept: list[int] = []
         try:
             try:
                 states = await self.session.job_states()
@@ -487,16 +518,6 @@ class Poller:
                 sync.state_reads += 1
             found = jobsync.changes(held, states, sync.refused)
             fetch = list(found.fetch)
-            recheck = sync.recheck_pending and sync.recheck_allowed(now, cfg.jobs_listing_ratio)
-            if recheck:
-                pending = {j.job_id for j in held if j.state == "PENDING" and j.job_id in states}
-                wanted = sorted(pending.union(fetch))
-                if len(wanted) <= cfg.jobs_changes_limit:
-                    fetch = wanted
-                elif sync.listing_allowed(now, cfg.jobs_listing_ratio):
-                    return "job_update"
-                else:
-                    recheck = False  # too many pending jobs: wait until a listing may start
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
             if sync.backlog:
                 if sync.listing_allowed(now, cfg.jobs_listing_ratio):
@@ -504,11 +525,16 @@ class Poller:
                 fetch = fetch[: cfg.jobs_changes_limit]
             chosen = set(fetch)
             followed = [j for j in sync.follow if j in states and j not in chosen]
-            if len(fetch) + len(followed) <= cfg.jobs_changes_limit:  # else they wait: changes go first
-                fetch += followed
-            reading = time.perf_counter()
+            if len(fetch) + len(followed) > cfg.jobs_changes_limit:
+                followed = []  # they wait: changes go first
+            fetch += followed
+            chosen.update(followed)
+            rechecked, swept = self._rereads(held, states, chosen, now)
+            fetch += rechecked + swept
             read = await self._read_jobs(fetch)
         except SlurmError as e:
+            sync.recheck.extend(reversed(rechecked))  # read them next time
+            sync.sweep.extend(reversed(swept))
             st.record_error(e, self._clock())
             self.status.last_error = str(e)
             log.warning("poll jobs (incremental) failed: %s", e)
@@ -534,10 +560,12 @@ class Poller:
         st.dropped_partitions = frozenset(p for parts in sync.refused_partitions.values() for p in parts)
         st.data = jobsync.merge(held, fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
-        if recheck:
-            sync.recheck_pending = False
-            sync.recheck_ended = self._clock()
-            sync.recheck_duration = time.perf_counter() - reading
+        sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
+        if rechecked:
+            sync.recheck_found += jobsync.moved(held, fetched, rechecked)
+        if sync.recheck_found >= sync.recheck_wanted or not sync.recheck:
+            sync.recheck.clear()  # as many jobs changed as RPCs were counted (or all were read)
+            sync.recheck_wanted = sync.recheck_found = 0
         sync.incremental = True
         sync.incremental_fetches += 1
         sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
@@ -578,6 +606,35 @@ class Poller:
         for job_id in [j for j in follow if j not in listed]:
             del follow[job_id]
         followed.intersection_update(listed)
+
+    def _rereads(
+        self, held: Sequence[Job], states: Mapping[int, JobSig], chosen: set[int], now: float
+    ) -> tuple[list[int], list[int]]:
+        """The jobs to read again this poll whatever their state, within the room
+        :attr:`PollerConfig.jobs_changes_limit` leaves after ``chosen``: after a job-changing RPC the
+        newest first (:attr:`PollerConfig.jobs_recheck_rate`), then the sweep's next ones, oldest first
+        (:attr:`PollerConfig.jobs_sweep_rate`). Added to ``chosen``."""
+        sync, cfg = self.status.jobs_sync, self.config
+        elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
+        sync.quota_at = now
+        live = set(jobsync.live_ids(held, states))
+        if sync.recheck_pending:
+            sync.recheck = sorted(live)
+            sync.recheck_pending = False
+        room = max(0, cfg.jobs_changes_limit - len(chosen))
+        rechecked: list[int] = []
+        if sync.recheck:
+            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, elapsed))
+            rechecked = jobsync.take(sync.recheck, n, live, chosen)
+            chosen.update(rechecked)
+            room -= len(rechecked)
+        if not sync.sweep:
+            sync.sweep = sorted(live, reverse=True)
+            sync.sweep_period = len(live) / cfg.jobs_sweep_rate if cfg.jobs_sweep_rate > 0 else 0.0
+        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed))
+        swept = jobsync.take(sync.sweep, n, live, chosen)
+        chosen.update(swept)
+        return rechecked, swept
 
     async def _read_jobs(self, ids: Sequence[int]) -> dict[int, tuple[list[Job], list[tuple[Job, str]]]]:
         """``/job/{id}`` for each id, ``--max-concurrency`` at a time; raises the first SlurmError (the
@@ -671,7 +728,9 @@ class Poller:
     def _listed_jobs(self, requested: float, finished: float, duration: float) -> None:
         sync = self.status.jobs_sync
         sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
-        sync.recheck_pending = sync.listing_requested = False
+        sync.quota_at = requested  # the re-read quotas accrue from the listing's data on
+        sync.listing_requested = False
+        sync.forget_rereads()
         sync.backlog = 0
         sync.refused = {job_id: sig for job_id, (sig, _) in self._listing_refused.items()}
         sync.refused_partitions = {

@@ -72,6 +72,8 @@ def poller_config(s: PollSettings) -> PollerConfig:
         full_refresh=s.full_refresh,
         incremental_jobs=s.incremental_jobs,
         jobs_full_refresh=s.jobs_full_refresh,
+        jobs_sweep_rate=s.jobs_sweep_rate,
+        jobs_recheck_rate=s.jobs_recheck_rate,
         jobs_changes_limit=s.jobs_changes_limit,
         up_max_age=s.up_max_age,
     )

@@ -171,12 +171,28 @@ class PollSettings(_Group):
         description="between full /jobs listings, read /jobs/state and only the jobs whose state moved",
     )
     jobs_full_refresh: float = Field(
-        3600.0,
+        0.0,
         ge=0.0,
         alias="jobs_full_refresh",
         description="seconds between full /jobs listings with --incremental-jobs (at least 10 times the "
-        "last listing's duration; 0: none); a pending job's reason-only change waits for one; each listing "
-        "grows slurmrestd 26.05 by ~135 KB per job",
+        "last listing's duration; 0: none, the sweep keeps reasons); each listing grows slurmrestd 26.05 "
+        "by ~135 KB per job",
+    )
+    jobs_sweep_rate: float = Field(
+        20.0,
+        ge=0.0,
+        le=100_000.0,
+        alias="jobs_sweep_rate",
+        description="jobs per second read again in turn whatever moved: a pending job's reason-only change "
+        "shows within (jobs not ended) / rate seconds; 0: none",
+    )
+    jobs_recheck_rate: float = Field(
+        500.0,
+        gt=0.0,
+        le=100_000.0,
+        alias="jobs_recheck_rate",
+        description="jobs per second read again, newest first, after slurmctld counted a job-changing RPC "
+        "(hold, release, scontrol update), until as many changed jobs were found",
     )
     jobs_changes_limit: int = Field(
         1000,
@@ -184,7 +200,8 @@ class PollSettings(_Group):
         le=1_000_000,
         alias="jobs_changes_limit",
         description="jobs read one by one in one poll at most; more changed jobs mean a full listing (or, "
-        "within 10 listing durations of the last one, the rest in the next polls)",
+        "within 10 listing durations of the last one, the rest in the next polls); re-reads fit in what "
+        "is left",
     )
     up_max_age: float = Field(
         30.0,

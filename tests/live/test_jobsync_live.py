@@ -57,7 +57,8 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
     resv = "jobsync"
     where = ("-p", "dyn", f"--reservation={resv}", "-n1")
     async with SlurmClient(cfg) as client:
-        poller = Poller(SlurmSession(client), PollerConfig(jobs_full_refresh=1e9))
+        # no sweep: at the end every single read must be one a state change asked for
+        poller = Poller(SlurmSession(client), PollerConfig(jobs_full_refresh=1e9, jobs_sweep_rate=0.0))
         with reserved_nodes(lab, ["sync-a", "sync-b"], resv):
             assert await poller.poll_once() is not None
             polls = 0

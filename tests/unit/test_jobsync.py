@@ -8,10 +8,12 @@ import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import msgspec
 import pytest
 
 from exporter import jobsync
 from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.jobsync import FINAL_STATES
 from exporter.model import Job, Snapshot
 from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
@@ -141,6 +143,8 @@ class Rig:
     clock: Clock
 
     def poller(self, **cfg: object) -> Poller:
+        """A poller of the fake; no sweep unless a test asks (the others count their reads exactly)."""
+        cfg.setdefault("jobs_sweep_rate", 0.0)
         client = SlurmClient(
             ClientConfig(base_url=self.url, token=TokenSource(token="good-token"), retries=0), sleep=no_sleep
         )
@@ -276,24 +280,90 @@ async def test_a_job_update_rpc_rereads_pending_jobs_hold_and_release(rig: Rig) 
         rig.clock.now += 1
         snap = await p.poll_once()
         assert snap is not None and by_id(snap.jobs)[6].reason == "JobHeldUser"
-        pending = sum(1 for j in snap.jobs if j.state == "PENDING")
-        assert p.status.jobs_sync.last_changed == pending and not p.status.jobs_sync.recheck_pending
+        sync = p.status.jobs_sync
+        assert set(sync.last_read) >= {j.job_id for j in snap.jobs if j.state not in FINAL_STATES}
+        assert sync.rereads["recheck"] + sync.rereads["follow"] == sync.last_changed
+        rechecked, following = sync.rereads["recheck"], set(sync.follow)
         rig.clock.now += 1
-        await p.poll_once()  # the counter did not move: nothing read again
-        assert p.status.jobs_sync.last_changed == 0
+        await p.poll_once()  # the counter did not move: nothing read again but a fresh job's reason
+        assert sync.rereads["recheck"] == rechecked and set(sync.last_read) <= following
     assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
-async def test_a_job_update_with_more_pending_jobs_than_the_limit_lists_in_full(rig: Rig) -> None:
-    p = rig.poller(jobs_changes_limit=2)
+async def test_a_job_update_rereads_newest_first_at_its_rate_until_as_many_jobs_changed(rig: Rig) -> None:
+    """No listing for a job-changing RPC (slurmrestd keeps every listing's memory): the jobs not yet ended
+    are read again newest first, ``jobs_recheck_rate`` per second, until as many changed as RPCs counted."""
+    p = rig.poller(jobs_recheck_rate=3.0)
     async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None
+        live = sorted((j.job_id for j in snap.jobs if j.state not in FINAL_STATES), reverse=True)
+        target = live[4]  # the fifth newest: found by the second chunk of three
+        rig.table.set(target, state_reason="JobHeldAdmin", priority=num(0))
+        rig.set_rpcs(1)
+        rig.clock.now += 1
         await p.poll_once()
-        rig.table.set(7, state_reason="JobHeldAdmin", priority=num(0))
-        rig.set_rpcs(5)
+        sync = p.status.jobs_sync
+        assert sync.last_read == tuple(live[:3]) and sync.recheck_found == 0 and sync.recheck
         rig.clock.now += 1
         snap = await p.poll_once()
-    assert p.status.jobs_sync.full_listings == {"first": 1, "job_update": 1}
-    assert snap is not None and by_id(snap.jobs)[7].reason == "JobHeldAdmin"
+        assert sync.last_read == tuple(live[3:6]) and not sync.recheck  # found it: no more re-reads
+        rig.clock.now += 1
+        await p.poll_once()
+        assert sync.last_read == () and sync.rereads["recheck"] == 6
+    assert p.status.jobs_sync.full_listings == {"first": 1}
+    assert snap is not None and by_id(snap.jobs)[target].reason == "JobHeldAdmin"
+    assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_a_failed_recheck_reads_the_same_jobs_next_time(rig: Rig) -> None:
+    p = rig.poller(jobs_recheck_rate=2.0)
+    async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None
+        newest = max(j.job_id for j in snap.jobs if j.state not in FINAL_STATES)
+        rig.table.set(newest, state_reason="JobHeldUser", priority=num(0))
+        rig.set_rpcs(1)
+        rig.fake.faults["job"] = "status:500:slurmctld busy"
+        rig.fake.fault_times["job"] = 1
+        rig.clock.now += 1
+        await p.poll_once()
+        assert not p.status.endpoints["jobs"].last_ok
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and by_id(snap.jobs)[newest].reason == "JobHeldUser"
+
+
+async def test_the_sweep_reads_every_job_in_turn_at_its_rate(rig: Rig) -> None:
+    """What no state and no RPC tells (a reason moving on its own) is current within one turn."""
+    p = rig.poller(jobs_sweep_rate=4.0)
+    async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None
+        live = sorted(j.job_id for j in snap.jobs if j.state not in FINAL_STATES)
+        pending = next(j.job_id for j in snap.jobs if j.state == "PENDING")
+        rig.table.set(pending, state_reason="Priority")  # no state change, no RPC
+        swept: list[int] = []
+        followed: set[int] = set()
+        sync = p.status.jobs_sync
+        for _ in range(-(-len(live) // 4)):  # one turn: len(live) / 4 polls at most
+            if set(swept) | followed == set(live):
+                break
+            following = set(sync.follow)
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            swept.extend(j for j in sync.last_read if j not in following)
+            followed.update(following)
+        assert swept == sorted(swept) and set(swept) | followed == set(live)  # in turn, oldest first
+        assert sync.sweep_period == len(live) / 4.0 and sync.rereads["sweep"] == len(swept)
+        following = set(sync.follow)
+        rig.clock.now += 1
+        await p.poll_once()  # the next turn starts over
+        assert [j for j in sync.last_read if j not in following] == [j for j in live if j not in following][
+            :4
+        ]
+    assert snap is not None and by_id(snap.jobs)[pending].reason == "Priority"
+    assert sync.full_listings == {"first": 1}
 
 
 async def test_reason_only_changes_wait_for_the_listing_period(rig: Rig) -> None:
@@ -438,26 +508,14 @@ async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: R
     assert snapshot["requested_at"]["jobs"] == 1_000_001.0
 
 
-async def test_rereads_of_every_pending_job_are_spaced_by_their_cost(rig: Rig) -> None:
-    """A stream of job-changing RPCs costs slurmrestd at most 1/ratio of its time in re-reads."""
-    p = rig.poller(jobs_listing_ratio=10.0)
-    async with p.client:
-        await p.poll_once()
-        rig.set_rpcs(1)
-        rig.clock.now += 1
-        await p.poll_once()
-        sync = p.status.jobs_sync
-        assert sync.last_changed > 0 and not sync.recheck_pending
-        sync.recheck_duration = 5.0  # say that re-read took 5 s: the next one 50 s after it at the earliest
-        rig.table.set(6, state_reason="JobHeldUser", priority=num(0))
-        rig.set_rpcs(2)
-        rig.clock.now += 49
-        snap = await p.poll_once()
-        assert sync.recheck_pending and sync.last_changed == 0
-        assert snap is not None and by_id(snap.jobs)[6].reason == "Resources"
-        rig.clock.now += 1
-        snap = await p.poll_once()
-    assert not sync.recheck_pending and snap is not None and by_id(snap.jobs)[6].reason == "JobHeldUser"
+def test_updated_tells_what_an_rpc_does_from_the_schedulers_own_drift() -> None:
+    pending = _job(5, reason="Priority")
+    assert not jobsync.updated(pending, msgspec.structs.replace(pending, reason="Resources", priority=7))
+    assert jobsync.updated(pending, msgspec.structs.replace(pending, reason="JobHeldUser", priority=0))
+    held = msgspec.structs.replace(pending, reason="JobHeldAdmin", priority=0)
+    assert jobsync.updated(held, msgspec.structs.replace(held, reason="Priority", priority=3))
+    assert jobsync.updated(pending, msgspec.structs.replace(pending, partitions=("gpu",)))
+    assert jobsync.updated(pending, None) and not jobsync.updated(None, None)
 
 
 def test_to_follow_names_the_jobs_whose_reason_is_about_to_move() -> None:
