@@ -162,6 +162,12 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     )
     sweep.add_metric([], sync.sweep_period)
     yield sweep
+    unreadable = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_state_entries_unreadable",
+        "Entries of the last /jobs/state whose job id could not be read (no job is dropped while any are)",
+    )
+    unreadable.add_metric([], float(sync.unreadable_entries))
+    yield unreadable
     changed = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_changed", "Jobs the last incremental fetch read one by one"
     )

@@ -39,6 +39,22 @@ JOB_UPDATE_RPCS = frozenset({"REQUEST_UPDATE_JOB", "REQUEST_TOP_JOB"})
 partition, priority, limits, ...; ``scontrol top``)."""
 
 
+UNREAD_STATE: JobSig = ("", frozenset(), 0)
+"""The signature of an entry whose state could not be read: never a held record's, so the record is read
+with ``/job/{id}`` (whose validation keeps or refuses it) instead of being taken as gone."""
+
+
+@dataclass(frozen=True)
+class StatesRead:
+    """One ``/jobs/state`` answer, parsed."""
+
+    states: dict[int, JobSig]
+    """Record id → :data:`JobSig` (:data:`UNREAD_STATE` where the id was readable but not the state)."""
+    unreadable: int = 0
+    """Entries whose job id could not be read: any held record may be one of them, so none is taken as
+    gone from this answer."""
+
+
 @dataclass(frozen=True)
 class JobChanges:
     """What one ``/jobs/state`` read says must change in the held records."""
@@ -49,31 +65,34 @@ class JobChanges:
     """Held record ids Slurm no longer lists (purged after MinJobAge, or folded back into their array)."""
 
 
-def parse_states(body: bytes) -> dict[int, JobSig]:
+def parse_states(body: bytes) -> StatesRead:
     """A ``/jobs/state`` answer → record id → :data:`JobSig`. Raises :class:`errors.SlurmError` for a
-    body that is not such an answer (or names errors); an entry whose id or state cannot be read is
-    skipped (it is read again with the next full listing). Hot: 20,000 entries per poll, so each distinct
-    state list is normalised once."""
+    body that is not such an answer (or names errors); an entry whose state cannot be read gets
+    :data:`UNREAD_STATE`, one whose id cannot be read is counted (:attr:`StatesRead.unreadable`). Hot:
+    20,000 entries per poll, so each distinct state list is normalised once."""
     answer = decode(_JOB_STATES, body, "jobs/state")
     if answer.errors:
         text = "; ".join(_error_text(e) for e in answer.errors)
         raise errors.SlurmReportedError(text, endpoint="jobs/state")
     out: dict[int, JobSig] = {}
     normal: dict[tuple[str, ...] | str, JobSig | None] = {}
+    unreadable = 0
     for entry in answer.jobs:
         jid = entry.job_id
         record = int(jid) if type(jid) is str and jid.isdigit() else _record_id(jid)
         if not record:
+            unreadable += 1
             continue
         if entry.state in normal:
             sig = normal[entry.state]
         else:
             sig = normal[entry.state] = _one_entry(entry.state)
-        if sig is None:
-            continue
         held = out.get(record)
-        out[record] = sig if held is None else (held[0], held[1], held[2] + 1)  # another array task
-    return out
+        if sig is None or held == UNREAD_STATE:
+            out[record] = UNREAD_STATE
+        else:
+            out[record] = sig if held is None else (held[0], held[1], held[2] + 1)  # another array task
+    return StatesRead(out, unreadable)
 
 
 def _one_entry(state: tuple[str, ...] | str) -> JobSig | None:
@@ -103,9 +122,12 @@ def changes(
     held: Iterable[Job],
     states: Mapping[int, JobSig],
     refused: Mapping[int, JobSig] | None = None,
+    *,
+    complete: bool = True,
 ) -> JobChanges:
     """Compare the held records with a ``/jobs/state`` read. ``refused``: record id → the signature it had
-    when its record was last read and refused (impossible values): not read again until it moves."""
+    when its record was last read and refused (impossible values): not read again until it moves.
+    ``complete`` False (some entries' ids could not be read): no held record is taken as gone."""
     refused = refused or {}
     held_sigs = {job.job_id: signature(job) for job in held}
     fetch = sorted(
@@ -113,7 +135,7 @@ def changes(
         for job_id, sig in states.items()
         if held_sigs.get(job_id) != sig and refused.get(job_id) != sig
     )
-    gone = frozenset(job_id for job_id in held_sigs if job_id not in states)
+    gone = frozenset(job_id for job_id in held_sigs if job_id not in states) if complete else frozenset()
     return JobChanges(fetch=tuple(fetch), gone=gone)
 
 

@@ -200,6 +200,8 @@ class JobsSync:
     an RPC (:func:`exporter.jobsync.to_follow`)."""
     followed: set[int] = field(default_factory=set)
     """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
+    unreadable_entries: int = 0
+    """Entries of the last ``/jobs/state`` whose job id could not be read (then no job was dropped)."""
     states_unsupported: bool = False
     """``/jobs/state`` answered 404: this server cannot do incremental reads."""
     refused: dict[int, JobSig] = field(default_factory=dict)
@@ -507,7 +509,7 @@ class Poller:
         swept: list[int] = []
         try:
             try:
-                states = await self.session.job_states()
+                answer = await self.session.job_states()
             except HTTPStatusError as e:
                 if e.status != 404:
                     raise
@@ -516,7 +518,14 @@ class Poller:
                 return "off"
             finally:
                 sync.state_reads += 1
-            found = jobsync.changes(held, states, sync.refused)
+            states = answer.states
+            sync.unreadable_entries = answer.unreadable
+            if answer.unreadable:
+                log.warning(
+                    "jobs/state: %d entries with an unreadable job id; no job is taken as gone this poll",
+                    answer.unreadable,
+                )
+            found = jobsync.changes(held, states, sync.refused, complete=not answer.unreadable)
             fetch = list(found.fetch)
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
             if sync.backlog:

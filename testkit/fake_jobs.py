@@ -60,6 +60,8 @@ class JobTable:
     next_id: int = 1000
     reads: Counter[str] = field(default_factory=Counter)
     """Requests answered, by ``jobs``, ``jobs/state``, ``job``."""
+    bad_state_entries: list[dict[str, Any]] = field(default_factory=list)
+    """Entries a test adds to every ``/jobs/state`` answer (bad input: an unreadable id or state)."""
 
     @classmethod
     def recorded(cls) -> JobTable:
@@ -97,6 +99,7 @@ class JobTable:
                 )
             else:
                 entries.append({"job_id": str(job_id), "state": state})
+        entries.extend(self.bad_state_entries)
         return json.dumps(
             {"jobs": entries, "meta": self.document["meta"], "errors": [], "warnings": []}
         ).encode()

@@ -13,6 +13,7 @@ import pytest
 
 from exporter import jobsync
 from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.collector import jobs_sync_families
 from exporter.jobsync import FINAL_STATES
 from exporter.model import Job, Snapshot
 from exporter.poller import Poller, PollerConfig
@@ -51,13 +52,24 @@ def test_parse_states_folds_entries_into_their_records() -> None:
             "errors": [],
         }
     ).encode()
-    assert jobsync.parse_states(body) == {
+    read = jobsync.parse_states(body)
+    assert read.states == {
         1: ("PENDING", frozenset(), 1),
         4: ("RUNNING", frozenset(), 1),
         2: ("PENDING", frozenset(), 2),
         5: ("RUNNING", frozenset({"CONFIGURING"}), 1),
         6: ("RUNNING", frozenset(), 1),
+        7: jobsync.UNREAD_STATE,  # read with /job/7, not taken as gone
     }
+    assert read.unreadable == 1  # "junk": any held job may be it
+
+
+def test_changes_drops_no_job_while_an_entry_id_was_unreadable() -> None:
+    held = [_job(1), _job(2, "RUNNING")]
+    states = {1: jobsync.signature(held[0])}
+    assert jobsync.changes(held, states).gone == {2}
+    assert jobsync.changes(held, states, complete=False).gone == frozenset()
+    assert jobsync.changes(held, {**states, 2: jobsync.UNREAD_STATE}).fetch == (2,)
 
 
 def test_parse_states_refuses_errors_and_bad_bodies() -> None:
@@ -76,7 +88,7 @@ def test_signature_of_every_recorded_record_matches_the_state_listing() -> None:
 
     table = JobTable.recorded()
     jobs, _ = adapter_for("v0.0.45").jobs(table.listing() or b"")
-    states = jobsync.parse_states(table.states())
+    states = jobsync.parse_states(table.states()).states
     assert {j.job_id: jobsync.signature(j) for j in jobs} == states
     assert states[3] == ("PENDING", frozenset(), 18)  # 3-20%2
 
@@ -236,6 +248,28 @@ async def test_a_failed_single_read_changes_nothing_and_the_next_poll_catches_up
         snap = await p.poll_once()
     assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
     assert p.status.endpoints["jobs"].last_ok
+
+
+async def test_an_unreadable_state_entry_drops_no_job(rig: Rig) -> None:
+    """Bad input never loses data: while one entry's id cannot be read, any held job may be that one."""
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        t.end(1)
+        t.purge(1)
+        t.bad_state_entries.append({"job_id": "junk", "state": ["PENDING"]})
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and 1 in by_id(snap.jobs)
+        assert p.status.jobs_sync.unreadable_entries == 1
+        families = {f.name: f for f in jobs_sync_families(p.status)}
+        assert families["slurm_exporter_poll_jobs_state_entries_unreadable"].samples[0].value == 1.0
+        t.bad_state_entries.clear()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and 1 not in by_id(snap.jobs) and p.status.jobs_sync.unreadable_entries == 0
+    assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
 async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> None:
