@@ -63,16 +63,12 @@ from testkit.fake_kube import write_kubeconfig
 from testkit.kube_process import KubeProcess
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 from testkit.slurmctld_log import log_end, log_events
+from testkit.stats import pct
 
 RESERVATION = "bench-bridge"
 HELD = "bench-bridge-held"
 NAMESPACE = "bench"
 VERSION = "v0.0.45"
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else math.nan
 
 
 # -- the lab --------------------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import math
 import os
 import resource
 import sys
@@ -42,7 +41,8 @@ from exporter.poller import Poller, PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
-from testkit.slurmctld_log import LOG_EVENTS, log_events, proc_cpu_seconds, proc_rss_bytes
+from testkit.slurmctld_log import LOG_EVENTS, log_end, log_events, proc_cpu_seconds, proc_rss_bytes
+from testkit.stats import pct
 
 HELD = "bench-fresh-held"
 RESERVATION = "bench-fresh"
@@ -51,11 +51,6 @@ PARKED = "bench-fresh-parked"
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
 
 KINDS = tuple(LOG_EVENTS)
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(p / 100 * len(ordered)) - 1)] if ordered else math.nan
 
 
 # -- the lab --------------------------------------------------------------------------------------------
@@ -139,7 +134,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         mine: set[int] = set()
         parked_set = set(parked)
         held = {j.job_id: 0.0 for j in first.jobs if j.job_id in parked_set and j.reason == "JobHeldUser"}
-        log_at = log_path.stat().st_size
+        log_at = log_end(log_path)
         rss0 = peak = proc_rss_bytes(pid)
         cpu0, ours0, t0 = proc_cpu_seconds(pid), time.process_time(), time.monotonic()
         requests0 = Counter(client.requests_by_endpoint)

@@ -182,7 +182,7 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     yield backlog
     listed = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_listed_timestamp_seconds",
-        "When the last full /jobs listing was requested: pending jobs' reasons and estimates are as of then",
+        "When the last full /jobs listing was requested",
     )
     if sync.listed_at is not None:
         listed.add_metric([], sync.listed_at)

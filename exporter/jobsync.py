@@ -173,10 +173,10 @@ FINAL_STATES = frozenset(
 """Base states a job record never leaves (only its purge, which ``/jobs/state`` shows, remains)."""
 
 
-def live_ids(held: Iterable[Job], listed: Collection[int]) -> list[int]:
-    """Ids of the held records ``/jobs/state`` still lists whose state is not final, ascending: the records
-    a change without a state change can still touch."""
-    return sorted(j.job_id for j in held if j.state not in FINAL_STATES and j.job_id in listed)
+def live_ids(held: Iterable[Job], listed: Collection[int]) -> set[int]:
+    """Ids of the held records ``/jobs/state`` still lists whose state is not final: the records a change
+    without a state change can still touch."""
+    return {j.job_id for j in held if j.state not in FINAL_STATES and j.job_id in listed}
 
 
 def take(queue: list[int], n: int, wanted: Collection[int], skip: Collection[int]) -> list[int]:

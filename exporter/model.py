@@ -284,8 +284,9 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     data holds everything Slurm accepted before then (a 10,000-job /jobs takes seconds to answer)."""
     listed_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when the request of its last full listing was sent, epoch seconds. Jobs kept up to
-    date from ``/jobs/state`` (:mod:`exporter.jobsync`) have every state as of ``requested_at``, but
-    what changes without the state (a pending job's reason or priority) only as of this."""
+    date from ``/jobs/state`` (:mod:`exporter.jobsync`) have every state as of ``requested_at``; what
+    changes without the state (a pending job's reason or priority) is read again by the sweep, within
+    its period (``slurm_exporter_poll_jobs_sweep_period_seconds``), or by a listing."""
     last_update: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: Slurm's ``last_update`` of the data held."""
     dropped: Mapping[str, tuple[str, ...]] = msgspec.field(default_factory=dict)

@@ -14,9 +14,11 @@ changed, and the held data is reused. A full fetch is forced every ``full_refres
 because a few fields (node free memory and load) change without moving ``last_update``.
 
 Jobs are kept incrementally (:mod:`exporter.jobsync`, API v0.0.41+): the first poll lists them, later
-polls read ``/jobs/state`` and only the jobs whose state moved (``/job/{id}``), the jobs a job-changing
-RPC may have touched, and the ones whose reason slurmctld is about to move; a full listing comes every
-``jobs_full_refresh`` seconds, spaced by its own cost (:class:`JobsSync`, ``docs/freshness.md``).
+polls read ``/jobs/state`` and only the jobs whose state moved (``/job/{id}``), the ones whose reason
+slurmctld is about to move, after a job-changing RPC the jobs it may have touched (newest first), and a
+few more each poll in turn (the sweep: what changes without the state or an RPC). A full listing only at
+the start, on request, for a mass change, or every ``jobs_full_refresh`` seconds if set (:class:`JobsSync`,
+``docs/freshness.md``).
 """
 
 from __future__ import annotations
@@ -155,7 +157,7 @@ class JobsSync:
     incremental_fetches: int = 0
     full_listings: Counter[str] = field(default_factory=Counter)
     """Full ``/jobs`` listings by why: ``first``, ``period``, ``changes`` (more than the limit changed),
-    ``job_update`` (a job-changing RPC with more pending jobs than the limit), ``requested``
+    ``requested``
     (:meth:`Poller.refresh_jobs`), ``off`` (incremental reads off or not offered)."""
     state_reads: int = 0
     """``/jobs/state`` requests sent."""
@@ -626,7 +628,7 @@ class Poller:
         sync, cfg = self.status.jobs_sync, self.config
         elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
         sync.quota_at = now
-        live = set(jobsync.live_ids(held, states))
+        live = jobsync.live_ids(held, states)
         if sync.recheck_pending:
             sync.recheck = sorted(live)
             sync.recheck_pending = False

@@ -492,10 +492,11 @@ def jobs_freshness(status: PollStatus, now: float) -> str:
     if not sync.incremental:
         return f"jobs: listed in full each poll; {listed}"
     backlog = f", {sync.backlog} left for the next polls" if sync.backlog else ""
+    sweep = f"read again in turn every {sync.sweep_period:.0f}s" if sync.sweep_period else "not read again"
     return (
         f"jobs: incremental — every job's state as of {_ago(jobs.requested_at if jobs else None, now)} "
         f"({sync.last_changed} read one by one by the last poll{backlog}); pending jobs' reasons and "
-        f"estimates as of the {listed}"
+        f"estimates {sweep}; {listed}"
     )
 
 
