@@ -18,6 +18,10 @@ mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/pro
 
 Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
 Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
+
+A job-changing RPC does not say which job it changed: the poller reads the live jobs again newest first.
+The hold/release targets are submitted after the queue unless ``--park-first`` (an empty lab): the run
+prints how many queued jobs are newer than them.
 """
 
 from __future__ import annotations
@@ -256,10 +260,18 @@ async def run(args: argparse.Namespace) -> int:
     lab = Lab("26.05")
     lab.up()
     print(f"lab 26.05: Slurm {lab.release()}")
-    fill_held(lab, args.queue, HELD)
-    add_nodes(lab)
-    parked = park(lab, args.parked)
+    if args.park_first:  # the hold/release targets older than the queue: the recheck reaches them last
+        add_nodes(lab)
+        parked = park(lab, args.parked)
+        fill_held(lab, args.queue, HELD)
+    else:
+        fill_held(lab, args.queue, HELD)
+        add_nodes(lab)
+        parked = park(lab, args.parked)
     queue = count_jobs(lab)
+    live = [int(j) for j in lab.run(["squeue", "-h", "-o", "%A"], check=False).split()]
+    newer = sum(1 for j in live if j > max(parked))
+    print(f"parked jobs {min(parked)}–{max(parked)}: {newer} of {len(live)} queued jobs are newer")
     modes: list[Mode] = []
     try:
         for name in args.modes.split(","):
@@ -293,6 +305,12 @@ def main() -> None:
         "--report-every", type=float, default=0.0, help="print slurmrestd's RSS every N s (0: off)"
     )
     p.add_argument("--modes", default="incremental,full")
+    p.add_argument(
+        "--park-first",
+        action="store_true",
+        help="submit the hold/release targets before filling the queue (on a lab whose queue is empty):"
+        " they are then older than every queued job",
+    )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
     raise SystemExit(asyncio.run(run(p.parse_args())))
 

@@ -181,7 +181,9 @@ class JobsSync:
     listing_requested: bool = False
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
-    """A job-changing RPC was seen: start re-reading the jobs not yet ended, newest first."""
+    """A job-changing RPC was seen: start a pass over the jobs not yet ended, newest first, once the pass
+    in progress (if any) is done — restarting it at each RPC would never reach the oldest jobs under a
+    steady stream of RPCs."""
     recheck: list[int] = field(default_factory=list)
     """Job ids left to re-read after a job-changing RPC, ascending (the newest popped first)."""
     recheck_wanted: int = 0
@@ -574,8 +576,11 @@ class Poller:
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
         if rechecked:
             sync.recheck_found += jobsync.moved(held, fetched, rechecked)
-        if sync.recheck_found >= sync.recheck_wanted or not sync.recheck:
-            sync.recheck.clear()  # as many jobs changed as RPCs were counted (or all were read)
+        if sync.recheck_found >= sync.recheck_wanted:  # as many jobs changed as RPCs were counted
+            sync.recheck.clear()
+            sync.recheck_pending = False
+            sync.recheck_wanted = sync.recheck_found = 0
+        elif not sync.recheck and not sync.recheck_pending:  # all read, no RPC since the pass began
             sync.recheck_wanted = sync.recheck_found = 0
         sync.incremental = True
         sync.incremental_fetches += 1
@@ -629,7 +634,7 @@ class Poller:
         elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
         sync.quota_at = now
         live = jobsync.live_ids(held, states)
-        if sync.recheck_pending:
+        if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
             sync.recheck = sorted(live)
             sync.recheck_pending = False
         room = max(0, cfg.jobs_changes_limit - len(chosen))

@@ -238,13 +238,25 @@ class Lab:
         """The live pid of one of this lab's daemons (``slurmctld``, ``slurmrestd-tcp``, ``slurmd-c1``...)."""
         return self._pid(component)
 
-    def restart_restd(self, *, timeout: float = 60.0, env: dict[str, str] | None = None) -> int:
+    def restart_restd(self, *, timeout: float = 120.0, env: dict[str, str] | None = None) -> int:
         """A fresh TCP slurmrestd (its memory from zero, e.g. for a benchmark; ``env`` added to its
         environment, e.g. ``MALLOC_ARENA_MAX``); its pid once it serves."""
         self._stop("slurmrestd-tcp")
-        self._start_restd(env)
         deadline = time.monotonic() + timeout
-        self._wait("slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp")
+        while True:
+            self._start_restd(env)
+            try:
+                self._wait(
+                    "slurmrestd (TCP) to serve /openapi/v3", deadline, self._restd_ready, "slurmrestd-tcp"
+                )
+                break
+            except LabError as e:
+                # the old one's connections may hold the port in TIME_WAIT for up to a minute (its clients
+                # were cut when it was stopped): slurmrestd then cannot bind; try again until the deadline
+                if "Address already in use" not in str(e) or time.monotonic() > deadline:
+                    raise
+                self._stop("slurmrestd-tcp")
+                time.sleep(1.0)
         pid = self._pid("slurmrestd-tcp")
         assert pid is not None
         return pid

@@ -350,6 +350,30 @@ async def test_a_job_update_rereads_newest_first_at_its_rate_until_as_many_jobs_
     assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_an_rpc_during_a_recheck_pass_does_not_restart_it(rig: Rig) -> None:
+    """A steady stream of RPCs must not keep the recheck among the newest jobs: the pass goes on, and
+    another pass follows it for the RPC that came meanwhile."""
+    p = rig.poller(jobs_recheck_rate=3.0)
+    async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None
+        live = sorted((j.job_id for j in snap.jobs if j.state not in FINAL_STATES), reverse=True)
+        oldest = live[-1]
+        rig.table.set(oldest, state_reason="JobHeldUser", priority=num(0))
+        sync = p.status.jobs_sync
+        read: list[int] = []
+        for rpcs in range(1, len(live)):  # a new RPC before every poll
+            rig.set_rpcs(rpcs)
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            read.extend(j for j in sync.last_read if j not in sync.follow)
+            if oldest in sync.last_read:
+                break
+        assert snap is not None and by_id(snap.jobs)[oldest].reason == "JobHeldUser"
+        assert read[: len(live)] == [j for j in live if j in read[: len(live)]]  # one pass, newest first
+        assert sync.recheck_pending  # the RPCs since the pass began: another pass follows
+
+
 async def test_a_failed_recheck_reads_the_same_jobs_next_time(rig: Rig) -> None:
     p = rig.poller(jobs_recheck_rate=2.0)
     async with p.client:
