@@ -82,7 +82,7 @@ class PollerConfig:
     jobs_sweep_rate: float = 20.0
     """Jobs per second read again in turn, oldest first, whatever moved: a change no state or RPC tells
     (a pending job's reason or priority) is current within (jobs not yet ended) / rate seconds."""
-    jobs_recheck_rate: float = 500.0
+    jobs_recheck_rate: float = 50.0
     """Jobs per second read again, newest first, after slurmctld counted a job-changing RPC (hold,
     release, ``scontrol update``), until as many changed jobs were found as RPCs were counted."""
     jobs_listing_ratio: float = 10.0
@@ -217,10 +217,11 @@ class JobsSync:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
         return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
 
-    def quota(self, why: str, rate: float, elapsed: float) -> int:
+    def quota(self, why: str, rate: float, elapsed: float, most: float) -> int:
         """Jobs ``why`` may read again now at ``rate`` per second, ``elapsed`` s after the last quota (at
-        most 10 s of it: no burst after an outage); the fraction left carries over."""
-        due = self.quota_carry.get(why, 0.0) + rate * min(max(elapsed, 0.0), 10.0)
+        most ``most`` s of it: a slow poll must not earn a larger share that makes the next one slower
+        still, as measured at 20,000 jobs); the fraction left carries over."""
+        due = self.quota_carry.get(why, 0.0) + rate * min(max(elapsed, 0.0), most)
         n = int(due)
         self.quota_carry[why] = due - n
         return n
@@ -640,14 +641,14 @@ class Poller:
         room = max(0, cfg.jobs_changes_limit - len(chosen))
         rechecked: list[int] = []
         if sync.recheck:
-            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, elapsed))
+            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, elapsed, cfg.interval))
             rechecked = jobsync.take(sync.recheck, n, live, chosen)
             chosen.update(rechecked)
             room -= len(rechecked)
         if not sync.sweep:
             sync.sweep = sorted(live, reverse=True)
             sync.sweep_period = len(live) / cfg.jobs_sweep_rate if cfg.jobs_sweep_rate > 0 else 0.0
-        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed))
+        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed, cfg.interval))
         swept = jobsync.take(sync.sweep, n, live, chosen)
         chosen.update(swept)
         return rechecked, swept

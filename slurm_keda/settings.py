@@ -187,7 +187,7 @@ class PollSettings(_Group):
         "shows within (jobs not ended) / rate seconds; 0: none",
     )
     jobs_recheck_rate: float = Field(
-        500.0,
+        50.0,
         gt=0.0,
         le=100_000.0,
         alias="jobs_recheck_rate",
