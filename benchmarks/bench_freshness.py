@@ -55,6 +55,12 @@ PARKED = "bench-fresh-parked"
 ENDED = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"})
 
 KINDS = tuple(LOG_EVENTS)
+MODES: dict[str, dict[str, float]] = {
+    "incremental": {},
+    "no-rereads": {"jobs_sweep_rate": 0.0, "jobs_recheck_rate": 0.0},  # states and follow-ups only
+    "full": {},
+}
+"""Mode → the poller settings beside the defaults (``full``: a listing whenever anything changed)."""
 
 
 # -- the lab --------------------------------------------------------------------------------------------
@@ -131,7 +137,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
     async with SlurmClient(cfg) as client:
         poller = Poller(
             SlurmSession(client),
-            PollerConfig(interval=args.poll_interval, incremental_jobs=name == "incremental"),
+            PollerConfig(interval=args.poll_interval, incremental_jobs=name != "full", **MODES[name]),
         )
         first = await poller.poll_once()  # the first listing is not part of the figures
         assert first is not None, poller.status.last_error
@@ -304,7 +310,7 @@ def main() -> None:
     p.add_argument(
         "--report-every", type=float, default=0.0, help="print slurmrestd's RSS every N s (0: off)"
     )
-    p.add_argument("--modes", default="incremental,full")
+    p.add_argument("--modes", default="incremental,full", help=f"some of {', '.join(MODES)}")
     p.add_argument(
         "--park-first",
         action="store_true",

@@ -192,22 +192,32 @@ def take(queue: list[int], n: int, wanted: Collection[int], skip: Collection[int
 
 HOLD_REASONS = frozenset({"JobHeldUser", "JobHeldAdmin"})
 
+UPDATE_ONLY_FIELDS = (
+    *("name", "partitions", "account", "qos", "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task"),
+    *("memory_per_node_bytes", "memory_per_cpu_bytes", "gpus_per_node", "gpus", "tres_per_node"),
+    *("tres_per_job", "time_limit_seconds", "required_nodes", "excluded_nodes", "features", "licenses"),
+    *("reservation", "exclusive", "admin_comment", "comment"),
+)
+""":class:`Job` fields only a job-changing RPC moves (``scontrol update``); the scheduler's own bookkeeping —
+a pending job's reason, priority, start and end estimates, eligible time, a dependency met — is not here."""
+
 
 def updated(before: Job | None, after: Job | None) -> bool:
-    """Whether a record read again shows what a job-changing RPC does (a hold or release, or a field the
-    scheduler never moves on its own), not the scheduler's own bookkeeping: a pending job's reason
-    (``Resources`` ↔ ``Priority``), its priority (aging) and start estimate drift all the time and would
-    end a recheck before it reached the job the RPC changed. A record gone counts."""
+    """Whether a record read again in the same state shows what a job-changing RPC does — a hold or
+    release, or a change of :data:`UPDATE_ONLY_FIELDS` — not the scheduler's own bookkeeping, which
+    drifts all the time and would end a recheck before it reached the job the RPC changed. A record new
+    or gone is not an update."""
     if before is None or after is None:
-        return before is not after
+        return False
+    if before.state != after.state:  # moved by the scheduler or another RPC (a start, a requeue-hold)
+        return False
     if (before.reason in HOLD_REASONS) != (after.reason in HOLD_REASONS):
         return True
-    drift = {"reason": after.reason, "priority": after.priority, "start_time": after.start_time}
-    return msgspec.structs.replace(before, **drift) != after
+    return any(getattr(before, name) != getattr(after, name) for name in UPDATE_ONLY_FIELDS)
 
 
 def moved(held: Iterable[Job], fetched: Mapping[int, Sequence[Job]], ids: Collection[int]) -> int:
-    """How many of the records ``ids`` read again were :func:`updated`."""
+    """How many of the held records ``ids`` read again were :func:`updated`."""
     wanted = set(ids)
     before = {j.job_id: j for j in held if j.job_id in wanted}
     after = {j.job_id: j for job_id in wanted for j in fetched.get(job_id, ()) if j.job_id == job_id}

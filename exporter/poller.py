@@ -189,6 +189,7 @@ class JobsSync:
     recheck_wanted: int = 0
     """Job-changing RPCs counted since the re-reading began: it stops once as many jobs changed."""
     recheck_found: int = 0
+    """Records found changed by an RPC (:meth:`Poller._count_updates`), kept one poll beyond the RPCs."""
     sweep: list[int] = field(default_factory=list)
     """Job ids left in this turn of the sweep, descending (the oldest popped first); refilled when empty."""
     sweep_period: float = 0.0
@@ -575,14 +576,7 @@ class Poller:
         st.data = jobsync.merge(held, fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
-        if rechecked:
-            sync.recheck_found += jobsync.moved(held, fetched, rechecked)
-        if sync.recheck_found >= sync.recheck_wanted:  # as many jobs changed as RPCs were counted
-            sync.recheck.clear()
-            sync.recheck_pending = False
-            sync.recheck_wanted = sync.recheck_found = 0
-        elif not sync.recheck and not sync.recheck_pending:  # all read, no RPC since the pass began
-            sync.recheck_wanted = sync.recheck_found = 0
+        self._count_updates(jobsync.moved(held, fetched, fetch))
         sync.incremental = True
         sync.incremental_fetches += 1
         sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
@@ -624,6 +618,27 @@ class Poller:
             del follow[job_id]
         followed.intersection_update(listed)
 
+    def _count_updates(self, found: int) -> None:
+        """Book ``found`` records an RPC changed (:func:`exporter.jobsync.updated`, among every record
+        read this poll) against the job-changing RPCs counted. As many found: the recheck ends, and what
+        was found beyond is kept for one poll — an RPC made between this poll's ``/diag`` and its reads is
+        counted by the next ``/diag`` although its change is already read (measured at 20,000 jobs: such
+        an RPC sent the recheck through every job while later holds waited)."""
+        sync = self.status.jobs_sync
+        total = sync.recheck_found + found
+        if found or sync.recheck:
+            log.debug(
+                "recheck: %d of %d RPCs found, %d jobs left", total, sync.recheck_wanted, len(sync.recheck)
+            )
+        if total >= sync.recheck_wanted:  # as many jobs changed as RPCs were counted
+            sync.recheck.clear()
+            sync.recheck_pending = False
+            sync.recheck_wanted, sync.recheck_found = 0, min(found, total - sync.recheck_wanted)
+        elif not sync.recheck and not sync.recheck_pending:  # all read, no RPC since the pass began
+            sync.recheck_wanted = sync.recheck_found = 0
+        else:
+            sync.recheck_found = total
+
     def _rereads(
         self, held: Sequence[Job], states: Mapping[int, JobSig], chosen: set[int], now: float
     ) -> tuple[list[int], list[int]]:
@@ -635,9 +650,13 @@ class Poller:
         elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
         sync.quota_at = now
         live = jobsync.live_ids(held, states)
+        if sync.recheck_pending and sync.recheck_found >= sync.recheck_wanted:  # already read (above)
+            sync.recheck_pending = False
+            sync.recheck_wanted = sync.recheck_found = 0
         if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
             sync.recheck = sorted(live)
             sync.recheck_pending = False
+            log.debug("recheck: a pass over %d jobs for %d RPCs", len(live), sync.recheck_wanted)
         room = max(0, cfg.jobs_changes_limit - len(chosen))
         rechecked: list[int] = []
         if sync.recheck:

@@ -529,8 +529,9 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
                     rig.set_rpcs(rpcs)
             rig.clock.now += 1
             snap = await p.poll_once()
-            if p.status.jobs_sync.backlog or p.status.jobs_sync.recheck_pending:
-                continue  # the rest comes with the next polls
+            sync = p.status.jobs_sync
+            if sync.backlog or sync.recheck_pending or sync.recheck:
+                continue  # the rest comes with the next polls (a recheck reads 50 jobs/s)
             assert snap is not None
             assert differences(snap.jobs, (await rig.listed()).jobs) == []
     assert p.status.jobs_sync.full_listings == {"first": 1}
@@ -569,11 +570,14 @@ async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: R
 def test_updated_tells_what_an_rpc_does_from_the_schedulers_own_drift() -> None:
     pending = _job(5, reason="Priority")
     assert not jobsync.updated(pending, msgspec.structs.replace(pending, reason="Resources", priority=7))
+    drift = {"start_time": 5.0, "end_time": 9.0, "eligible_time": 1.0, "dependency": ""}
+    assert not jobsync.updated(pending, msgspec.structs.replace(pending, **drift))  # type: ignore[arg-type]
+    assert jobsync.updated(pending, msgspec.structs.replace(pending, time_limit_seconds=60))
     assert jobsync.updated(pending, msgspec.structs.replace(pending, reason="JobHeldUser", priority=0))
     held = msgspec.structs.replace(pending, reason="JobHeldAdmin", priority=0)
     assert jobsync.updated(held, msgspec.structs.replace(held, reason="Priority", priority=3))
     assert jobsync.updated(pending, msgspec.structs.replace(pending, partitions=("gpu",)))
-    assert jobsync.updated(pending, None) and not jobsync.updated(None, None)
+    assert not jobsync.updated(pending, None) and not jobsync.updated(None, pending)
 
 
 def test_to_follow_names_the_jobs_whose_reason_is_about_to_move() -> None:
