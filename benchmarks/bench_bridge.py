@@ -46,7 +46,7 @@ from kubernetes_asyncio import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
-from bridge.actions import JOB_ID_LABEL, BridgeOptions
+from bridge.actions import JOB_ID_ANNOTATION, BridgeOptions
 from bridge.controller import Bridge
 from bridge.groups import membership
 from bridge.kube import Kube, load_configuration
@@ -176,12 +176,12 @@ async def wait_bound(kube: KubeProcess, total: int, timeout: float) -> None:
 
 
 async def collect_bindings(kube: KubeProcess, result: Result) -> None:
-    """Each bound pod's binding moment and Slurm job (its job-id label, written before the binding)."""
-    for key, (at, labels) in (await kube.bindings()).items():
+    """Each bound pod's binding moment and Slurm job (its job-id annotation, written with the binding)."""
+    for key, (at, notes) in (await kube.bindings()).items():
         name = key.partition("/")[2]
         result.bound_at[name] = at
-        if labels.get(JOB_ID_LABEL):
-            result.job_of[name] = int(labels[JOB_ID_LABEL])
+        if notes.get(JOB_ID_ANNOTATION):
+            result.job_of[name] = int(notes[JOB_ID_ANNOTATION])
 
 
 async def start_times(slurm: SlurmClient) -> dict[int, float]:
@@ -357,8 +357,7 @@ async def run_go_approach(
             job = next((j for j in listing.jobs if j.job_id == submitted[key]), None)
             if job is not None and "RUNNING" in job.job_state and job.nodes:
                 host = hostlist_expand(job.nodes, limit=4096)[rank]
-                await kube.mark(p, {JOB_ID_LABEL: str(job.job_id)}, {})
-                await kube.bind(p, host)
+                await kube.bind(p, host, {JOB_ID_ANNOTATION: str(job.job_id)})
             else:
                 heapq.heappush(queue, (time.monotonic() + backoff, next(seq), p, min(10.0, backoff * 2)))
         await wait_bound(fake, args.pods, 1.0)

@@ -45,6 +45,7 @@ from .policy import Policy
 from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
 
 __all__ = [
+    "JOB_ID_ANNOTATION",
     "JOB_ID_LABEL",
     "NODES_ANNOTATION",
     "RANK_ANNOTATION",
@@ -53,16 +54,21 @@ __all__ = [
     "BridgeOptions",
     "Cancel",
     "DeletePod",
+    "Label",
     "Refuse",
     "Submit",
     "Submitted",
     "Waiting",
     "World",
+    "bound_job_id",
     "plan",
 ]
 
-JOB_ID_LABEL = "slurm-keda.io/job-id"
-"""Label the bridge puts on a pod it bound: its Slurm job id."""
+JOB_ID_ANNOTATION = "slurm-keda.io/job-id"
+"""Annotation the bridge's binding puts on a pod, in the same write as its node (the API server merges a
+Binding's annotations into the pod): its Slurm job id — a pod bound without it is someone else's."""
+JOB_ID_LABEL = JOB_ID_ANNOTATION
+"""Label the bridge puts on a pod once it is bound, for selectors (``kubectl get pods -l``)."""
 SLURM_NODE_ANNOTATION = "slurm-keda.io/slurm-node"
 """Annotation the bridge puts on a pod it bound: the Slurm node it runs on."""
 RANK_ANNOTATION = "slurm-keda.io/rank"
@@ -198,7 +204,22 @@ class DeletePod:
     why: str
 
 
-Action = Submit | Bind | Waiting | Refuse | Cancel | DeletePod
+@dataclass(frozen=True)
+class Label:
+    """Put the job-id label on a pod bound with only the annotation (labelling after the binding failed)."""
+
+    pod: str
+    uid: str
+    job_id: str
+
+
+Action = Submit | Bind | Waiting | Refuse | Cancel | DeletePod | Label
+
+
+def bound_job_id(pod: Pod) -> str | None:
+    """The Slurm job id of a pod the bridge bound (its annotation; the label of a pod bound before the
+    annotation was written); None for a pod bound by someone else."""
+    return pod.metadata.annotations.get(JOB_ID_ANNOTATION) or pod.metadata.labels.get(JOB_ID_LABEL)
 
 
 def _time(epoch: float | None) -> str:
@@ -468,9 +489,19 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
 
 def _bound(pod: Pod, job: Job | None, world: World, options: BridgeOptions) -> list[Action]:
     key, uid = pod.key, pod.metadata.uid
-    label = pod.metadata.labels.get(JOB_ID_LABEL)
+    label = bound_job_id(pod)
     if label is None:
         return []  # bound by someone else
+    actions = _bound_job(pod, label, job, world, options)
+    if actions or pod.terminal or pod.metadata.deletionTimestamp:
+        return actions  # a pod done or going away needs no label
+    if pod.metadata.labels.get(JOB_ID_LABEL) == label:
+        return actions
+    return [Label(key, uid, label)]
+
+
+def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: BridgeOptions) -> list[Action]:
+    key, uid = pod.key, pod.metadata.uid
     if job is None:
         submitted = world.submitted.get(uid)
         if submitted is not None and submitted.at > world.jobs_as_of:

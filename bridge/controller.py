@@ -27,6 +27,7 @@ from exporter.session import SlurmSession
 from exporter.source import PolledSource
 
 from .actions import (
+    JOB_ID_ANNOTATION,
     JOB_ID_LABEL,
     NODES_ANNOTATION,
     RANK_ANNOTATION,
@@ -37,11 +38,13 @@ from .actions import (
     BridgeOptions,
     Cancel,
     DeletePod,
+    Label,
     Refuse,
     Submit,
     Submitted,
     Waiting,
     World,
+    bound_job_id,
     plan,
 )
 from .informer import Informer
@@ -198,6 +201,8 @@ class Bridge:
         self._bind_failed: dict[str, _BindFailure] = {}
         """Pod uid → its failed bindings (for the backoff and the deadline)."""
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
+        self._labelled: dict[str, str] = {}
+        """Pod uid → the job id this process labelled it with (the watch may not have shown it yet)."""
         self._busy: set[str] = set()
         self._submissions = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -272,7 +277,7 @@ class Bridge:
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
         live = {p.metadata.uid for p in world.pods}
-        for memo in (self._said, self._refused_until, self._bind_failed):  # forget pods that are gone
+        for memo in (self._said, self._refused_until, self._bind_failed, self._labelled):  # pods gone
             for uid in [u for u in memo if u not in live]:
                 del memo[uid]
         current = {(p.metadata.uid, p.metadata.resourceVersion) for p in world.pods}
@@ -327,7 +332,7 @@ class Bridge:
         oldest: float | None = None
         for p in world.pods:
             if p.spec.nodeName:
-                pods["bound"] += p.metadata.labels.get(JOB_ID_LABEL) is not None
+                pods["bound"] += bound_job_id(p) is not None
             elif p.metadata.uid in refused:
                 pods["refused"] += 1
             elif not p.terminal:
@@ -417,12 +422,11 @@ class Bridge:
             pod = self._pod(action.uid)
             if pod is None:
                 return False
-            # the job id first: a pod bound without it would look like someone else's
-            notes = {SLURM_NODE_ANNOTATION: action.slurm_node}
+            # the job id in the binding's own write: a pod bound without it would look like someone else's
+            notes = {JOB_ID_ANNOTATION: str(action.job_id), SLURM_NODE_ANNOTATION: action.slurm_node}
             if action.job_nodes:  # a gang member: its rank and the whole allocation
                 notes |= {RANK_ANNOTATION: str(action.rank), NODES_ANNOTATION: action.job_nodes}
-            await self.kube.mark(pod, {JOB_ID_LABEL: str(action.job_id)}, notes)
-            await self.kube.bind(pod, action.node)
+            await self.kube.bind(pod, action.node, notes)
             started = action.job_start
             if started:
                 latency = max(0.0, self._clock() - started)
@@ -443,6 +447,13 @@ class Bridge:
             )
             self._said.pop(action.uid, None)
             self._bind_failed.pop(action.uid, None)
+            await self._label(pod, str(action.job_id))  # after the binding: selectors only
+            return True
+        if isinstance(action, Label):
+            pod = self._pod(action.uid)
+            if pod is None or self._labelled.get(action.uid) == action.job_id:
+                return False
+            await self._label(pod, action.job_id)
             return True
         if isinstance(action, Cancel):
             cancelled = await cancel_job(self.session.client, version, action.job_id)
@@ -465,6 +476,17 @@ class Bridge:
             log.info("bridge: delete pod %s: %s", action.pod, action.why)
             return deleted
         raise AssertionError(f"unknown action {action!r}")
+
+    async def _label(self, pod: Pod, job_id: str) -> None:
+        """Put the job-id label on a bound pod; a failure is logged and counted (``label``), and the next
+        pass tries again (:class:`bridge.actions.Label`) — the binding itself stands."""
+        try:
+            await self.kube.mark(pod, {JOB_ID_LABEL: job_id}, {})
+        except KubeError as e:
+            self.stats.errors[("label", e.kind)] += 1
+            log.warning("bridge: label pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, e)
+            return
+        self._labelled[pod.metadata.uid] = job_id
 
     async def _bind_failure(self, action: Bind, error: KubeError) -> None:
         """Back off the pod's next binding; the first failure is said in one Event (and the log), later
@@ -542,6 +564,7 @@ def _name(action: Action) -> str:
         Bind: "bind",
         Cancel: "cancel",
         DeletePod: "delete",
+        Label: "label",
         Waiting: "waiting",
         Refuse: "refuse",
     }[type(action)]

@@ -234,12 +234,16 @@ class Kube:
 
     # -- writes ----------------------------------------------------------------------------------
 
-    async def bind(self, pod: Pod, node: str) -> None:
-        """Bind ``pod`` to ``node``; binding it again to the same node is not an error."""
+    async def bind(self, pod: Pod, node: str, annotations: dict[str, str] | None = None) -> None:
+        """Bind ``pod`` to ``node`` (uid-checked), ``annotations`` merged into the pod in the same write (the
+        API server copies a Binding's annotations: ``BindingREST.setPodHostAndAnnotations``); binding it
+        again to the same node is not an error."""
         body = client.V1Binding(
             api_version="v1",
             kind="Binding",
-            metadata=client.V1ObjectMeta(name=pod.metadata.name, uid=pod.metadata.uid),
+            metadata=client.V1ObjectMeta(
+                name=pod.metadata.name, uid=pod.metadata.uid, annotations=annotations or None
+            ),
             target=client.V1ObjectReference(api_version="v1", kind="Node", name=node),
         )
         try:

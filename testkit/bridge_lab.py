@@ -12,7 +12,7 @@ from typing import Any
 from kubernetes_asyncio import client
 
 from bridge.actions import (
-    JOB_ID_LABEL,
+    JOB_ID_ANNOTATION,
     BridgeOptions,
 )
 from bridge.controller import Bridge
@@ -187,7 +187,7 @@ def finish(fake: FakeKube, names: list[str]) -> None:
 
 
 def job_of(pod: dict[str, Any]) -> str:
-    return str(pod["metadata"]["labels"][JOB_ID_LABEL])
+    return str(pod["metadata"]["annotations"][JOB_ID_ANNOTATION])
 
 
 def clear_node(lab: Lab, name: str, *, must_exist: bool, reservation: str | None = None) -> None:

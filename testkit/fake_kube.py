@@ -538,16 +538,27 @@ class FakeKube:
         node = _dig(body, "target.name")
         if not node:
             raise _Answer(status(400, "BadRequest", "binding has no target node"))
-        if _dig(pod, "spec.nodeName"):
+        # kube-apiserver's BindingREST: uid precondition, then every refusal is a 409 on pods/binding
+        uid = _dig(body, "metadata.uid")
+        held_uid = pod["metadata"].get("uid")
+        if uid and uid != held_uid:
+            why = f"Precondition failed: UID in precondition: {uid}, UID in object meta: {held_uid}"
+            raise _Answer(status(409, "Conflict", f'Operation cannot be fulfilled on pods "{key[2]}": {why}'))
+        why = ""
+        if pod["metadata"].get("deletionTimestamp"):
+            why = f"pod {key[2]} is being deleted, cannot be assigned to a host"
+        elif _dig(pod, "spec.nodeName"):
+            why = f'pod {key[2]} is already assigned to node "{pod["spec"]["nodeName"]}"'
+        elif _dig(pod, "spec.schedulingGates"):
+            why = f"pod {key[2]} has non-empty .spec.schedulingGates"
+        if why:
             raise _Answer(
-                status(
-                    409,
-                    "Conflict",
-                    f'Operation cannot be fulfilled on pods/binding "{key[2]}": pod {key[2]} '
-                    f'is already assigned to node "{pod["spec"]["nodeName"]}"',
-                )
+                status(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{key[2]}": {why}')
             )
         pod["spec"]["nodeName"] = node
+        notes = _dig(body, "metadata.annotations") or {}
+        if notes:  # setPodHostAndAnnotations merges the Binding's annotations into the pod
+            pod["metadata"]["annotations"] = {**(pod["metadata"].get("annotations") or {}), **notes}
         self.bound_at[key] = time.time()
         conditions = [
             c for c in pod.setdefault("status", {}).get("conditions", []) if c.get("type") != "PodScheduled"

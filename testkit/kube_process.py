@@ -32,12 +32,12 @@ async def _answer(conn: Connection, objects: list[tuple[str, Obj]]) -> None:
             conn.send([fake.put(plural, doc) for doc in docs])
         elif cmd == "bound":
             conn.send(len(fake.bound_at))
-        elif cmd == "bindings":  # "ns/name" → (bound at, the pod's labels)
+        elif cmd == "bindings":  # "ns/name" → (bound at, the pod's annotations)
             conn.send(
                 {
                     f"{ns}/{name}": (
                         at,
-                        (fake.get("pods", ns, name) or {}).get("metadata", {}).get("labels", {}),
+                        (fake.get("pods", ns, name) or {}).get("metadata", {}).get("annotations", {}),
                     )
                     for (_, ns, name), at in fake.bound_at.items()
                 }
@@ -92,5 +92,5 @@ class KubeProcess:
         return int(await self._call("bound"))
 
     async def bindings(self) -> dict[str, tuple[float, dict[str, str]]]:
-        """``namespace/name`` of each bound pod → (when it was bound, epoch seconds; its labels)."""
+        """``namespace/name`` of each bound pod → (when it was bound, epoch seconds; its annotations)."""
         return dict(await self._call("bindings"))

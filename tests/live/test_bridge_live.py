@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from bridge.actions import JOB_ID_LABEL, SLURM_NODE_ANNOTATION
+from bridge.actions import JOB_ID_ANNOTATION, SLURM_NODE_ANNOTATION
 from bridge.requests import PREFIX
 from lab import Lab
 from testkit.bridge_lab import (
@@ -51,7 +51,7 @@ async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
                 return p if p is not None and p["spec"].get("nodeName") else None
 
             placed = await eventually(bound, 60.0, "the pod to be bound", 0.2)
-            job_id = placed["metadata"]["labels"][JOB_ID_LABEL]
+            job_id = placed["metadata"]["annotations"][JOB_ID_ANNOTATION]
             assert placed["spec"]["nodeName"] == NODE
             assert placed["metadata"]["annotations"][SLURM_NODE_ANNOTATION] == NODE
             assert squeue(lab, job_id) == f"{job_id}|RUNNING|{NODE}"  # Slurm and the pod agree
@@ -79,7 +79,7 @@ async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
                 return p if p is not None and p["spec"].get("nodeName") else None
 
             second = await eventually(bound2, 60.0, "the second pod to be bound", 0.2)
-            lab.run(["scancel", second["metadata"]["labels"][JOB_ID_LABEL]])
+            lab.run(["scancel", second["metadata"]["annotations"][JOB_ID_ANNOTATION]])
             await eventually(
                 lambda: fake.get("pods", "team-a", "trainer-2") is None,
                 30.0,
@@ -127,7 +127,7 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
                     [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True
                 )
                 assert out.returncode == 0, out.stdout + out.stderr
-                job_id = fake.get("pods", "team-a", "console")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+                job_id = fake.get("pods", "team-a", "console")["metadata"]["annotations"][JOB_ID_ANNOTATION]  # type: ignore[index]
                 fake.remove("pods", "team-a", "console")
                 await eventually(lambda: squeue(lab_2605, job_id) == "", 30.0, "the job to be cancelled", 0.5)
 
@@ -259,7 +259,7 @@ async def test_missing_kubernetes_data_never_cancels_and_a_dead_kubelet_frees_th
         async with running_bridge(lab, "v0.0.45", tmp_path, terminating_grace=2.0) as (fake, bridge):
             fake.put("pods", bridge_pod("kept"))
             await eventually(lambda: bound_to(fake, "kept") == NODE, 60.0, "the pod bound", 0.2)
-            job_id = fake.get("pods", "team-a", "kept")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+            job_id = fake.get("pods", "team-a", "kept")["metadata"]["annotations"][JOB_ID_ANNOTATION]  # type: ignore[index]
             fake.down = True  # the API server unreachable: watches break, lists fail
             fake.close_watches()
             await eventually(
@@ -274,7 +274,7 @@ async def test_missing_kubernetes_data_never_cancels_and_a_dead_kubelet_frees_th
 
             fake.put("pods", bridge_pod("stuck"))
             await eventually(lambda: bound_to(fake, "stuck") == NODE, 60.0, "the second pod bound", 0.2)
-            stuck_job = fake.get("pods", "team-a", "stuck")["metadata"]["labels"][JOB_ID_LABEL]  # type: ignore[index]
+            stuck_job = fake.get("pods", "team-a", "stuck")["metadata"]["annotations"][JOB_ID_ANNOTATION]  # type: ignore[index]
             fake.kill_kubelet(NODE)
             fake.delete("pods", "team-a", "stuck", grace=1)  # Terminating, and nothing will finish it
             assert fake.get("pods", "team-a", "stuck")["metadata"]["deletionTimestamp"]  # type: ignore[index]
@@ -299,12 +299,14 @@ async def test_a_forbidden_binding_backs_off_says_why_once_and_releases_the_job(
             fake.fail_always("POST", r"/pods/[^/]+/binding$", 403)
             fake.put("pods", bridge_pod("unbindable"))
 
-            def job_id() -> str | None:
-                p = fake.get("pods", "team-a", "unbindable")
-                return p["metadata"].get("labels", {}).get(JOB_ID_LABEL) if p is not None else None
+            def job_id() -> str | None:  # never bound: its job id is in the submission's Event only
+                said = [e["message"] for e in fake.events_for("team-a", "unbindable")]
+                return next((m.split()[2] for m in said if m.startswith("Slurm job ")), None)
 
-            jid = await eventually(job_id, 60.0, "the job-id label (bindings are refused)", 0.1)
-            assert squeue(lab, jid).split("|")[1] == "RUNNING"
+            jid = await eventually(job_id, 60.0, "the SlurmSubmitted Event (bindings are refused)", 0.1)
+            await eventually(
+                lambda: squeue(lab, jid).split("|")[1:2] == ["RUNNING"], 60.0, "the job to start", 0.1
+            )
             await eventually(lambda: squeue(lab, jid) == "", deadline + 30, "the job to be released", 0.5)
             bindings = [r for r in fake.requests if r[0] == "POST" and r[1].endswith("/binding")]
             # 2 s, 4 s, 8 s...: at most 4 attempts within the 8 s deadline (about 16 at 2 a second before)

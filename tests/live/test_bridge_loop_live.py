@@ -18,7 +18,7 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from bridge.actions import JOB_ID_LABEL, SLINKY_NODE_LABEL
+from bridge.actions import JOB_ID_ANNOTATION, SLINKY_NODE_LABEL
 from lab import Lab
 from testkit.bridge_lab import bridge_pod, squeue
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
@@ -102,7 +102,7 @@ async def test_a_bridge_pod_scales_a_nodeset_from_zero_and_back(lab_2605: Lab, t
                     marks["bound"] = time.monotonic() - start
                     (node,) = operator.nodes
                     assert placed["spec"]["nodeName"] == f"k8s-{node}"
-                    job_id = placed["metadata"]["labels"][JOB_ID_LABEL]
+                    job_id = placed["metadata"]["annotations"][JOB_ID_ANNOTATION]
                     assert squeue(lab, job_id) == f"{job_id}|RUNNING|{node}"
 
                     fake.remove("pods", "team-a", "trainer")

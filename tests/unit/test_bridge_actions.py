@@ -7,11 +7,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bridge.actions import (
+    JOB_ID_ANNOTATION,
     JOB_ID_LABEL,
     Bind,
     BridgeOptions,
     Cancel,
     DeletePod,
+    Label,
     Refuse,
     Submit,
     Submitted,
@@ -88,6 +90,20 @@ def test_bound_pods_follow_their_job() -> None:
         Cancel(7, "pod team-a/p-u1 succeeded", "team-a/p-u1")
     ]
     assert plan(world(running, pods=[pod(node="c1")]), OPTIONS) == []  # bound by someone else: not ours
+
+
+def test_a_pod_bound_with_the_job_id_annotation_is_ours_and_gets_the_label() -> None:
+    running = job(7, "u1", "RUNNING", nodes="c1")
+    annotated = pod(node="c1", annotations={JOB_ID_ANNOTATION: "7"})
+    assert plan(world(running, pods=[annotated]), OPTIONS) == [Label("team-a/p-u1", "u1", "7")]
+    both = pod(node="c1", labels={JOB_ID_LABEL: "7"}, annotations={JOB_ID_ANNOTATION: "7"})
+    assert plan(world(running, pods=[both]), OPTIONS) == []
+    ended = pod(node="c1", annotations={JOB_ID_ANNOTATION: "7"}, status={"phase": "Succeeded"})
+    assert plan(world(running, pods=[ended]), OPTIONS) == [  # no label on a pod that is done
+        Cancel(7, "pod team-a/p-u1 succeeded", "team-a/p-u1")
+    ]
+    gone = plan(world(pods=[annotated]), OPTIONS)
+    assert gone == [DeletePod("team-a/p-u1", "u1", "Slurm job 7 is gone from Slurm")]
 
 
 def test_a_pod_stuck_terminating_frees_its_slurm_job_after_the_grace_period() -> None:

@@ -90,6 +90,42 @@ async def test_bind_mark_condition_event_delete(kube: tuple[FakeKube, Kube]) -> 
     assert await k.delete_pod(p) is False  # gone already
 
 
+async def test_a_binding_writes_its_annotations_in_the_same_write(kube: tuple[FakeKube, Kube]) -> None:
+    fake, k = kube
+    fake.put("pods", pod("a"))
+    p = (await k.list_pods("slurm-bridge"))[0][0]
+    _, rv = await k.list_pods("slurm-bridge")
+    await k.bind(p, "c1", {"slurm-keda.io/job-id": "42"})
+    events = [(kind, q) async for kind, q in k.watch_pods("slurm-bridge", rv, timeout=1)]
+    assert len(events) == 1  # one write: node and annotation arrive together
+    (_, seen) = events[0]
+    assert (seen.spec.nodeName, seen.metadata.annotations) == ("c1", {"slurm-keda.io/job-id": "42"})
+
+
+async def test_a_binding_is_refused_as_the_api_server_refuses_it(kube: tuple[FakeKube, Kube]) -> None:
+    fake, k = kube
+    fake.put("pods", pod("a"))
+    old = (await k.list_pods("slurm-bridge"))[0][0]
+    fake.remove("pods", "team-a", "a")
+    fake.put("pods", pod("a"))  # recreated: the binding's uid precondition fails
+    with pytest.raises(KubeError) as e:
+        await k.bind(old, "c1")
+    assert e.value.status == 409 and "Precondition failed: UID" in str(e.value)
+    fake.put("pods", pod("b", meta={"deletionTimestamp": "2026-12-02T00:00:00Z"}))
+    going = next(p for p in (await k.list_pods("slurm-bridge"))[0] if p.metadata.name == "b")
+    with pytest.raises(KubeError) as e:
+        await k.bind(going, "c1")
+    assert e.value.status == 409 and "is being deleted" in str(e.value)
+    gated = pod("g")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    fake.put("pods", gated)
+    held = next(p for p in (await k.list_pods("slurm-bridge"))[0] if p.metadata.name == "g")
+    with pytest.raises(KubeError) as e:
+        await k.bind(held, "c1")
+    assert e.value.status == 409 and "schedulingGates" in str(e.value)
+    assert all(not (fake.get("pods", "team-a", n) or {})["spec"].get("nodeName") for n in ("a", "b", "g"))
+
+
 async def test_writes_never_touch_a_new_pod_of_the_same_name(kube: tuple[FakeKube, Kube]) -> None:
     fake, k = kube
     fake.put("pods", pod("a"))
