@@ -149,6 +149,12 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     for reason in ("follow", "recheck", "sweep"):
         rereads.add_metric([reason], float(sync.rereads[reason]))
     yield rereads
+    yield CounterMetricFamily(
+        "slurm_exporter_poll_jobs_partial_snapshots",
+        "Snapshots published while one poll's single-job reads went on (a burst of changes): the jobs "
+        "read so far in, the others as before",
+        value=float(sync.partial_snapshots),
+    )
     recheck = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_recheck_left",
         "Jobs left to read again after job-changing RPCs (hold, release, scontrol update) not yet found",

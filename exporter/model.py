@@ -267,7 +267,8 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One consistent picture of the cluster, swapped in whole by the poller."""
 
     taken_at: float
-    """When the poll that built this snapshot finished, epoch seconds."""
+    """When the poll that built this snapshot finished, epoch seconds (or, published while a poll's
+    single-job reads went on, when the jobs read so far were folded in)."""
     api_version: str
     slurm_version: str = ""
     cluster: str = ""

@@ -29,9 +29,11 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from . import jobsync, versions
 from .client import NotModified, version_key
@@ -53,6 +55,8 @@ INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"
 
 
 INCREMENTAL_JOBS_SINCE = "v0.0.41"
+Read = tuple[list[Job], list[tuple[Job, str]]]
+"""One ``/job/{id}`` read: the valid records, and the refused ones with why."""
 """The first API version whose ``/jobs/state`` names every entry by its record's job id (Slurm 24.11)."""
 
 UPDATE_TIME_REJECTED = frozenset({400, 422, 500})
@@ -85,6 +89,10 @@ class PollerConfig:
     jobs_recheck_rate: float = 50.0
     """Jobs per second read again, newest first, after slurmctld counted a job-changing RPC (hold,
     release, ``scontrol update``), until as many changed jobs were found as RPCs were counted."""
+    jobs_publish_every: float = 0.25
+    """Seconds between snapshots published while the single-job reads of one poll go on (a burst of
+    starts): the jobs read so far replace their records, the others stay as they were, and the jobs' "as
+    of" stays the last complete read's; 0: publish only when every read is done."""
     jobs_listing_ratio: float = 10.0
     """A full listing starts no sooner than this many times its last duration after the last one ended
     (slurmrestd spends at most 1/ratio of its time listing for us); the first listing, a requested one
@@ -194,6 +202,9 @@ class JobsSync:
     """Job ids left in this turn of the sweep, descending (the oldest popped first); refilled when empty."""
     sweep_period: float = 0.0
     """Seconds one turn of the sweep takes at the last refill: jobs not yet ended / rate."""
+    partial_snapshots: int = 0
+    """Snapshots published while a poll's single-job reads went on
+    (:attr:`PollerConfig.jobs_publish_every`)."""
     rereads: Counter[str] = field(default_factory=Counter)
     """Jobs read again whatever their state by why: ``follow`` (a reason about to move), ``recheck``
     (after a job-changing RPC), ``sweep`` (in turn)."""
@@ -513,6 +524,7 @@ class Poller:
         t0 = time.perf_counter()
         rechecked: list[int] = []
         swept: list[int] = []
+        progress: _Progress | None = None
         try:
             try:
                 answer = await self.session.job_states()
@@ -546,8 +558,11 @@ class Poller:
             chosen.update(followed)
             rechecked, swept = self._rereads(held, states, chosen, now)
             fetch += rechecked + swept
-            read = await self._read_jobs(fetch)
+            progress = self._publisher(held, found.gone)
+            read = await self._read_jobs(fetch, progress)
         except SlurmError as e:
+            if progress is not None and progress.jobs is not None:  # published: the data never steps back
+                st.data = progress.jobs
             sync.recheck.extend(reversed(rechecked))  # read them next time
             sync.sweep.extend(reversed(swept))
             st.record_error(e, self._clock())
@@ -672,10 +687,16 @@ class Poller:
         chosen.update(swept)
         return rechecked, swept
 
-    async def _read_jobs(self, ids: Sequence[int]) -> dict[int, tuple[list[Job], list[tuple[Job, str]]]]:
-        """``/job/{id}`` for each id, ``--max-concurrency`` at a time; raises the first SlurmError (the
-        other reads are cancelled)."""
-        out: dict[int, tuple[list[Job], list[tuple[Job, str]]]] = {}
+    def _publisher(self, held: Sequence[Job], gone: Iterable[int]) -> _Progress:
+        """What :meth:`_read_jobs` calls after each read (:class:`_Progress`)."""
+        return _Progress(self, held, frozenset(gone), self.config.jobs_publish_every)
+
+    async def _read_jobs(
+        self, ids: Sequence[int], progress: Callable[[Mapping[int, Read]], None] | None = None
+    ) -> dict[int, Read]:
+        """``/job/{id}`` for each id, ``--max-concurrency`` at a time, ``progress`` called with what was
+        read so far after each read; raises the first SlurmError (the other reads are cancelled)."""
+        out: dict[int, Read] = {}
         if not ids:
             return out
         todo = iter(ids)
@@ -683,6 +704,8 @@ class Poller:
         async def lane(index: int) -> None:
             for job_id in todo:  # one shared iterator: each id is read once
                 out[job_id] = await self.session.job_records(job_id, lane=index)
+                if progress is not None:
+                    progress(out)
 
         lanes = max(1, min(len(ids), self.client.config.max_concurrency))
         tasks = [asyncio.create_task(lane(i), name=f"poller-job-read-{i}") for i in range(lanes)]
@@ -868,6 +891,31 @@ class Poller:
                 dropped[0][1],
                 ", ".join(p or "(none)" for p in sorted(st._fetch_dropped)),
             )
+
+
+class _Progress:
+    """Called after each single-job read of one poll: every ``every`` seconds of reads, publishes a
+    snapshot with the jobs read so far folded in — the last snapshot's other parts and "as of" times kept,
+    so jobs not read yet are as current as before (like a backlog). A read with refused records waits for
+    the end of the poll (its job is dropped and remembered there). ``jobs``: the last published jobs,
+    kept when a later read fails (the data never steps back)."""
+
+    def __init__(self, poller: Poller, held: Sequence[Job], gone: frozenset[int], every: float) -> None:
+        self.poller, self.held, self.gone, self.every = poller, held, gone, every
+        self.last = time.perf_counter()
+        self.published = 0
+        self.jobs: tuple[Job, ...] | None = None
+
+    def __call__(self, read: Mapping[int, Read]) -> None:
+        now = time.perf_counter()
+        snap = self.poller.snapshot
+        if self.every <= 0 or now - self.last < self.every or len(read) == self.published or snap is None:
+            return
+        self.last, self.published = now, len(read)
+        good = {job_id: records for job_id, (records, bad) in read.items() if not bad}
+        self.jobs = jobsync.merge(self.held, good, self.gone)
+        self.poller.status.jobs_sync.partial_snapshots += 1
+        self.poller._swap(msgspec.structs.replace(snap, jobs=self.jobs, taken_at=self.poller._clock()))
 
 
 def _is_empty(data: Any) -> bool:

@@ -35,7 +35,8 @@ class FakeSlurmrestd:
     versions: list[str] = field(default_factory=list)
     """Versions offered by /openapi/v3 (default: every recorded one)."""
     faults: dict[str, Fault] = field(default_factory=dict)
-    """Endpoint (``jobs``, ``nodes``, ..., ``openapi``) → fault; missing means ok."""
+    """Endpoint (``jobs``, ``nodes``, ..., ``openapi``; ``job/<id>`` for one job's reads) → fault; missing
+    means ok."""
     requests: list[tuple[str, dict[str, str], dict[str, str]]] = field(default_factory=list)
     """(path, query, headers) of every request seen."""
     in_flight: dict[str, int] = field(default_factory=dict)
@@ -118,6 +119,8 @@ class FakeSlurmrestd:
             if version not in self.versions:
                 return web.json_response({"errors": [{"description": "Unknown version"}]}, status=404)
             fault = self.faults.get(endpoint, "ok")
+            if "job_id" in request.match_info:  # "job/<id>": one job's reads only
+                fault = self.faults.get(f"{endpoint}/{request.match_info['job_id']}", fault)
             if endpoint in self.fault_times:
                 if self.fault_times[endpoint] <= 0:
                     fault = "ok"

@@ -3,6 +3,7 @@ against a job table that answers as slurmrestd 26.05 does (testkit.fake_jobs).""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 from collections.abc import AsyncIterator
@@ -154,11 +155,12 @@ class Rig:
     url: str
     clock: Clock
 
-    def poller(self, **cfg: object) -> Poller:
+    def poller(self, lanes: int = 4, **cfg: object) -> Poller:
         """A poller of the fake; no sweep unless a test asks (the others count their reads exactly)."""
         cfg.setdefault("jobs_sweep_rate", 0.0)
+        token = TokenSource(token="good-token")
         client = SlurmClient(
-            ClientConfig(base_url=self.url, token=TokenSource(token="good-token"), retries=0), sleep=no_sleep
+            ClientConfig(base_url=self.url, token=token, retries=0, max_concurrency=lanes), sleep=no_sleep
         )
         return Poller(SlurmSession(client), PollerConfig(**cfg), clock=self.clock)  # type: ignore[arg-type]
 
@@ -248,6 +250,53 @@ async def test_a_failed_single_read_changes_nothing_and_the_next_poll_catches_up
         snap = await p.poll_once()
     assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
     assert p.status.endpoints["jobs"].last_ok
+
+
+async def test_a_burst_of_reads_is_published_as_it_arrives_and_never_steps_back(rig: Rig) -> None:
+    """Jobs read one by one reach the snapshot while the poll's other reads go on (the bridge binds a started
+    job's pods sooner); the jobs' "as of" waits for the last read; a failed read keeps what was published."""
+    t, fake = rig.table, rig.fake
+    p = rig.poller(lanes=1, jobs_publish_every=0.001)
+    seen: list[Snapshot] = []
+
+    async def watch(snap: Snapshot) -> None:
+        while True:
+            snap = await p.wait_next(snap)
+            seen.append(snap)
+
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        watcher = asyncio.create_task(watch(first))
+        try:
+            await asyncio.sleep(0)
+            new = [t.submit() for _ in range(4)]
+            fake.delay = 0.02
+            rig.clock.now += 1
+            done = await p.poll_once()
+            await asyncio.sleep(0)
+            assert done is not None and {j.job_id for j in done.jobs} >= set(new)
+            partial = [s for s in seen if s is not done]
+            visible = [len(set(new) & {j.job_id for j in s.jobs}) for s in partial]
+            assert visible == [1, 2, 3, 4]  # one more job in each, in read order; never fewer
+            assert all(s.jobs_as_of == first.jobs_as_of for s in partial)  # as of the last complete read
+            assert done.jobs_as_of == first.jobs_as_of + 1
+            assert p.status.jobs_sync.partial_snapshots == 4
+            more = [t.submit() for _ in range(4)]
+            fake.faults[f"job/{more[2]}"] = "status:500:slurmctld busy"
+            rig.clock.now += 1
+            failed = await p.poll_once()
+            assert failed is not None and not p.status.endpoints["jobs"].last_ok
+            ids = {j.job_id for j in failed.jobs}
+            assert set(more[:2]) <= ids and not set(more[2:]) & ids  # what was read stays; nothing steps back
+            assert failed.jobs_as_of == done.jobs_as_of
+            del fake.faults[f"job/{more[2]}"]
+            rig.clock.now += 1
+            healed = await p.poll_once()
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+    assert healed is not None and differences(healed.jobs, (await rig.listed()).jobs) == []
 
 
 async def test_an_unreadable_state_entry_drops_no_job(rig: Rig) -> None:
