@@ -151,6 +151,8 @@ class Result:
     """ours: job id → when the poller's snapshot first showed it RUNNING."""
     polls: list[tuple[float, float]] = field(default_factory=list)
     """ours: (poll, jobs part) seconds of each poll during the run."""
+    partial: int = 0
+    """ours: snapshots published while a poll's single-job reads went on."""
     stages: dict[str, list[float]] = field(default_factory=dict)
     """ours: RUNNING → in a snapshot, in a snapshot → bound (s), per bound pod."""
 
@@ -243,10 +245,15 @@ def precise_starts(lab: Lab, offset: int, start_times: dict[int, float]) -> dict
 async def watch_running(poller: Poller, result: Result) -> None:
     """Note when each job first shows RUNNING in the poller's snapshot."""
     snap = None
+    status = poller.status
     while True:
         snap = await poller.wait_next(snap)
         now = time.time()
-        result.polls.append((poller.status.last_poll_duration, poller.status.endpoints["jobs"].last_duration))
+        started, finished = status.last_poll_started or 0.0, status.last_poll_finished or -1.0
+        if finished >= started:  # a poll ended (not a snapshot published while its reads went on)
+            result.polls.append((status.last_poll_duration, status.endpoints["jobs"].last_duration))
+        else:
+            result.partial += 1
         for job in snap.jobs:
             if job.state == "RUNNING":
                 result.seen_running.setdefault(job.job_id, now)
@@ -427,7 +434,7 @@ async def run(args: argparse.Namespace) -> int:
             polls, jobs = [p for p, _ in r.polls], [j for _, j in r.polls]
             print(
                 f"{r.name}: {len(polls)} polls, each p50 {pct(polls, 50):.2f} s (jobs {pct(jobs, 50):.2f} s),"
-                f" max {max(polls):.2f} s"
+                f" max {max(polls):.2f} s; {r.partial} snapshots published during polls' reads"
             )
     if len(results) == 2 and results[0].latencies and results[1].latencies:
         ours, go = results
