@@ -231,8 +231,8 @@ class JobsSync:
 
     def quota(self, why: str, rate: float, elapsed: float, most: float) -> int:
         """Jobs ``why`` may read again now at ``rate`` per second, ``elapsed`` s after the last quota (at
-        most ``most`` s of it: a slow poll must not earn a larger share that makes the next one slower
-        still, as measured at 20,000 jobs); the fraction left carries over."""
+        most ``most`` s of it: a slow poll must not earn a share that makes the next one slower still, as
+        measured at 20,000 jobs); the fraction left carries over."""
         due = self.quota_carry.get(why, 0.0) + rate * min(max(elapsed, 0.0), most)
         n = int(due)
         self.quota_carry[why] = due - n
@@ -544,7 +544,9 @@ class Poller:
                     answer.unreadable,
                 )
             found = jobsync.changes(held, states, sync.refused, complete=not answer.unreadable)
-            fetch = list(found.fetch)
+            # jobs that started first: what the bridge binds and the demand stops counting (reads of a
+            # burst are published as they come, _Progress)
+            fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
             if sync.backlog:
                 if sync.listing_allowed(now, cfg.jobs_listing_ratio):
@@ -664,6 +666,9 @@ class Poller:
         sync, cfg = self.status.jobs_sync, self.config
         elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
         sync.quota_at = now
+        # one poll's share: the time since the last one — the interval and that poll — but a slow poll
+        # counts for at most two intervals, so it cannot earn a share that makes the next one slower still
+        most = cfg.interval + min(self.status.last_poll_duration, 2 * cfg.interval)
         live = jobsync.live_ids(held, states)
         if sync.recheck_pending and sync.recheck_found >= sync.recheck_wanted:  # already read (above)
             sync.recheck_pending = False
@@ -675,14 +680,14 @@ class Poller:
         room = max(0, cfg.jobs_changes_limit - len(chosen))
         rechecked: list[int] = []
         if sync.recheck:
-            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, elapsed, cfg.interval))
+            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, elapsed, most))
             rechecked = jobsync.take(sync.recheck, n, live, chosen)
             chosen.update(rechecked)
             room -= len(rechecked)
         if not sync.sweep:
             sync.sweep = sorted(live, reverse=True)
             sync.sweep_period = len(live) / cfg.jobs_sweep_rate if cfg.jobs_sweep_rate > 0 else 0.0
-        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed, cfg.interval))
+        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed, most))
         swept = jobsync.take(sync.sweep, n, live, chosen)
         chosen.update(swept)
         return rechecked, swept

@@ -473,6 +473,23 @@ async def test_the_sweep_reads_every_job_in_turn_at_its_rate(rig: Rig) -> None:
     assert sync.full_listings == {"first": 1}
 
 
+async def test_the_rates_are_per_second_of_the_whole_cycle_and_a_slow_poll_earns_at_most_two_intervals(
+    rig: Rig,
+) -> None:
+    """The interval runs from one poll's end to the next one's start: a share of one interval per poll
+    read half the rate when polls take as long as the interval (seen at 20,000 jobs)."""
+    p = rig.poller(jobs_sweep_rate=1.0, interval=1.0)
+    async with p.client:
+        await p.poll_once()
+        sync = p.status.jobs_sync
+        for duration, elapsed, reads in ((1.0, 2.0, 2), (0.0, 5.0, 1), (9.0, 10.0, 3)):
+            p.status.last_poll_duration = duration  # the previous poll's
+            rig.clock.now += elapsed
+            before = sync.rereads["sweep"]
+            await p.poll_once()
+            assert sync.rereads["sweep"] - before == reads, (duration, elapsed)
+
+
 async def test_reason_only_changes_wait_for_the_listing_period(rig: Rig) -> None:
     p = rig.poller(jobs_full_refresh=30.0)
     async with p.client:
