@@ -403,6 +403,7 @@ async def run(args: argparse.Namespace) -> int:
         runners = {"ours": run_ours, "go-approach": run_go_approach}
         for runner in (runners[name] for name in args.approaches.split(",")):
             clear_placeholders(lab)
+            lab.restart_restd()  # each approach from a fresh slurmrestd: it keeps GBs of every listing
             results.append(await runner(lab, args, nodes, policy, tmp))
             print(f"  {results[-1].name}: {len(results[-1].bound_at)} bound")
     finally:
