@@ -69,6 +69,11 @@ Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestam
 class PollerConfig:
     interval: float = 5.0
     """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
+    standby_interval: float = 0.0
+    """Seconds from one poll's end to the next one's start while another replica leads (leader election:
+    :attr:`Poller.standby`): a standby writes nothing, so its data may be older — its ``/metrics`` and
+    demand say how old; it polls at once when it takes the lead. 0 (or less than :attr:`interval`): as
+    :attr:`interval`."""
     early_gap: float = 0.5
     """Seconds from one poll's start to the next one's at least, when :meth:`Poller.poll_soon` asks
     early (a burst of submissions costs two polls a second, not one per submission)."""
@@ -337,8 +342,11 @@ class Poller:
                 self.status.last_error = f"internal: {e!r}"
             # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation that arrives as the
             # event is set (a burst of poll_soon), and the stopped poller then slept a whole interval
+            interval = self.config.interval
+            if self.standby:
+                interval = max(interval, self.config.standby_interval)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.config.interval):
+                async with asyncio.timeout(interval):
                     await self._early.wait()
             if self._early.is_set():  # a burst of early requests: at most one poll per early_gap
                 await asyncio.sleep(

@@ -68,6 +68,7 @@ def client_config(s: SlurmSettings) -> ClientConfig:
 def poller_config(s: PollSettings) -> PollerConfig:
     return PollerConfig(
         interval=s.interval,
+        standby_interval=s.standby_interval,
         use_update_time=s.use_update_time,
         full_refresh=s.full_refresh,
         incremental_jobs=s.incremental_jobs,
@@ -111,7 +112,8 @@ class PollerRunnable(Runnable):
 
 class LeaderListings(Runnable):
     """With leader election: the poller lists the jobs for its period only while this replica leads (the
-    standby keeps its jobs from ``/jobs/state`` alone, and lists in full again once it leads)."""
+    standby keeps its jobs from ``/jobs/state`` alone, every ``--standby-poll-interval`` s, and lists in
+    full again once it leads)."""
 
     name = "poller-listings"
     needs_leader = True
@@ -122,6 +124,7 @@ class LeaderListings(Runnable):
 
     async def run(self) -> None:
         self.poller.standby = False
+        self.poller.poll_soon()  # a standby may have polled less often (--standby-poll-interval)
         try:
             await asyncio.Event().wait()  # until the lead ends (cancelled)
         finally:

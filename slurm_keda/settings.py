@@ -156,6 +156,15 @@ class PollSettings(_Group):
     interval: float = Field(
         5.0, ge=1.0, le=3600.0, alias="poll_interval", description="seconds between polls (a floor)"
     )
+    standby_interval: float = Field(
+        0.0,
+        ge=0.0,
+        le=3600.0,
+        alias="standby_poll_interval",
+        description="seconds between polls while another replica leads (leader election): the standby's "
+        "metrics and demand may be this much older, its load on slurmrestd that much lower; 0: as "
+        "--poll-interval",
+    )
     full_refresh: float = Field(
         60.0,
         ge=0.0,

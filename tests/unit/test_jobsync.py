@@ -737,6 +737,26 @@ async def test_a_standby_replica_does_not_list_for_the_period(rig: Rig) -> None:
     assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
 
 
+async def test_a_standby_polls_at_its_own_interval_and_at_once_when_it_leads(rig: Rig) -> None:
+    """The second replica of the bridge overlay: --standby-poll-interval spares slurmrestd its polls."""
+    p = rig.poller(interval=0.01, standby_interval=3600.0)
+    p.standby = True
+    async with p.client:
+        task = asyncio.create_task(p.run(), name="poller")
+        try:
+            first = await p.wait_next(None)
+            await asyncio.sleep(0.3)  # a leader polls ~20 times meanwhile
+            assert p.status.polls == 1 and p.snapshot is first
+            p.standby = False  # what slurm_keda.serve.LeaderListings does when the lead is won
+            p.poll_soon()
+            snap = await asyncio.wait_for(p.wait_next(first), 5.0)
+            for _ in range(2):  # and on at the leader's interval (a standby's would take an hour)
+                snap = await asyncio.wait_for(p.wait_next(snap), 5.0)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 async def test_api_v0040_lists_in_full() -> None:
     """v0.0.40's /jobs/state names a split-off array task by its array's id (3_1, where v0.0.41+ say 6_1,
     the task's own record; 24.11 lab): its jobs are listed every poll, as before."""
