@@ -14,7 +14,9 @@ parked job, a release of one held for ``--hold-for`` seconds — and a watcher w
 Each change's moment is slurmctld's own (its log, millisecond stamps: submit, Allocate/Started,
 ``_job_complete``, hold, release); its latency is the first swapped snapshot that shows it. Figures per
 mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS
-(start, end, peak), requests per minute by endpoint, our own CPU and peak RSS.
+(start, end, peak), requests per minute by endpoint, our own CPU and peak RSS. ``two-replicas`` and
+``two-replicas-slow``: incremental with a second, standby replica polling too (at ``--poll-interval``, or at
+``--standby-interval``): what the bridge overlay's second replica costs slurmrestd.
 
 Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
 Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
@@ -59,8 +61,13 @@ MODES: dict[str, dict[str, float]] = {
     "incremental": {},
     "no-rereads": {"jobs_sweep_rate": 0.0, "jobs_recheck_rate": 0.0},  # states and follow-ups only
     "full": {},
+    "two-replicas": {},
+    "two-replicas-slow": {},
 }
 """Mode → the poller settings beside the defaults (``full``: a listing whenever anything changed)."""
+STANDBY = {"two-replicas": 0.0, "two-replicas-slow": -1.0}
+"""Modes with a second, standby replica (the bridge overlay's) beside the incremental one → its
+``standby_interval`` (-1: ``--standby-interval``). Only the leader's snapshots are watched."""
 
 
 # -- the lab --------------------------------------------------------------------------------------------
@@ -134,20 +141,30 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
     pid = lab.restart_restd()
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file), stream_timeout=900)
     log_path = lab.state_dir / "log" / "slurmctld.log"
-    async with SlurmClient(cfg) as client:
+    async with SlurmClient(cfg) as client, contextlib.AsyncExitStack() as stack:
         poller = Poller(
             SlurmSession(client),
             PollerConfig(interval=args.poll_interval, incremental_jobs=name != "full", **MODES[name]),
         )
         first = await poller.poll_once()  # the first listing is not part of the figures
         assert first is not None, poller.status.last_error
+        clients = [client]
+        standby: Poller | None = None
+        if name in STANDBY:  # the second replica, its first listing done before the figures too
+            every = args.standby_interval if STANDBY[name] < 0 else STANDBY[name]
+            clients.append(await stack.enter_async_context(SlurmClient(cfg)))
+            standby = Poller(
+                SlurmSession(clients[-1]), PollerConfig(interval=args.poll_interval, standby_interval=every)
+            )
+            standby.standby = True
+            assert await standby.poll_once() is not None, standby.status.last_error
         mine: set[int] = set()
         parked_set = set(parked)
         held = {j.job_id: 0.0 for j in first.jobs if j.job_id in parked_set and j.reason == "JobHeldUser"}
         log_at = log_end(log_path)
         rss0 = peak = proc_rss_bytes(pid)
         cpu0, ours0, t0 = proc_cpu_seconds(pid), time.process_time(), time.monotonic()
-        requests0 = Counter(client.requests_by_endpoint)
+        requests0 = sum((Counter(c.requests_by_endpoint) for c in clients), Counter[str]())
         listings0 = sum(poller.status.jobs_sync.full_listings.values())
         stop = asyncio.Event()
 
@@ -204,6 +221,8 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
             asyncio.create_task(sampler(), name="sampler"),
             asyncio.create_task(churn(), name="churn"),
         ]
+        if standby is not None:
+            tasks.append(asyncio.create_task(standby.run(), name="standby-poller"))
         await asyncio.sleep(args.duration)
         stop.set()
         await asyncio.sleep(args.settle)  # the last changes may still arrive
@@ -215,7 +234,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         mode.restd_cores = (proc_cpu_seconds(pid) - cpu0) / elapsed
         mode.ours_cores = (time.process_time() - ours0) / elapsed
         mode.restd_rss = (rss0, proc_rss_bytes(pid), max(peak, proc_rss_bytes(pid)))
-        mode.requests = Counter(client.requests_by_endpoint) - requests0
+        mode.requests = sum((Counter(c.requests_by_endpoint) for c in clients), Counter[str]()) - requests0
         sync = poller.status.jobs_sync
         mode.listings = sum(sync.full_listings.values()) - listings0
         mode.listing_seconds = sync.listing_duration
@@ -236,7 +255,7 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
         f"\n{queue} jobs in squeue; poll interval {args.poll_interval:g} s;"
         f" churn every {args.churn_interval:g} s; {args.duration:.0f} s per mode"
     )
-    head = f"{'mode':<12} " + " ".join(f"{k + ' p50/p99 s':>20}" for k in KINDS)
+    head = f"{'mode':<18} " + " ".join(f"{k + ' p50/p99 s':>20}" for k in KINDS)
     print(head)
     for m in modes:
         cells = []
@@ -244,9 +263,9 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
             lat = m.latencies.get(k, [])
             missed = f" ({m.missed[k]} missed)" if m.missed[k] else ""
             cells.append(f"{pct(lat, 50):6.2f}/{pct(lat, 99):6.2f} n={len(lat):<3}{missed}".rjust(20))
-        print(f"{m.name:<12} " + " ".join(cells))
+        print(f"{m.name:<18} " + " ".join(cells))
     print(
-        f"\n{'mode':<12} {'restd cores':>11} {'restd RSS MB start→end (peak)':>30} {'ours cores':>10}"
+        f"\n{'mode':<18} {'restd cores':>11} {'restd RSS MB start→end (peak)':>30} {'ours cores':>10}"
         f" {'ours RSS MB':>11} {'listings':>8} {'req/min':>8}  requests by endpoint"
     )
     for m in modes:
@@ -254,7 +273,7 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
         per_min = sum(m.requests.values()) / (m.seconds / 60)
         by = ", ".join(f"{e} {n}" for e, n in sorted(m.requests.items()))
         print(
-            f"{m.name:<12} {m.restd_cores:11.2f} {rss:>30} {m.ours_cores:10.2f} {m.ours_rss_peak / 1e6:11.0f}"
+            f"{m.name:<18} {m.restd_cores:11.2f} {rss:>30} {m.ours_cores:10.2f} {m.ours_rss_peak / 1e6:11.0f}"
             f" {m.listings:8d} {per_min:8.0f}  {by}"
         )
     for m in modes:
@@ -318,6 +337,9 @@ def main() -> None:
         " they are then older than every queued job",
     )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    p.add_argument(
+        "--standby-interval", type=float, default=5.0, help="two-replicas-slow: the standby's poll interval"
+    )
     raise SystemExit(asyncio.run(run(p.parse_args())))
 
 
