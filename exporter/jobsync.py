@@ -263,6 +263,24 @@ def job_update_rpcs(diag: Diag | None) -> int | None:
     return sum(diag.rpc_counts.get(name, 0) for name in JOB_UPDATE_RPCS)
 
 
+def users_moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> frozenset[str]:
+    """The users whose count of RPCs slurmctld served moved between two ``/diag`` answers (every user, a
+    lower count — counters reset — included); none without an earlier answer."""
+    if before is None:
+        return frozenset()
+    return frozenset(u for u, n in now.items() if n != before.get(u, 0))
+
+
+def recheck_order(live: Collection[int], first: Collection[int], queue: Sequence[int] = ()) -> list[int]:
+    """A recheck pass to pop from the end: ``first`` (the jobs of users whose RPCs moved with the
+    job-changing ones: users hold and release their own jobs) newest first, then the rest of ``queue`` —
+    or, without one, of ``live`` — newest first. ``first`` ids not live are left out."""
+    ahead = sorted(j for j in first if j in live)
+    pulled = set(ahead)
+    rest = [j for j in queue if j not in pulled] if queue else sorted(j for j in live if j not in pulled)
+    return rest + ahead
+
+
 def _record_id(entry_id: int | str) -> int | None:
     if isinstance(entry_id, int):
         return entry_id if entry_id > 0 else None

@@ -219,6 +219,8 @@ class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """RPCs slurmctld served since ``stats_reset_time``, by message type (``REQUEST_UPDATE_JOB``, ...)."""
     rpc_seconds: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Seconds slurmctld spent serving them, by message type."""
+    rpc_user_counts: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """RPCs slurmctld served since ``stats_reset_time``, by the user who sent them (every type)."""
     stats_time: float | None = None
     """When slurmctld produced these statistics (``req_time``)."""
     stats_reset_time: float | None = None

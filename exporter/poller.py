@@ -29,7 +29,7 @@ import functools
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -191,6 +191,10 @@ class JobsSync:
     """Seconds the last full listing took."""
     update_rpcs: int | None = None
     """slurmctld's count of job-changing RPCs at the last look (:func:`exporter.jobsync.job_update_rpcs`)."""
+    user_rpcs: dict[str, int] | None = None
+    """slurmctld's count of RPCs per user at the last look."""
+    movers: set[str] = field(default_factory=set)
+    """Users whose RPCs moved with job-changing ones, their jobs not yet put first in the recheck."""
     listing_requested: bool = False
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
@@ -247,6 +251,7 @@ class JobsSync:
         """A full listing read everything: the recheck is done and the sweep starts over."""
         self.recheck_pending = False
         self.recheck.clear()
+        self.movers.clear()
         self.recheck_wanted = self.recheck_found = 0
         self.sweep.clear()
 
@@ -488,13 +493,19 @@ class Poller:
         """Look at slurmctld's count of job-changing RPCs in the /diag just read: when it moved, a job may
         have changed without its state (hold, release, ``scontrol update``): read jobs again."""
         diag = self.status.endpoints["diag"].data
-        rpcs = jobsync.job_update_rpcs(diag if isinstance(diag, Diag) else None)
+        diag = diag if isinstance(diag, Diag) else None
+        rpcs = jobsync.job_update_rpcs(diag)
         sync = self.status.jobs_sync
+        users = diag.rpc_user_counts if diag is not None else {}
+        moved = jobsync.users_moved(sync.user_rpcs, users)
+        if users:
+            sync.user_rpcs = dict(users)
         if rpcs is None:
             return
         if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
             sync.recheck_pending = True  # a lower count: slurmctld restarted; at least one RPC anyway
             sync.recheck_wanted += max(1, rpcs - sync.update_rpcs)
+            sync.movers |= moved
         sync.update_rpcs = rpcs
 
     def _listing_reason(self, st: EndpointState, now: float) -> str | None:
@@ -682,9 +693,20 @@ class Poller:
             sync.recheck_pending = False
             sync.recheck_wanted = sync.recheck_found = 0
         if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
-            sync.recheck = sorted(live)
+            first = _owned_by(held, sync.movers, live)
+            sync.recheck = jobsync.recheck_order(live, first)
             sync.recheck_pending = False
-            log.debug("recheck: a pass over %d jobs for %d RPCs", len(live), sync.recheck_wanted)
+            log.debug(
+                "recheck: a pass over %d jobs for %d RPCs, first %d of %s",
+                len(live),
+                sync.recheck_wanted,
+                len(first),
+                sorted(sync.movers),
+            )
+        elif sync.movers and sync.recheck:  # their jobs not read yet in this pass go first
+            first = _owned_by(held, sync.movers, set(sync.recheck))
+            sync.recheck = jobsync.recheck_order(live, first, sync.recheck)
+        sync.movers.clear()
         room = max(0, cfg.jobs_changes_limit - len(chosen))
         rechecked: list[int] = []
         if sync.recheck:
@@ -904,6 +926,13 @@ class Poller:
                 dropped[0][1],
                 ", ".join(p or "(none)" for p in sorted(st._fetch_dropped)),
             )
+
+
+def _owned_by(held: Sequence[Job], users: Collection[str], among: Collection[int]) -> set[int]:
+    """Ids in ``among`` of the held jobs that ``users`` own (none without users)."""
+    if not users:
+        return set()
+    return {j.job_id for j in held if j.user in users and j.job_id in among}
 
 
 class _Progress:

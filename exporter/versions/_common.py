@@ -261,6 +261,13 @@ class RawRpcType(Struct, gc=False):
     total_time: int = 0
 
 
+class RawRpcUser(Struct, gc=False):
+    """One entry of ``rpcs_by_user`` (the same in every generation)."""
+
+    user: str = ""
+    count: int = 0
+
+
 class RawStats(Struct, Generic[Num], gc=False):
     """``statistics`` of /diag; only ``req_time``/``req_time_start`` differ between generations."""
 
@@ -296,6 +303,7 @@ class RawStats(Struct, Generic[Num], gc=False):
     bf_last_backfilled_jobs: int = 0
     bf_active: bool = False
     rpcs_by_message_type: list[RawRpcType] | None = None
+    rpcs_by_user: list[RawRpcUser] | None = None
 
 
 def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> Diag:
@@ -333,6 +341,7 @@ def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> D
         rpc_seconds={
             r.message_type: usec(r.total_time) for r in s.rpcs_by_message_type or () if r.message_type
         },
+        rpc_user_counts={r.user: r.count for r in s.rpcs_by_user or () if r.user},
         stats_time=epoch(num(s.req_time)),
         stats_reset_time=epoch(num(s.req_time_start)),
     )

@@ -172,11 +172,17 @@ class Rig:
         assert snap is not None
         return snap
 
-    def set_rpcs(self, updates: int) -> None:
+    def set_rpcs(self, updates: int, users: dict[str, int] | None = None) -> None:
+        """slurmctld's /diag with ``updates`` job-changing RPCs (and ``users``' RPC counts, if given)."""
         doc = json.loads((RECORDED_2605 / "diag.json").read_bytes())
         doc["statistics"]["rpcs_by_message_type"].append(
             {"type_id": 3001, "message_type": "REQUEST_UPDATE_JOB", "count": updates, "total_time": 10}
         )
+        if users is not None:
+            doc["statistics"]["rpcs_by_user"] = [
+                {"user_id": 1000 + i, "user": u, "count": n, "total_time": 1, "average_time": num(0)}
+                for i, (u, n) in enumerate(sorted(users.items()))
+            ]
         self.fake.override["diag"] = json.dumps(doc).encode()
 
 
@@ -397,6 +403,45 @@ async def test_a_job_update_rereads_newest_first_at_its_rate_until_as_many_jobs_
     assert p.status.jobs_sync.full_listings == {"first": 1}
     assert snap is not None and by_id(snap.jobs)[target].reason == "JobHeldAdmin"
     assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+def test_users_moved_and_the_recheck_order() -> None:
+    assert jobsync.users_moved(None, {"root": 5}) == frozenset()
+    assert jobsync.users_moved({"root": 5, "bob": 2}, {"root": 9, "bob": 2, "ann": 1}) == {"root", "ann"}
+    assert jobsync.users_moved({"root": 5}, {"root": 1}) == {"root"}  # counters reset
+    live = {1, 2, 3, 4, 5, 6}
+    assert jobsync.recheck_order(live, {2, 4, 9}) == [1, 3, 5, 6, 2, 4]  # popped: 4, 2, then 6, 5, ...
+    assert jobsync.recheck_order(live, set()) == [1, 2, 3, 4, 5, 6]
+    # during a pass, only its jobs not read yet: everyone's jobs first means the pass goes on, not anew
+    assert jobsync.recheck_order(live, {1, 2, 3}, [1, 2, 3]) == [1, 2, 3]
+    assert jobsync.recheck_order(live, {2}, [1, 2, 3]) == [1, 3, 2]
+
+
+async def test_the_jobs_of_the_users_whose_rpcs_moved_are_rechecked_first(rig: Rig) -> None:
+    """A user holds an old job of theirs: /diag counts the RPC and, per user, who sent it — their jobs
+    are read first (the token's own user moves every poll: its jobs come first too)."""
+    t = rig.table
+    p = rig.poller(jobs_recheck_rate=2.0)
+    rig.set_rpcs(0, {"root": 100, "ann": 7})
+    async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None
+        live = sorted(j.job_id for j in snap.jobs if j.state not in FINAL_STATES)
+        oldest, older = live[0], live[1]
+        for job_id in live:
+            t.set(job_id, user_name="ann" if job_id in (oldest, older) else "bob")
+        t.submit(user_name="bob")  # the fields above are read only with their jobs: list them again
+        p.refresh_jobs()
+        rig.clock.now += 1
+        await p.poll_once()
+        t.set(oldest, state_reason="JobHeldUser", priority=num(0))
+        rig.set_rpcs(1, {"root": 130, "ann": 8})  # ann sent one RPC, our own polling the rest
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        sync = p.status.jobs_sync
+        assert sync.last_read == (older, oldest)  # ann's jobs, newest first; no root job is live
+        assert not sync.recheck and by_id(snap.jobs)[oldest].reason == "JobHeldUser"
+        assert sync.rereads["recheck"] == 2
 
 
 async def test_an_rpc_during_a_recheck_pass_does_not_restart_it(rig: Rig) -> None:
