@@ -21,7 +21,9 @@ mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/pro
 Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
 Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
 
-A job-changing RPC does not say which job it changed: the poller reads the live jobs again newest first.
+A job-changing RPC does not say which job it changed: the poller reads the live jobs again newest first,
+those of the users whose RPCs moved with it first (``--owner ann --queue-owner bob``: the targets and the
+queue belong to two users, as on a cluster with users; the lab's token is root's).
 The hold/release targets are submitted after the queue unless ``--park-first`` (an empty lab): the run
 prints how many queued jobs are newer than them.
 """
@@ -73,13 +75,14 @@ STANDBY = {"two-replicas": 0.0, "two-replicas-slow": -1.0}
 # -- the lab --------------------------------------------------------------------------------------------
 
 
-def add_nodes(lab: Lab) -> None:
-    reserve_new_nodes(lab, NODES, RESERVATION, cpus=4, memory_mb=400, minutes=1440)
+def add_nodes(lab: Lab, owner: str) -> None:
+    users = "root" if owner == "root" else f"root,{owner}"
+    reserve_new_nodes(lab, NODES, RESERVATION, cpus=4, memory_mb=400, minutes=1440, users=users)
 
 
-def park(lab: Lab, n: int) -> list[int]:
+def park(lab: Lab, n: int, owner: str) -> list[int]:
     where = ["-p", "dyn", f"--reservation={RESERVATION}", "-n1", "-J", PARKED, "--begin=now+2days"]
-    return [lab.sbatch(*where, command="true") for _ in range(n)]
+    return [lab.sbatch(*where, f"--uid={owner}", command="true") for _ in range(n)]
 
 
 # -- one mode -------------------------------------------------------------------------------------------
@@ -181,12 +184,14 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                 elif action == "hold" and (free := sorted(parked_set - held.keys())):
                     job_id = free[step % len(free)]
                     held[job_id] = time.monotonic()
-                    await asyncio.to_thread(lab.run, ["scontrol", "hold", str(job_id)])
+                    await asyncio.to_thread(lab.run, ["scontrol", "-u", args.owner, "hold", str(job_id)])
                 elif action == "release" and held:
                     job_id, since = min(held.items(), key=lambda item: item[1])
                     if time.monotonic() - since >= args.hold_for:
                         del held[job_id]
-                        await asyncio.to_thread(lab.run, ["scontrol", "release", str(job_id)])
+                        await asyncio.to_thread(
+                            lab.run, ["scontrol", "-u", args.owner, "release", str(job_id)]
+                        )
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), args.churn_interval)
 
@@ -286,13 +291,13 @@ async def run(args: argparse.Namespace) -> int:
     lab.up()
     print(f"lab 26.05: Slurm {lab.release()}")
     if args.park_first:  # the hold/release targets older than the queue: the recheck reaches them last
-        add_nodes(lab)
-        parked = park(lab, args.parked)
-        fill_held(lab, args.queue, HELD)
+        add_nodes(lab, args.owner)
+        parked = park(lab, args.parked, args.owner)
+        fill_held(lab, args.queue, HELD, user=args.queue_owner)
     else:
-        fill_held(lab, args.queue, HELD)
-        add_nodes(lab)
-        parked = park(lab, args.parked)
+        fill_held(lab, args.queue, HELD, user=args.queue_owner)
+        add_nodes(lab, args.owner)
+        parked = park(lab, args.parked, args.owner)
     queue = count_jobs(lab)
     live = [int(j) for j in lab.run(["squeue", "-h", "-o", "%A"], check=False).split()]
     newer = sum(1 for j in live if j > max(parked))
@@ -337,6 +342,10 @@ def main() -> None:
         " they are then older than every queued job",
     )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    p.add_argument(
+        "--owner", default="root", help="who owns, holds and releases the parked jobs (root, ann, bob)"
+    )
+    p.add_argument("--queue-owner", default="root", help="who owns the queued jobs (root, ann, bob)")
     p.add_argument(
         "--standby-interval", type=float, default=5.0, help="two-replicas-slow: the standby's poll interval"
     )

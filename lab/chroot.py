@@ -20,6 +20,8 @@ MARKER = ".slurm-keda-chroot"
 FALLBACK_MIRROR = "http://deb.debian.org/debian"
 RESTD_USER = "slurmrestd"
 RESTD_UID = 64030
+LAB_USERS = (("ann", 2001), ("bob", 2002))
+"""Users besides root that tests and benchmarks submit and act as (``sbatch --uid``, ``scontrol -u``)."""
 INNER_STATE = "/lab"
 """Where a lab's state directory is bind-mounted inside its chroot."""
 
@@ -101,10 +103,12 @@ def prepare(root: Path) -> None:
     if "localhost" not in (hosts.read_text() if hosts.exists() else ""):
         hosts.write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n")
     add_system_user(root, RESTD_USER, RESTD_UID)
+    for name, uid in LAB_USERS:
+        add_system_user(root, name, uid, "slurm-keda lab user")
     (root / INNER_STATE.lstrip("/")).mkdir(exist_ok=True)
 
 
-def add_system_user(root: Path, name: str, uid: int) -> None:
+def add_system_user(root: Path, name: str, uid: int, comment: str = "slurm-keda lab slurmrestd") -> None:
     """Add a no-login system user+group by editing passwd/group directly (works on minbase)."""
     passwd, group = root / "etc/passwd", root / "etc/group"
     if any(line.split(":")[0] == name for line in passwd.read_text().splitlines()):
@@ -112,7 +116,7 @@ def add_system_user(root: Path, name: str, uid: int) -> None:
     with open(group, "a") as handle:
         handle.write(f"{name}:x:{uid}:\n")
     with open(passwd, "a") as handle:
-        handle.write(f"{name}:x:{uid}:{uid}:slurm-keda lab slurmrestd:/nonexistent:/usr/sbin/nologin\n")
+        handle.write(f"{name}:x:{uid}:{uid}:{comment}:/nonexistent:/usr/sbin/nologin\n")
 
 
 def slurm_release(root: Path) -> str:

@@ -13,10 +13,17 @@ def count_jobs(lab: Lab, *args: str) -> int:
     return len(lab.run(["squeue", "-h", "-o", "%i", *args], check=False).split())
 
 
-def fill_held(lab: Lab, n: int, name: str, partition: str = "cpu") -> None:
-    """Bring the lab to ``n`` held jobs named ``name`` (``sbatch -H`` in four loops inside the lab; those
-    already there are kept)."""
-    have = count_jobs(lab, "-n", name)
+def fill_held(lab: Lab, n: int, name: str, partition: str = "cpu", user: str = "root") -> None:
+    """Bring the lab to ``n`` held jobs named ``name`` owned by ``user`` (``sbatch -H --uid`` in four loops
+    inside the lab; those already there are kept, other users' of that name cancelled)."""
+    lab.run(
+        [
+            "sh",
+            "-c",
+            f"squeue -h -n {name} -o '%i %u' | awk '$2 != \"{user}\" {{print $1}}' | xargs -r scancel",
+        ]
+    )
+    have = count_jobs(lab, "-n", name, "-u", user)
     if have >= n:
         print(f"queue: {have} held {name} jobs already there")
         return
@@ -25,19 +32,26 @@ def fill_held(lab: Lab, n: int, name: str, partition: str = "cpu") -> None:
     loops = 4
     script = " & ".join(
         f"(i=0; while [ $i -lt {missing // loops + (1 if k < missing % loops else 0)} ]; do"
-        f" sbatch -H -p {partition} -J {name} -o /dev/null --wrap true >/dev/null || exit 1;"
+        f" sbatch -H --uid={user} -p {partition} -J {name} -o /dev/null --wrap true >/dev/null || exit 1;"
         " i=$((i+1)); done)"
         for k in range(loops)
     )
     lab.run(["sh", "-c", script + " ; wait"], timeout=3600)
     took = time.perf_counter() - t
-    print(f"queue: {count_jobs(lab, '-n', name)} held jobs ({missing} submitted in {took:.0f} s)")
+    print(f"queue: {count_jobs(lab, '-n', name)} held jobs of {user} ({missing} submitted in {took:.0f} s)")
 
 
 def reserve_new_nodes(
-    lab: Lab, names: list[str], reservation: str, *, cpus: int, memory_mb: int, minutes: int
+    lab: Lab,
+    names: list[str],
+    reservation: str,
+    *,
+    cpus: int,
+    memory_mb: int,
+    minutes: int,
+    users: str = "root",
 ) -> None:
-    """Dynamic nodes ``names`` (re-created) under the reservation ``reservation`` for root (its jobs
+    """Dynamic nodes ``names`` (re-created) under the reservation ``reservation`` for ``users`` (its jobs
     cancelled, it re-created). Right after they register slurmctld may call them busy for a while: retried."""
     lab.run(["scancel", f"--reservation={reservation}"], check=False)
     lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
@@ -47,7 +61,7 @@ def reserve_new_nodes(
         lab.add_node(name, dynamic=True, cpus=cpus, memory_mb=memory_mb)
     create = [
         *("scontrol", "create", "reservation", f"ReservationName={reservation}", f"Nodes={','.join(names)}"),
-        *("Users=root", "StartTime=now", f"Duration={minutes}"),
+        *(f"Users={users}", "StartTime=now", f"Duration={minutes}"),
     ]
     for attempt in range(40):
         result = lab.run_raw(create)
