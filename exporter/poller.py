@@ -544,6 +544,7 @@ class Poller:
         rechecked: list[int] = []
         swept: list[int] = []
         progress: _Progress | None = None
+        moved: list[int] = []
         try:
             try:
                 answer = await self.session.job_states()
@@ -572,6 +573,7 @@ class Poller:
                     return "changes"
                 fetch = fetch[: cfg.jobs_changes_limit]
             chosen = set(fetch)
+            moved = list(fetch)  # read first; published as soon as they are in (_Progress)
             followed = [j for j in sync.follow if j in states and j not in chosen]
             if len(fetch) + len(followed) > cfg.jobs_changes_limit:
                 followed = []  # they wait: changes go first
@@ -579,7 +581,7 @@ class Poller:
             chosen.update(followed)
             rechecked, swept = self._rereads(held, states, chosen, now)
             fetch += rechecked + swept
-            progress = self._publisher(held, found.gone)
+            progress = self._publisher(held, found.gone, moved, len(fetch))
             read = await self._read_jobs(fetch, progress)
         except SlurmError as e:
             if progress is not None and progress.jobs is not None:  # published: the data never steps back
@@ -722,15 +724,18 @@ class Poller:
         chosen.update(swept)
         return rechecked, swept
 
-    def _publisher(self, held: Sequence[Job], gone: Iterable[int]) -> _Progress:
+    def _publisher(
+        self, held: Sequence[Job], gone: Iterable[int], moved: Collection[int], total: int
+    ) -> _Progress:
         """What :meth:`_read_jobs` calls after each read (:class:`_Progress`)."""
-        return _Progress(self, held, frozenset(gone), self.config.jobs_publish_every)
+        return _Progress(self, held, frozenset(gone), set(moved), total, self.config.jobs_publish_every)
 
     async def _read_jobs(
-        self, ids: Sequence[int], progress: Callable[[Mapping[int, Read]], None] | None = None
+        self, ids: Sequence[int], progress: Callable[[Mapping[int, Read], int], None] | None = None
     ) -> dict[int, Read]:
-        """``/job/{id}`` for each id, ``--max-concurrency`` at a time, ``progress`` called with what was
-        read so far after each read; raises the first SlurmError (the other reads are cancelled)."""
+        """``/job/{id}`` for each id, ``--max-concurrency`` at a time, ``progress`` called after each read
+        with what was read so far and the id just read; raises the first SlurmError (the other reads are
+        cancelled)."""
         out: dict[int, Read] = {}
         if not ids:
             return out
@@ -740,7 +745,7 @@ class Poller:
             for job_id in todo:  # one shared iterator: each id is read once
                 out[job_id] = await self.session.job_records(job_id, lane=index)
                 if progress is not None:
-                    progress(out)
+                    progress(out, job_id)
 
         lanes = max(1, min(len(ids), self.client.config.max_concurrency))
         tasks = [asyncio.create_task(lane(i), name=f"poller-job-read-{i}") for i in range(lanes)]
@@ -936,22 +941,38 @@ def _owned_by(held: Sequence[Job], users: Collection[str], among: Collection[int
 
 
 class _Progress:
-    """Called after each single-job read of one poll: every ``every`` seconds of reads, publishes a
-    snapshot with the jobs read so far folded in — the last snapshot's other parts and "as of" times kept,
-    so jobs not read yet are as current as before (like a backlog). A read with refused records waits for
-    the end of the poll (its job is dropped and remembered there). ``jobs``: the last published jobs,
-    kept when a later read fails (the data never steps back)."""
+    """Called after each single-job read of one poll: once every job whose state moved is read (while
+    re-reads go on), and every ``every`` seconds of reads, publishes a snapshot with the jobs read so far
+    folded in — the last snapshot's other parts and "as of" times kept, so jobs not read yet are as
+    current as before (like a backlog). A read with refused records waits for the end of the poll (its
+    job is dropped and remembered there). ``jobs``: the last published jobs, kept when a later read fails
+    (the data never steps back)."""
 
-    def __init__(self, poller: Poller, held: Sequence[Job], gone: frozenset[int], every: float) -> None:
+    def __init__(
+        self,
+        poller: Poller,
+        held: Sequence[Job],
+        gone: frozenset[int],
+        moved: set[int],
+        total: int,
+        every: float,
+    ) -> None:
         self.poller, self.held, self.gone, self.every = poller, held, gone, every
+        self.moved, self.total = moved, total
+        """The ids whose state moved, not read yet; how many reads the poll makes."""
         self.last = time.perf_counter()
         self.published = 0
         self.jobs: tuple[Job, ...] | None = None
 
-    def __call__(self, read: Mapping[int, Read]) -> None:
+    def __call__(self, read: Mapping[int, Read], job_id: int) -> None:
         now = time.perf_counter()
+        boundary = False
+        if job_id in self.moved:
+            self.moved.discard(job_id)
+            boundary = not self.moved and len(read) < self.total  # the changes are in; re-reads go on
         snap = self.poller.snapshot
-        if self.every <= 0 or now - self.last < self.every or len(read) == self.published or snap is None:
+        due = boundary or now - self.last >= self.every
+        if self.every <= 0 or not due or len(read) == self.published or snap is None:
             return
         self.last, self.published = now, len(read)
         good = {job_id: records for job_id, (records, bad) in read.items() if not bad}

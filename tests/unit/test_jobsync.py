@@ -305,6 +305,40 @@ async def test_a_burst_of_reads_is_published_as_it_arrives_and_never_steps_back(
     assert healed is not None and differences(healed.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_the_changes_are_published_before_the_rereads_of_the_same_poll(rig: Rig) -> None:
+    """Re-reads (the sweep here) follow the jobs whose state moved in the same poll: those are published
+    as soon as they are in, not after the re-reads."""
+    t, fake = rig.table, rig.fake
+    p = rig.poller(lanes=1, jobs_publish_every=3600.0, jobs_sweep_rate=3.0)
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None
+        seen: list[Snapshot] = []
+        watcher = asyncio.create_task(_collect(p, first, seen))
+        try:
+            t.start(6, nodes="c2")
+            new = t.submit()
+            fake.delay = 0.02
+            rig.clock.now += 1
+            done = await p.poll_once()
+            await asyncio.sleep(0)
+        finally:
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
+    sync = p.status.jobs_sync
+    assert sync.rereads["sweep"] == 3 and len(sync.last_read) == 5  # two changes, three swept after them
+    (partial,) = [s for s in seen if s is not done]  # one, at the boundary: the tick is an hour
+    jobs = by_id(partial.jobs)
+    assert jobs[6].state == "RUNNING" and new in jobs and partial.jobs_as_of == first.jobs_as_of
+    assert sync.partial_snapshots == 1
+
+
+async def _collect(p: Poller, after: Snapshot, into: list[Snapshot]) -> None:
+    while True:
+        after = await p.wait_next(after)
+        into.append(after)
+
+
 async def test_an_unreadable_state_entry_drops_no_job(rig: Rig) -> None:
     """Bad input never loses data: while one entry's id cannot be read, any held job may be that one."""
     t = rig.table
