@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import heapq
 import logging
 import time
 from collections import Counter
@@ -55,6 +56,8 @@ INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"
 
 
 INCREMENTAL_JOBS_SINCE = "v0.0.41"
+HEAD_SECONDS = 5.0
+"""An RPC during a recheck pass re-reads at most this many seconds' worth of the likeliest jobs first."""
 Read = tuple[list[Job], list[tuple[Job, str]]]
 """One ``/job/{id}`` read: the valid records, and the refused ones with why."""
 """The first API version whose ``/jobs/state`` names every entry by its record's job id (Slurm 24.11)."""
@@ -195,6 +198,11 @@ class JobsSync:
     """slurmctld's count of RPCs per user at the last look."""
     movers: set[str] = field(default_factory=set)
     """Users whose RPCs moved with job-changing ones, their jobs not yet put first in the recheck."""
+    recheck_new: bool = False
+    """A job-changing RPC was counted since the recheck last looked."""
+    head_budget: float = 0.0
+    """Reads the recheck may spend re-reading the likeliest jobs (the movers' or the newest) when an RPC
+    comes during a pass: half its rate accrues, at most :data:`HEAD_SECONDS` of its rate."""
     listing_requested: bool = False
     """:meth:`Poller.refresh_jobs` asked for a full listing at the next poll."""
     recheck_pending: bool = False
@@ -252,6 +260,7 @@ class JobsSync:
         self.recheck_pending = False
         self.recheck.clear()
         self.movers.clear()
+        self.recheck_new = False
         self.recheck_wanted = self.recheck_found = 0
         self.sweep.clear()
 
@@ -503,7 +512,7 @@ class Poller:
         if rpcs is None:
             return
         if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
-            sync.recheck_pending = True  # a lower count: slurmctld restarted; at least one RPC anyway
+            sync.recheck_pending = sync.recheck_new = True  # a lower count: slurmctld restarted
             sync.recheck_wanted += max(1, rpcs - sync.update_rpcs)
             sync.movers |= moved
         sync.update_rpcs = rpcs
@@ -694,21 +703,31 @@ class Poller:
         if sync.recheck_pending and sync.recheck_found >= sync.recheck_wanted:  # already read (above)
             sync.recheck_pending = False
             sync.recheck_wanted = sync.recheck_found = 0
+        # half the recheck's reads may go to re-reading the likeliest jobs first after an RPC during a pass
+        sync.head_budget = min(
+            sync.head_budget + cfg.jobs_recheck_rate / 2 * min(max(elapsed, 0.0), most),
+            cfg.jobs_recheck_rate * HEAD_SECONDS,
+        )
+        likeliest = _owned_by(held, sync.movers, live)
+        if len(likeliest) > len(live) / 2:  # users whose jobs are most of the queue (the token's own)
+            likeliest = set()
         if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
-            first = _owned_by(held, sync.movers, live)
-            sync.recheck = jobsync.recheck_order(live, first)
+            sync.recheck = jobsync.recheck_order(live, likeliest)
             sync.recheck_pending = False
             log.debug(
                 "recheck: a pass over %d jobs for %d RPCs, first %d of %s",
                 len(live),
                 sync.recheck_wanted,
-                len(first),
+                len(likeliest),
                 sorted(sync.movers),
             )
-        elif sync.movers and sync.recheck:  # their jobs not read yet in this pass go first
-            first = _owned_by(held, sync.movers, set(sync.recheck))
-            sync.recheck = jobsync.recheck_order(live, first, sync.recheck)
+        elif sync.recheck_new and sync.recheck:  # the pass goes on, after the likeliest jobs again
+            head = heapq.nlargest(int(sync.head_budget), likeliest or live)
+            sync.head_budget -= len(head)
+            sync.recheck = jobsync.recheck_order(live, head, sync.recheck)
+            log.debug("recheck: an RPC during the pass; %d jobs first again", len(head))
         sync.movers.clear()
+        sync.recheck_new = False
         room = max(0, cfg.jobs_changes_limit - len(chosen))
         rechecked: list[int] = []
         if sync.recheck:
