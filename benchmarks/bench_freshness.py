@@ -85,6 +85,17 @@ def park(lab: Lab, n: int, owner: str) -> list[int]:
     return [lab.sbatch(*where, f"--uid={owner}", command="true") for _ in range(n)]
 
 
+def hold(lab: Lab, owner: str, job_id: int, on: bool) -> None:
+    """``scontrol hold|release`` as ``owner`` would run it: root's through scontrol, another user's through
+    slurmrestd with their JWT (``scontrol -u`` is counted as root's RPC)."""
+    if owner == "root":
+        lab.run(["scontrol", "hold" if on else "release", str(job_id)])
+        return
+    answer = lab.post_as(owner, f"/slurm/v0.0.45/job/{job_id}", {"hold": on})
+    if answer.status != 200:
+        raise RuntimeError(f"hold={on} of {job_id} as {owner}: HTTP {answer.status} {answer.body[:200]!r}")
+
+
 # -- one mode -------------------------------------------------------------------------------------------
 
 
@@ -184,14 +195,12 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                 elif action == "hold" and (free := sorted(parked_set - held.keys())):
                     job_id = free[step % len(free)]
                     held[job_id] = time.monotonic()
-                    await asyncio.to_thread(lab.run, ["scontrol", "-u", args.owner, "hold", str(job_id)])
+                    await asyncio.to_thread(hold, lab, args.owner, job_id, True)
                 elif action == "release" and held:
                     job_id, since = min(held.items(), key=lambda item: item[1])
                     if time.monotonic() - since >= args.hold_for:
                         del held[job_id]
-                        await asyncio.to_thread(
-                            lab.run, ["scontrol", "-u", args.owner, "release", str(job_id)]
-                        )
+                        await asyncio.to_thread(hold, lab, args.owner, job_id, False)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), args.churn_interval)
 

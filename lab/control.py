@@ -50,7 +50,7 @@ from lab.conf import (
 )
 from lab.errors import LabError, LabNotRunningError
 from lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
-from lab.http import Response, get
+from lab.http import Response, get, request
 from lab.power import PowerEvent, parse_power_log, resumed_hosts
 from lab.procs import parse_job_id
 
@@ -630,9 +630,9 @@ class Lab:
         self._start("slurmrestd-unix", argv("rest_auth/local", f"unix:{sock}"))
 
     # ----- token, HTTP -----------------------------------------------------------------------------
-    def token(self, lifespan: int = 3600) -> str:
-        """A fresh JWT for root from ``scontrol token``."""
-        out = self.run(["scontrol", "token", "username=root", f"lifespan={lifespan}"])
+    def token(self, lifespan: int = 3600, user: str = "root") -> str:
+        """A fresh JWT for ``user`` from ``scontrol token``."""
+        out = self.run(["scontrol", "token", f"username={user}", f"lifespan={lifespan}"])
         match = re.search(r"SLURM_JWT=(\S+)", out)
         if not match:
             raise LabError(f"unexpected `scontrol token` output: {out.strip()!r}")
@@ -661,6 +661,16 @@ class Lab:
         if tok:
             headers["X-SLURM-USER-TOKEN"] = tok
         return get(self.url, path, headers)
+
+    def post_as(self, user: str, path: str, doc: Any) -> Response:
+        """POST ``doc`` (JSON) to ``path`` as ``user`` (a JWT of theirs: slurmctld counts and authorises the
+        RPC as theirs, unlike ``scontrol -u``, which it counts as root's)."""
+        headers = {
+            "X-SLURM-USER-NAME": user,
+            "X-SLURM-USER-TOKEN": self.token(600, user),
+            "Content-Type": "application/json",
+        }
+        return request("POST", self.url, path, headers, json.dumps(doc).encode())
 
     def openapi(self) -> dict[str, Any]:
         resp = self.get("/openapi/v3")

@@ -1,4 +1,4 @@
-"""Minimal blocking HTTP GET against slurmrestd over TCP or a unix socket (stdlib only)."""
+"""Minimal blocking HTTP requests to slurmrestd over TCP or a unix socket (stdlib only)."""
 
 from __future__ import annotations
 
@@ -31,6 +31,18 @@ class Response:
 
 def get(url: str, path: str, headers: dict[str, str] | None = None, timeout: float = 30.0) -> Response:
     """GET ``path`` from ``url`` (``http://HOST:PORT`` or ``unix:/path/to.sock``); raw bytes back."""
+    return request("GET", url, path, headers, timeout=timeout)
+
+
+def request(
+    method: str,
+    url: str,
+    path: str,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+    timeout: float = 30.0,
+) -> Response:
+    """``method`` ``path`` on ``url`` with ``body``; raw bytes back."""
     conn: http.client.HTTPConnection
     if url.startswith("unix:"):
         conn = _UnixConnection(url[len("unix:") :], timeout)
@@ -38,7 +50,7 @@ def get(url: str, path: str, headers: dict[str, str] | None = None, timeout: flo
         host = url.removeprefix("http://").rstrip("/")
         conn = http.client.HTTPConnection(host, timeout=timeout)
     try:
-        conn.request("GET", path, headers=headers or {})
+        conn.request(method, path, body=body, headers=headers or {})
         resp = conn.getresponse()
         return Response(status=resp.status, body=resp.read())
     finally:
