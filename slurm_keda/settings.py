@@ -200,8 +200,9 @@ class PollSettings(_Group):
         gt=0.0,
         le=100_000.0,
         alias="jobs_recheck_rate",
-        description="jobs per second read again, newest first, after slurmctld counted a job-changing RPC "
-        "(hold, release, scontrol update), until as many changed jobs were found",
+        description="jobs per second read again after slurmctld counted a job-changing RPC (hold, release, "
+        "scontrol update) — the jobs of the users whose RPCs moved with it first, then newest first — until "
+        "as many changed jobs were found",
     )
     jobs_changes_limit: int = Field(
         1000,
