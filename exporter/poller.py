@@ -588,7 +588,7 @@ class Poller:
                 followed = []  # they wait: changes go first
             fetch += followed
             chosen.update(followed)
-            rechecked, swept = self._rereads(held, states, chosen, now)
+            rechecked, swept = self._rereads(held, states, chosen, now, len(moved))
             fetch += rechecked + swept
             progress = self._publisher(held, found.gone, moved, len(fetch))
             read = await self._read_jobs(fetch, progress)
@@ -687,12 +687,13 @@ class Poller:
             sync.recheck_found = total
 
     def _rereads(
-        self, held: Sequence[Job], states: Mapping[int, JobSig], chosen: set[int], now: float
+        self, held: Sequence[Job], states: Mapping[int, JobSig], chosen: set[int], now: float, changes: int
     ) -> tuple[list[int], list[int]]:
         """The jobs to read again this poll whatever their state, within the room
         :attr:`PollerConfig.jobs_changes_limit` leaves after ``chosen``: after a job-changing RPC the
-        newest first (:attr:`PollerConfig.jobs_recheck_rate`), then the sweep's next ones, oldest first
-        (:attr:`PollerConfig.jobs_sweep_rate`). Added to ``chosen``."""
+        likeliest first (:attr:`PollerConfig.jobs_recheck_rate`), then the sweep's next ones, oldest first
+        (:attr:`PollerConfig.jobs_sweep_rate`, less one per state ``changes`` read this poll). Added to
+        ``chosen``."""
         sync, cfg = self.status.jobs_sync, self.config
         elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
         sync.quota_at = now
@@ -738,7 +739,8 @@ class Poller:
         if not sync.sweep:
             sync.sweep = sorted(live, reverse=True)
             sync.sweep_period = len(live) / cfg.jobs_sweep_rate if cfg.jobs_sweep_rate > 0 else 0.0
-        n = min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed, most))
+        # the sweep yields to the changes: a burst of starts is read, and published, in a shorter poll
+        n = max(0, min(room, sync.quota("sweep", cfg.jobs_sweep_rate, elapsed, most)) - changes)
         swept = jobsync.take(sync.sweep, n, live, chosen)
         chosen.update(swept)
         return rechecked, swept

@@ -309,7 +309,7 @@ async def test_the_changes_are_published_before_the_rereads_of_the_same_poll(rig
     """Re-reads (the sweep here) follow the jobs whose state moved in the same poll: those are published
     as soon as they are in, not after the re-reads."""
     t, fake = rig.table, rig.fake
-    p = rig.poller(lanes=1, jobs_publish_every=3600.0, jobs_sweep_rate=3.0)
+    p = rig.poller(lanes=1, jobs_publish_every=3600.0, jobs_sweep_rate=5.0)
     async with p.client:
         first = await p.poll_once()
         assert first is not None
@@ -594,6 +594,23 @@ async def test_the_rates_are_per_second_of_the_whole_cycle_and_a_slow_poll_earns
             before = sync.rereads["sweep"]
             await p.poll_once()
             assert sync.rereads["sweep"] - before == reads, (duration, elapsed)
+
+
+async def test_the_sweep_yields_to_the_changes_of_the_poll(rig: Rig) -> None:
+    """A burst of starts (1,000 bridge jobs) is read in a poll no longer for the sweep: it reads what the
+    changes leave of its share."""
+    t = rig.table
+    p = rig.poller(jobs_sweep_rate=3.0, interval=1.0)
+    async with p.client:
+        await p.poll_once()
+        sync = p.status.jobs_sync
+        for submitted, swept in ((1, 2), (3, 0), (5, 0), (0, 3)):
+            for _ in range(submitted):
+                t.submit()
+            rig.clock.now += 1
+            before = sync.rereads["sweep"]
+            await p.poll_once()
+            assert sync.rereads["sweep"] - before == swept, submitted
 
 
 async def test_reason_only_changes_wait_for_the_listing_period(rig: Rig) -> None:
