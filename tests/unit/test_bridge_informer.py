@@ -64,13 +64,13 @@ async def test_the_cache_follows_the_bridges_pods(tmp_path: Path, watch_timeout:
     async with informed(tmp_path, watch_timeout) as (fake, informer):
         fake.put("pods", pod("a"))
         fake.put("pods", pod("x", scheduler="default-scheduler"))
-        await eventually(lambda: informer.synced and names(informer) == {"a"}, 5, "the first list", 0.02)
+        await eventually(lambda: informer.synced and names(informer) == {"a"}, 20, "the first list", 0.02)
         fake.put("pods", pod("b"))
         fake.update("pods", "team-a", "a", {"metadata": {"labels": {"slurm-keda.io/job-id": "7"}}})
         await asyncio.sleep(1.5 if watch_timeout == 1 else 0)  # across a watch the server ended
         fake.remove("pods", "team-a", "b")
         fake.put("pods", pod("c"))
-        await eventually(lambda: names(informer) == {"a", "c"}, 5, "the watch's changes", 0.02)
+        await eventually(lambda: names(informer) == {"a", "c"}, 20, "the watch's changes", 0.02)
         a = next(p for p in informer.objects.values() if p.metadata.name == "a")
         assert a.metadata.labels == {"slurm-keda.io/job-id": "7"}
         assert informer.lists == 1  # resumed, never listed again
@@ -79,24 +79,24 @@ async def test_the_cache_follows_the_bridges_pods(tmp_path: Path, watch_timeout:
 async def test_a_compacted_watch_lists_again(tmp_path: Path) -> None:
     async with informed(tmp_path) as (fake, informer):
         fake.put("pods", pod("a"))
-        await eventually(lambda: names(informer) == {"a"}, 5, "the first list", 0.02)
+        await eventually(lambda: names(informer) == {"a"}, 20, "the first list", 0.02)
         fake.remove("pods", "team-a", "a")
-        await eventually(lambda: names(informer) == set(), 5, "the deletion", 0.02)
+        await eventually(lambda: names(informer) == set(), 20, "the deletion", 0.02)
         fake.put("pods", pod("b"))
-        await eventually(lambda: names(informer) == {"b"}, 5, "the addition", 0.02)
+        await eventually(lambda: names(informer) == {"b"}, 20, "the addition", 0.02)
         fake.compact()
         fake.close_watches()  # the watch resumes from a version the server no longer has: 410
-        await eventually(lambda: informer.lists == 2, 5, "a list after 410 Gone", 0.02)
+        await eventually(lambda: informer.lists == 2, 20, "a list after 410 Gone", 0.02)
         assert informer.synced and names(informer) == {"b"} and informer.errors == 0
 
 
 async def test_an_outage_marks_the_cache_incomplete_until_listed_again(tmp_path: Path) -> None:
     async with informed(tmp_path) as (fake, informer):
         fake.put("pods", pod("a"))
-        await eventually(lambda: names(informer) == {"a"}, 5, "the first list", 0.02)
+        await eventually(lambda: names(informer) == {"a"}, 20, "the first list", 0.02)
         fake.down = True  # the watch breaks and cannot resume at once...
         fake.close_watches()
-        await eventually(lambda: not informer.synced, 5, "the cache to be marked incomplete", 0.02)
+        await eventually(lambda: not informer.synced, 20, "the cache to be marked incomplete", 0.02)
         for i in range(15):  # ...while more changes than the server keeps happen
             fake.put("pods", pod(f"p{i}"))
         fake.remove("pods", "team-a", "a")
@@ -143,7 +143,7 @@ async def test_a_watch_that_ends_at_once_is_backed_off_not_reopened_at_once(tmp_
 async def test_unknown_and_keyless_watch_events_are_counted_not_stored(tmp_path: Path) -> None:
     async with informed(tmp_path) as (fake, informer):
         fake.put("pods", pod("a"))
-        await eventually(lambda: names(informer) == {"a"}, 5, "the first list", 0.02)
+        await eventually(lambda: names(informer) == {"a"}, 20, "the first list", 0.02)
         fake.watch_lines = [
             b'{"type": "WEIRD", "object": {"metadata": {"uid": "u-weird", "name": "weird"}}}',
             b'{"type": "ADDED", "object": {"metadata": {}}}',
@@ -151,13 +151,13 @@ async def test_unknown_and_keyless_watch_events_are_counted_not_stored(tmp_path:
             b'{"type": 7, "object": "x"}',
         ]
         fake.close_watches()
-        await eventually(lambda: informer.ignored_events == 4, 5, "four ignored events", 0.02)
+        await eventually(lambda: informer.ignored_events == 4, 20, "four ignored events", 0.02)
         assert names(informer) == {"a"} and "" not in informer.objects and "u-weird" not in informer.objects
         assert informer.synced and informer.lists == 1
         # a line that is not JSON may be a lost change: the watch is broken, the cache listed again
         fake.watch_lines = [b"{not json"]
         fake.close_watches()
-        await eventually(lambda: informer.lists == 2 and informer.synced, 5, "a list after a bad line", 0.02)
+        await eventually(lambda: informer.lists == 2 and informer.synced, 20, "a list after a bad line", 0.02)
         assert names(informer) == {"a"} and informer.errors == 1
 
 
@@ -185,7 +185,7 @@ async def test_a_missing_crd_is_said_once_and_checked_again_rarely(
             )  # fmt: skip
             task = asyncio.create_task(groups.run(), name="podgroup-informer")
             try:
-                await eventually(lambda: len(delays) >= 5, 5, "five rechecks", 0.01)
+                await eventually(lambda: len(delays) >= 5, 20, "five rechecks", 0.01)
                 assert groups.missing and not groups.synced and groups.errors == 0
                 assert set(delays) == {300.0}
                 said = [r.getMessage() for r in caplog.records if "no such resource" in r.getMessage()]
@@ -196,7 +196,7 @@ async def test_a_missing_crd_is_said_once_and_checked_again_rarely(
                     {"metadata": {"name": "train", "namespace": "team-a"}, "spec": {"minMember": 2}},
                     prefix="scheduling.x-k8s.io/v1alpha1",
                 )
-                await eventually(lambda: groups.synced, 5, "the list once the CRD is there", 0.01)
+                await eventually(lambda: groups.synced, 20, "the list once the CRD is there", 0.01)
                 assert not groups.missing and [g.spec.minMember for g in groups.objects.values()] == [2]
             finally:
                 task.cancel()
