@@ -143,7 +143,7 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     rereads = CounterMetricFamily(
         "slurm_exporter_poll_jobs_rereads",
         "Jobs read again whatever their state, by why: follow (a fresh reason about to move), recheck "
-        "(after a job-changing RPC, newest first), sweep (every job in turn)",
+        "(after a job-changing RPC: its senders' jobs, then the newest first), sweep (every job in turn)",
         labels=["reason"],
     )
     for reason in ("follow", "recheck", "sweep"):
