@@ -30,7 +30,7 @@ import heapq
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -590,7 +590,9 @@ class Poller:
             chosen.update(followed)
             rechecked, swept = self._rereads(held, states, chosen, now, len(moved))
             fetch += rechecked + swept
-            progress = self._publisher(held, found.gone, moved, len(fetch))
+            progress = _Progress(
+                self, held, frozenset(found.gone), set(moved), len(fetch), cfg.jobs_publish_every
+            )
             read = await self._read_jobs(fetch, progress)
         except SlurmError as e:
             if progress is not None and progress.jobs is not None:  # published: the data never steps back
@@ -744,12 +746,6 @@ class Poller:
         swept = jobsync.take(sync.sweep, n, live, chosen)
         chosen.update(swept)
         return rechecked, swept
-
-    def _publisher(
-        self, held: Sequence[Job], gone: Iterable[int], moved: Collection[int], total: int
-    ) -> _Progress:
-        """What :meth:`_read_jobs` calls after each read (:class:`_Progress`)."""
-        return _Progress(self, held, frozenset(gone), set(moved), total, self.config.jobs_publish_every)
 
     async def _read_jobs(
         self, ids: Sequence[int], progress: Callable[[Mapping[int, Read], int], None] | None = None

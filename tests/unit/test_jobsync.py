@@ -264,16 +264,10 @@ async def test_a_burst_of_reads_is_published_as_it_arrives_and_never_steps_back(
     t, fake = rig.table, rig.fake
     p = rig.poller(lanes=1, jobs_publish_every=0.001)
     seen: list[Snapshot] = []
-
-    async def watch(snap: Snapshot) -> None:
-        while True:
-            snap = await p.wait_next(snap)
-            seen.append(snap)
-
     async with p.client:
         first = await p.poll_once()
         assert first is not None
-        watcher = asyncio.create_task(watch(first))
+        watcher = asyncio.create_task(_collect(p, first, seen))
         try:
             await asyncio.sleep(0)
             new = [t.submit() for _ in range(4)]
