@@ -55,7 +55,8 @@ from bridge.policy import Policy, parse_policy
 from bridge.requests import PREFIX, JobRequest, admit, gang_request
 from bridge.slurm import submit_job
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab

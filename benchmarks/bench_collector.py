@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from exporter import collector
 from exporter.aggregate import aggregate_jobs
 from exporter.model import MIB, Job, Node, Partition, Snapshot
-from exporter.poller import PollStatus
+from exporter.pollstate import PollStatus
 
 
 def synthetic(jobs: int = 100_000, nodes: int = 5000, seed: int = 1) -> Snapshot:

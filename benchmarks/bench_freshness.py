@@ -45,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes

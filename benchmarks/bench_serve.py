@@ -58,7 +58,8 @@ from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 from exporter import server
 from exporter.jsonsplit import StreamingArrayDecoder
 from exporter.model import Snapshot
-from exporter.poller import EndpointState, Poller, PollerConfig, PollStatus
+from exporter.poller import Poller
+from exporter.pollstate import EndpointState, PollerConfig, PollStatus
 from exporter.versions import adapter_for
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from .aggregate import Sums, aggregate_jobs
 from .model import Diag, License, Node, Reservation, Snapshot
-from .poller import PollStatus
+from .pollstate import PollStatus
 
 
 def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> Iterable[Metric]:

@@ -45,7 +45,7 @@ from .collector import health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
 from .model import Snapshot, wall_time
-from .poller import PollStatus
+from .pollstate import PollStatus
 from .source import SnapshotSource
 from .webconfig import BasicAuth, WebConfig, ssl_context
 

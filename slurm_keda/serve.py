@@ -35,7 +35,8 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ConfigError
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
 from exporter.model import Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.server import RENDERER, HttpServer, make_app, start
 from exporter.session import SlurmSession
 from exporter.webconfig import WebConfig, load_web_config

@@ -20,7 +20,8 @@ from bridge.kube import Kube, load_configuration
 from bridge.policy import parse_policy
 from bridge.requests import PREFIX
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab, LabError
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig

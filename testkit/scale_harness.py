@@ -66,7 +66,8 @@ import grpc.aio
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB

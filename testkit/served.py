@@ -15,7 +15,8 @@ import aiohttp
 from aiohttp import web
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.server import make_app, start
 from exporter.session import SlurmSession
 from exporter.webconfig import WebConfig

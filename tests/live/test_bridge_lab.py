@@ -14,7 +14,8 @@ from bridge.slurm import cancel_job, submit_job
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import SlurmError
 from exporter.model import Job
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from testkit.bridge_lab import reserved_node

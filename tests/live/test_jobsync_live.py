@@ -18,7 +18,8 @@ import pytest
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.jobsync import signature
 from exporter.model import Job, Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from testkit.bridge_lab import reserved_nodes

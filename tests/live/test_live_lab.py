@@ -23,7 +23,8 @@ import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource, version_key
 from exporter.model import Snapshot
-from exporter.poller import INCREMENTAL_ENDPOINTS, Poller, PollerConfig
+from exporter.poller import INCREMENTAL_ENDPOINTS, Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from lab.demo import DEMO_JOBS

@@ -25,7 +25,8 @@ from autoscaler.metrics import demand_families
 from autoscaler.report import explain
 from autoscaler.service import DemandService, NoTrustedAnswer, StaticSource, partly_invalid
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import RECORDED

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 from exporter import collector as col
 from exporter.aggregate import aggregate_jobs
 from exporter.model import MIB, Diag, Job, License, Node, Partition, Reservation, Snapshot
-from exporter.poller import EndpointState, PollStatus
+from exporter.pollstate import EndpointState, PollStatus
 from exporter.versions import SUPPORTED_VERSIONS
 from testkit.paths import ROOT
 from testkit.tools import promtool_path, recorded_snapshot

@@ -32,7 +32,7 @@ from bridge.actions import BridgeOptions, World, plan
 from bridge.pods import decode_node, decode_pod
 from bridge.policy import parse_policy
 from exporter.model import Snapshot
-from exporter.poller import EndpointState, PollStatus
+from exporter.pollstate import EndpointState, PollStatus
 from exporter.server import make_app
 from exporter.versions import SUPPORTED_VERSIONS
 from testkit.keda import connect

@@ -17,7 +17,8 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import jobs_sync_families
 from exporter.jobsync import FINAL_STATES
 from exporter.model import Job, Snapshot
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from testkit.fake_jobs import JobTable, num
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve

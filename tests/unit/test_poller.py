@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.versions import adapter_for
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve

@@ -23,7 +23,8 @@ from autoscaler.grpc_scaler import start_grpc_server
 from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService
 from exporter.client import ClientConfig, SlurmClient, TokenSource
-from exporter.poller import Poller, PollerConfig
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.server import make_app, start
 from exporter.session import SlurmSession
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve

@@ -483,7 +483,7 @@ async def test_previous_snapshot_is_served_while_a_new_one_renders() -> None:
     import threading
 
     from exporter.model import Snapshot
-    from exporter.poller import PollStatus
+    from exporter.pollstate import PollStatus
     from exporter.server import MetricsRenderer, negotiate
 
     class Source:

@@ -1,0 +1,402 @@
+"""The jobs' part of a poll between full listings: ``/jobs/state``, then ``/job/{id}`` for the jobs whose
+state moved, for the ones whose reason is about to move, after a job-changing RPC for the jobs it may have
+touched (the likeliest first) and a few more in turn (the sweep). :mod:`exporter.jobsync` decides (pure);
+this module reads and keeps the bookkeeping in :class:`exporter.pollstate.JobsSync`. The poller
+(:class:`exporter.poller.Poller`) calls it and lists ``/jobs`` in full when it says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+
+from . import jobsync
+from .client import version_key
+from .errors import HTTPStatusError, SlurmError
+from .jobsync import JobSig
+from .model import Diag, Job
+from .pollstate import EndpointState, JobsSync, PollerConfig
+from .session import Negotiated, SlurmSession
+
+log = logging.getLogger("exporter.poller")
+
+INCREMENTAL_JOBS_SINCE = "v0.0.41"
+"""The first API version whose ``/jobs/state`` names every entry by its record's job id (Slurm 24.11)."""
+
+HEAD_SECONDS = 5.0
+"""An RPC during a recheck pass re-reads at most this many seconds' worth of the likeliest jobs first."""
+
+Read = tuple[list[Job], list[tuple[Job, str]]]
+"""One ``/job/{id}`` read: the valid records, and the refused ones with why."""
+
+Publish = Callable[[tuple[Job, ...]], bool]
+"""Swap in a snapshot with these jobs (the rest as the current snapshot holds it); False: no snapshot yet."""
+
+
+class IncrementalJobs:
+    """Keeps the jobs between full listings for one poller: its ``session``, ``config`` and the
+    :class:`JobsSync` it reports; ``publish`` swaps in the jobs read so far while a burst of reads goes on."""
+
+    def __init__(
+        self,
+        session: SlurmSession,
+        config: PollerConfig,
+        sync: JobsSync,
+        *,
+        clock: Callable[[], float],
+        publish: Publish,
+    ) -> None:
+        self.session, self.config, self.sync = session, config, sync
+        self._clock, self._publish = clock, publish
+        self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...]]] = {}
+        """Jobs the last full listing dropped as impossible: id → (signature, partitions)."""
+
+    def applies(self, negotiated: Negotiated) -> bool:
+        """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
+        but names a split-off array task by its array's id, ``3_1``, not its own record's, ``6_1``)."""
+        return (
+            self.config.incremental_jobs
+            and not self.sync.states_unsupported
+            and version_key(negotiated.jobs_version) >= version_key(INCREMENTAL_JOBS_SINCE)
+        )
+
+    def note_job_updates(self, diag: Diag | None) -> None:
+        """Look at slurmctld's count of job-changing RPCs in the /diag just read: when it moved, a job may
+        have changed without its state (hold, release, ``scontrol update``): read jobs again."""
+        rpcs = jobsync.job_update_rpcs(diag)
+        sync = self.sync
+        users = diag.rpc_user_counts if diag is not None else {}
+        moved = jobsync.users_moved(sync.user_rpcs, users)
+        if users:
+            sync.user_rpcs = dict(users)
+        if rpcs is None:
+            return
+        if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
+            sync.recheck_pending = sync.recheck_new = True  # a lower count: slurmctld restarted
+            sync.recheck_wanted += max(1, rpcs - sync.update_rpcs)
+            sync.movers |= moved
+        sync.update_rpcs = rpcs
+
+    def listing_reason(self, st: EndpointState, now: float, *, standby: bool) -> str | None:
+        """Why the jobs must be listed in full now; None when an incremental read will do."""
+        sync, cfg = self.sync, self.config
+        if st.data is None or sync.listed_at is None:
+            return "first"
+        if sync.listing_requested:
+            return "requested"
+        period = max(cfg.jobs_full_refresh, cfg.jobs_listing_ratio * sync.listing_duration)
+        if cfg.jobs_full_refresh > 0 and now - sync.listed_at >= period and not standby:
+            return "period"
+        return None
+
+    def note_listing(self, dropped: Sequence[tuple[Job, str]]) -> None:
+        """The records a full listing dropped as impossible: not read again until their state moves."""
+        self._listing_refused = {job.job_id: (jobsync.signature(job), job.partitions) for job, _ in dropped}
+
+    def listed(self, requested: float, finished: float, duration: float) -> None:
+        sync = self.sync
+        sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
+        sync.quota_at = requested  # the re-read quotas accrue from the listing's data on
+        sync.listing_requested = False
+        sync.forget_rereads()
+        sync.backlog = 0
+        sync.refused = {job_id: sig for job_id, (sig, _) in self._listing_refused.items()}
+        sync.refused_partitions = {
+            job_id: parts or ("",) for job_id, (_, parts) in self._listing_refused.items()
+        }
+
+    async def read(self, st: EndpointState, last_poll: float) -> bool | str:
+        """One incremental read: ``/jobs/state``, then ``/job/{id}`` for each job whose state moved (at
+        most :attr:`PollerConfig.jobs_changes_limit`), folded into the held jobs only when every read
+        succeeded. True/False: done, succeeded or not; a string: list in full instead, and why."""
+        sync, cfg = self.sync, self.config
+        held: tuple[Job, ...] = st.data
+        now = self._clock()
+        t0 = time.perf_counter()
+        rechecked: list[int] = []
+        swept: list[int] = []
+        progress: _Progress | None = None
+        moved: list[int] = []
+        try:
+            try:
+                answer = await self.session.job_states()
+            except HTTPStatusError as e:
+                if e.status != 404:
+                    raise
+                sync.states_unsupported = True
+                log.warning("jobs/state: %s; listing /jobs in full from now on", e)
+                return "off"
+            finally:
+                sync.state_reads += 1
+            states = answer.states
+            sync.unreadable_entries = answer.unreadable
+            if answer.unreadable:
+                log.warning(
+                    "jobs/state: %d entries with an unreadable job id; no job is taken as gone this poll",
+                    answer.unreadable,
+                )
+            found = jobsync.changes(held, states, sync.refused, complete=not answer.unreadable)
+            # jobs that started first: what the bridge binds and the demand stops counting (reads of a
+            # burst are published as they come, _Progress)
+            fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
+            sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
+            if sync.backlog:
+                if sync.listing_allowed(now, cfg.jobs_listing_ratio):
+                    return "changes"
+                fetch = fetch[: cfg.jobs_changes_limit]
+            chosen = set(fetch)
+            moved = list(fetch)  # read first; published as soon as they are in (_Progress)
+            followed = [j for j in sync.follow if j in states and j not in chosen]
+            if len(fetch) + len(followed) > cfg.jobs_changes_limit:
+                followed = []  # they wait: changes go first
+            fetch += followed
+            chosen.update(followed)
+            rechecked, swept = self._rereads(held, states, chosen, now, len(moved), last_poll)
+            fetch += rechecked + swept
+            progress = _Progress(
+                self._publish,
+                sync,
+                held,
+                frozenset(found.gone),
+                set(moved),
+                len(fetch),
+                cfg.jobs_publish_every,
+            )
+            read = await self._read_jobs(fetch, progress)
+        except SlurmError as e:
+            if progress is not None and progress.jobs is not None:  # published: the data never steps back
+                st.data = progress.jobs
+            sync.recheck.extend(reversed(rechecked))  # read them next time
+            sync.sweep.extend(reversed(swept))
+            st.record_error(e, self._clock())
+            log.warning("poll jobs (incremental) failed: %s", e)
+            return False
+        finally:
+            st.last_duration = time.perf_counter() - t0
+        sync.job_reads += len(fetch)
+        fetched: dict[int, list[Job]] = {}
+        dropped: list[tuple[Job, str]] = []
+        for job_id, (good, bad) in read.items():
+            fetched[job_id] = good
+            sync.refused.pop(job_id, None)
+            sync.refused_partitions.pop(job_id, None)
+            dropped.extend(bad)
+        for job, _ in dropped:
+            sync.refused[job.job_id] = states.get(job.job_id) or jobsync.signature(job)
+            sync.refused_partitions[job.job_id] = job.partitions or ("",)
+        for job_id in [j for j in sync.refused if j not in states]:
+            del sync.refused[job_id]
+            sync.refused_partitions.pop(job_id, None)
+        if dropped:
+            st.note_dropped(dropped)
+        st.dropped_partitions = frozenset(p for parts in sync.refused_partitions.values() for p in parts)
+        st.data = jobsync.merge(held, fetched, found.gone)
+        self._follow(held, fetched, st.data, set(states))
+        sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
+        self.count_updates(jobsync.moved(held, fetched, fetch))
+        sync.incremental = True
+        sync.incremental_fetches += 1
+        sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
+        st.last_bytes = 0
+        st.successes += 1
+        st.fetched_at = self._clock()
+        if not sync.backlog:  # with jobs left unread, the data holds all Slurm accepted only as of before
+            st.requested_at = now
+        st.last_ok = True
+        return True
+
+    def _follow(
+        self,
+        before: Sequence[Job],
+        fetched: Mapping[int, Sequence[Job]],
+        after: Sequence[Job],
+        listed: set[int],
+    ) -> None:
+        """Count down the followed jobs that were read (one whose reason moved, or that left PENDING, is
+        done), and follow the ones :func:`exporter.jobsync.to_follow` names now. ``listed``: the ids
+        ``/jobs/state`` listed."""
+        sync = self.sync
+        follow, followed = sync.follow, sync.followed
+        held_ids = {j.job_id for j in before}
+        reasons = {j.job_id: j.reason for j in before if j.job_id in follow}
+        read = [job for records in fetched.values() for job in records]
+        for job in read:
+            if job.job_id in follow:
+                left = follow.pop(job.job_id) - 1
+                if job.state == "PENDING" and job.reason == reasons.get(job.job_id):
+                    if left > 0:
+                        follow[job.job_id] = left
+                    else:
+                        followed.add(job.job_id)
+        fresh = {j.job_id for j in read if j.job_id not in held_ids}
+        for job_id in jobsync.to_follow(read, fresh, after, self._clock(), followed):
+            follow.setdefault(job_id, jobsync.FOLLOW_READS)
+        for job_id in [j for j in follow if j not in listed]:
+            del follow[job_id]
+        followed.intersection_update(listed)
+
+    def count_updates(self, found: int) -> None:
+        """Book ``found`` records an RPC changed (:func:`exporter.jobsync.updated`, among every record
+        read this poll) against the job-changing RPCs counted. As many found: the recheck ends, and what
+        was found beyond is kept for one poll — an RPC made between this poll's ``/diag`` and its reads is
+        counted by the next ``/diag`` although its change is already read (measured at 20,000 jobs: such
+        an RPC sent the recheck through every job while later holds waited)."""
+        sync = self.sync
+        total = sync.recheck_found + found
+        if found or sync.recheck:
+            log.debug(
+                "recheck: %d of %d RPCs found, %d jobs left", total, sync.recheck_wanted, len(sync.recheck)
+            )
+        if total >= sync.recheck_wanted:  # as many jobs changed as RPCs were counted
+            sync.recheck.clear()
+            sync.recheck_pending = False
+            sync.recheck_wanted, sync.recheck_found = 0, min(found, total - sync.recheck_wanted)
+        elif not sync.recheck and not sync.recheck_pending:  # all read, no RPC since the pass began
+            sync.recheck_wanted = sync.recheck_found = 0
+        else:
+            sync.recheck_found = total
+
+    def _rereads(
+        self,
+        held: Sequence[Job],
+        states: Mapping[int, JobSig],
+        chosen: set[int],
+        now: float,
+        changes: int,
+        last_poll: float,
+    ) -> tuple[list[int], list[int]]:
+        """The jobs to read again this poll whatever their state, within the room
+        :attr:`PollerConfig.jobs_changes_limit` leaves after ``chosen``: after a job-changing RPC the
+        likeliest first (:attr:`PollerConfig.jobs_recheck_rate`), then the sweep's next ones, oldest first
+        (:attr:`PollerConfig.jobs_sweep_rate`, less one per state ``changes`` read this poll). Added to
+        ``chosen``. ``last_poll``: seconds the last poll took."""
+        sync, cfg = self.sync, self.config
+        elapsed = 0.0 if sync.quota_at is None else now - sync.quota_at
+        sync.quota_at = now
+        # one poll's share: the time since the last one — the interval and that poll — but a slow poll
+        # counts for at most two intervals, so it cannot earn a share that makes the next one slower still
+        # (measured at 20,000 jobs)
+        span = min(max(elapsed, 0.0), cfg.interval + min(last_poll, 2 * cfg.interval))
+        live = jobsync.live_ids(held, states)
+        if sync.recheck_pending and sync.recheck_found >= sync.recheck_wanted:  # already read (above)
+            sync.recheck_pending = False
+            sync.recheck_wanted = sync.recheck_found = 0
+        # half the recheck's reads may go to re-reading the likeliest jobs first after an RPC during a pass
+        sync.head_budget = min(
+            sync.head_budget + cfg.jobs_recheck_rate / 2 * span,
+            cfg.jobs_recheck_rate * HEAD_SECONDS,
+        )
+        likeliest = _owned_by(held, sync.movers, live)
+        if len(likeliest) > len(live) / 2:  # users whose jobs are most of the queue (the token's own)
+            likeliest = set()
+        if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
+            sync.recheck = jobsync.recheck_order(live, likeliest)
+            sync.recheck_pending = False
+            log.debug(
+                "recheck: a pass over %d jobs for %d RPCs, first %d of %s",
+                len(live),
+                sync.recheck_wanted,
+                len(likeliest),
+                sorted(sync.movers),
+            )
+        elif sync.recheck_new and sync.recheck:  # the pass goes on, after the likeliest jobs again
+            head = heapq.nlargest(int(sync.head_budget), likeliest or live)
+            sync.head_budget -= len(head)
+            sync.recheck = jobsync.recheck_order(live, head, sync.recheck)
+            log.debug("recheck: an RPC during the pass; %d jobs first again", len(head))
+        sync.movers.clear()
+        sync.recheck_new = False
+        room = max(0, cfg.jobs_changes_limit - len(chosen))
+        rechecked: list[int] = []
+        if sync.recheck:
+            n = min(room, sync.quota("recheck", cfg.jobs_recheck_rate, span))
+            rechecked = jobsync.take(sync.recheck, n, live, chosen)
+            chosen.update(rechecked)
+            room -= len(rechecked)
+        if not sync.sweep:
+            sync.sweep = sorted(live, reverse=True)
+            sync.sweep_period = len(live) / cfg.jobs_sweep_rate if cfg.jobs_sweep_rate > 0 else 0.0
+        # the sweep yields to the changes: a burst of starts is read, and published, in a shorter poll
+        n = max(0, min(room, sync.quota("sweep", cfg.jobs_sweep_rate, span)) - changes)
+        swept = jobsync.take(sync.sweep, n, live, chosen)
+        chosen.update(swept)
+        return rechecked, swept
+
+    async def _read_jobs(
+        self, ids: Sequence[int], progress: Callable[[Mapping[int, Read], int], None] | None = None
+    ) -> dict[int, Read]:
+        """``/job/{id}`` for each id, ``--max-concurrency`` at a time, ``progress`` called after each read
+        with what was read so far and the id just read; raises the first SlurmError (the other reads are
+        cancelled)."""
+        out: dict[int, Read] = {}
+        if not ids:
+            return out
+        todo = iter(ids)
+
+        async def lane(index: int) -> None:
+            for job_id in todo:  # one shared iterator: each id is read once
+                out[job_id] = await self.session.job_records(job_id, lane=index)
+                if progress is not None:
+                    progress(out, job_id)
+
+        lanes = max(1, min(len(ids), self.session.client.config.max_concurrency))
+        tasks = [asyncio.create_task(lane(i), name=f"poller-job-read-{i}") for i in range(lanes)]
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return out
+
+
+def _owned_by(held: Sequence[Job], users: Collection[str], among: Collection[int]) -> set[int]:
+    """Ids in ``among`` of the held jobs that ``users`` own (none without users)."""
+    if not users:
+        return set()
+    return {j.job_id for j in held if j.user in users and j.job_id in among}
+
+
+class _Progress:
+    """Called after each single-job read of one poll: once every job whose state moved is read (while
+    re-reads go on), and every ``every`` seconds of reads, publishes the jobs read so far folded in —
+    the snapshot's other parts and "as of" times kept, so jobs not read yet are as current as before
+    (like a backlog). A read with refused records waits for the end of the poll (its job is dropped and
+    remembered there). ``jobs``: the last published jobs, kept when a later read fails (the data never
+    steps back)."""
+
+    def __init__(
+        self,
+        publish: Publish,
+        sync: JobsSync,
+        held: Sequence[Job],
+        gone: frozenset[int],
+        moved: set[int],
+        total: int,
+        every: float,
+    ) -> None:
+        self.publish, self.sync, self.held, self.gone, self.every = publish, sync, held, gone, every
+        self.moved, self.total = moved, total
+        """The ids whose state moved, not read yet; how many reads the poll makes."""
+        self.last = time.perf_counter()
+        self.published = 0
+        self.jobs: tuple[Job, ...] | None = None
+
+    def __call__(self, read: Mapping[int, Read], job_id: int) -> None:
+        now = time.perf_counter()
+        boundary = False
+        if job_id in self.moved:
+            self.moved.discard(job_id)
+            boundary = not self.moved and len(read) < self.total  # the changes are in; re-reads go on
+        due = boundary or now - self.last >= self.every
+        if self.every <= 0 or not due or len(read) == self.published:
+            return
+        good = {job_id: records for job_id, (records, bad) in read.items() if not bad}
+        jobs = jobsync.merge(self.held, good, self.gone)
+        if not self.publish(jobs):
+            return
+        self.last, self.published, self.jobs = now, len(read), jobs
+        self.sync.partial_snapshots += 1

@@ -1,0 +1,272 @@
+"""What the poller is told (:class:`PollerConfig`) and what it tells (:class:`PollStatus`: per endpoint
+:class:`EndpointState`, the jobs kept between listings :class:`JobsSync`). Mutated only by the poller and
+:class:`exporter.incremental.IncrementalJobs`; read by ``/metrics``, the status page and health."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import SlurmError
+from .jobsync import JobSig
+from .model import ENDPOINTS, Envelope, Job, Node
+from .validate import dropped_partitions
+
+log = logging.getLogger("exporter.poller")
+
+
+@dataclass(frozen=True)
+class PollerConfig:
+    interval: float = 5.0
+    """Seconds from the end of one poll to the start of the next (a floor, never overlapping)."""
+    standby_interval: float = 0.0
+    """Seconds from one poll's end to the next one's start while another replica leads (leader election:
+    :attr:`exporter.poller.Poller.standby`): a standby writes nothing, so its data may be older — its
+    ``/metrics`` and demand say how old; it polls at once when it takes the lead. 0 (or less than
+    :attr:`interval`): as :attr:`interval`."""
+    early_gap: float = 0.5
+    """Seconds from one poll's start to the next one's at least, when
+    :meth:`exporter.poller.Poller.poll_soon` asks early (a burst of submissions costs two polls a second,
+    not one per submission)."""
+    use_update_time: bool = True
+    full_refresh: float = 60.0
+    """Seconds after which an endpoint is fetched in full even if ``last_update`` did not move."""
+    incremental_jobs: bool = True
+    """Between full ``/jobs`` listings, read ``/jobs/state`` and only the jobs whose state moved
+    (:mod:`exporter.jobsync`); Slurm releases without ``/jobs/state`` (22.05) always list in full."""
+    jobs_full_refresh: float = 0.0
+    """Seconds between full ``/jobs`` listings while jobs are kept incrementally (and at least
+    :attr:`jobs_listing_ratio` times the last listing's duration); 0: none for the period — the sweep
+    (:attr:`jobs_sweep_rate`) keeps what changes without a state change. slurmrestd 26.05.5 keeps ~135 KB
+    per job of every listing (+2.7 GB per 20,000-job listing, never given back)."""
+    jobs_sweep_rate: float = 20.0
+    """Jobs per second read again in turn, oldest first, whatever moved: a change no state or RPC tells
+    (a pending job's reason or priority) is current within (jobs not yet ended) / rate seconds."""
+    jobs_recheck_rate: float = 50.0
+    """Jobs per second read again, newest first, after slurmctld counted a job-changing RPC (hold,
+    release, ``scontrol update``), until as many changed jobs were found as RPCs were counted."""
+    jobs_publish_every: float = 0.25
+    """Seconds between snapshots published while the single-job reads of one poll go on (a burst of
+    starts): the jobs read so far replace their records, the others stay as they were, and the jobs' "as
+    of" stays the last complete read's; 0: publish only when every read is done."""
+    jobs_listing_ratio: float = 10.0
+    """A full listing starts no sooner than this many times its last duration after the last one ended
+    (slurmrestd spends at most 1/ratio of its time listing for us); the first listing, a requested one
+    and the retry of a failed one aside."""
+    jobs_changes_limit: int = 1000
+    """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
+    :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
+    endpoints: tuple[str, ...] = ENDPOINTS
+    up_max_age: float = 30.0
+    """Seconds the data of every :data:`REQUIRED_ENDPOINTS` endpoint may be old and Slurm still count as
+    up (``slurm_up``): a poll stuck on a frozen slurmrestd, or jobs and nodes failing while licenses answer,
+    turn it 0 by this age."""
+
+
+REQUIRED_ENDPOINTS = ("jobs", "nodes", "partitions")
+"""What the product needs: health (``slurm_up``, ``/readyz``) is theirs, not any endpoint's."""
+
+
+@dataclass
+class EndpointState:
+    """What the poller knows of one endpoint; mutated only by the poller."""
+
+    name: str
+    data: Any = None
+    """The last good, translated data (tuple of records, or Diag); None until the first success."""
+    envelope: Envelope | None = None
+    fetched_at: float | None = None
+    """When data was last fetched or confirmed unchanged, epoch seconds."""
+    requested_at: float | None = None
+    """When the request behind ``fetched_at`` was sent, epoch seconds."""
+    full_fetch_at: float | None = None
+    """When data was last fetched in full."""
+    last_duration: float = 0.0
+    """Seconds the last attempt took."""
+    last_bytes: int = 0
+    successes: int = 0
+    unchanged: int = 0
+    """Answers that said "no change since update_time"."""
+    errors: Counter[str] = field(default_factory=Counter)
+    """Failures by error kind (see :mod:`exporter.errors`)."""
+    last_error: str = ""
+    last_error_kind: str = ""
+    last_error_at: float | None = None
+    update_time_broken: bool = False
+    """Set when this server failed a request only because it carried ``update_time``
+    (see :data:`exporter.poller.UPDATE_TIME_REJECTED`); the endpoint is then always fetched in full."""
+
+    last_ok: bool = False
+    """Whether the last finished fetch succeeded (or was answered "unchanged")."""
+    dropped: int = 0
+    """Records dropped for impossible values (:mod:`exporter.validate`), over all fetches."""
+    dropped_partitions: frozenset[str] = frozenset()
+    """Partitions named by the records dropped from the data held (see :attr:`Snapshot.dropped`)."""
+    _fetch_dropped: frozenset[str] = frozenset()
+    """The same for the fetch in progress (moved to ``dropped_partitions`` when its data is taken)."""
+
+    def record_error(self, err: SlurmError, now: float) -> None:
+        self.last_ok = False
+        self.errors[err.kind] += 1
+        self.last_error, self.last_error_kind, self.last_error_at = str(err), err.kind, now
+
+    def note_dropped(self, dropped: Sequence[tuple[Job | Node, str]]) -> None:
+        """Count (and log once per fetch) records dropped for impossible values; note the partitions they
+        name for the data this fetch brings."""
+        if not dropped:
+            return
+        self.dropped += len(dropped)
+        self._fetch_dropped = dropped_partitions(dropped)
+        log.warning(
+            "%s: dropped %d record(s) with impossible values (first: %s); demand for partition(s) %s "
+            "is held, never lowered, while they are",
+            self.name,
+            len(dropped),
+            dropped[0][1],
+            ", ".join(p or "(none)" for p in sorted(self._fetch_dropped)),
+        )
+
+
+@dataclass
+class JobsSync:
+    """How the jobs data is kept between full listings (:mod:`exporter.jobsync`); mutated only by the
+    poller, read by /metrics and the status page."""
+
+    incremental: bool = False
+    """Whether the last jobs fetch was incremental (``/jobs/state`` and single-job reads)."""
+    incremental_fetches: int = 0
+    full_listings: Counter[str] = field(default_factory=Counter)
+    """Full ``/jobs`` listings by why: ``first``, ``period``, ``changes`` (more than the limit changed),
+    ``requested``
+    (:meth:`exporter.poller.Poller.refresh_jobs`), ``off`` (incremental reads off or not offered)."""
+    state_reads: int = 0
+    """``/jobs/state`` requests sent."""
+    job_reads: int = 0
+    """``/job/{id}`` requests sent."""
+    last_changed: int = 0
+    """Jobs read one by one by the last incremental fetch."""
+    last_read: tuple[int, ...] = ()
+    """The job ids the last incremental fetch read one by one."""
+    last_gone: int = 0
+    """Jobs the last incremental fetch dropped because Slurm no longer lists them."""
+    backlog: int = 0
+    """Changed jobs left for the next polls (more than the limit changed within a listing's spacing)."""
+    listed_at: float | None = None
+    """When the request of the last full listing was sent, epoch seconds."""
+    listing_ended: float | None = None
+    listing_duration: float = 0.0
+    """Seconds the last full listing took."""
+    update_rpcs: int | None = None
+    """slurmctld's count of job-changing RPCs at the last look (:func:`exporter.jobsync.job_update_rpcs`)."""
+    user_rpcs: dict[str, int] | None = None
+    """slurmctld's count of RPCs per user at the last look."""
+    movers: set[str] = field(default_factory=set)
+    """Users whose RPCs moved with job-changing ones, their jobs not yet put first in the recheck."""
+    recheck_new: bool = False
+    """A job-changing RPC was counted since the recheck last looked."""
+    head_budget: float = 0.0
+    """Reads the recheck may spend re-reading the likeliest jobs (the movers' or the newest) when an RPC
+    comes during a pass: half its rate accrues, at most :data:`exporter.incremental.HEAD_SECONDS` of its
+    rate."""
+    listing_requested: bool = False
+    """:meth:`exporter.poller.Poller.refresh_jobs` asked for a full listing at the next poll."""
+    recheck_pending: bool = False
+    """A job-changing RPC was seen: start a pass over the jobs not yet ended, newest first, once the pass
+    in progress (if any) is done — restarting it at each RPC would never reach the oldest jobs under a
+    steady stream of RPCs."""
+    recheck: list[int] = field(default_factory=list)
+    """Job ids left to re-read after a job-changing RPC, ascending (the newest popped first)."""
+    recheck_wanted: int = 0
+    """Job-changing RPCs counted since the re-reading began: it stops once as many jobs changed."""
+    recheck_found: int = 0
+    """Records found changed by an RPC (:meth:`exporter.incremental.IncrementalJobs.count_updates`), kept
+    one poll beyond the RPCs."""
+    sweep: list[int] = field(default_factory=list)
+    """Job ids left in this turn of the sweep, descending (the oldest popped first); refilled when empty."""
+    sweep_period: float = 0.0
+    """Seconds one turn of the sweep takes at the last refill: jobs not yet ended / rate."""
+    partial_snapshots: int = 0
+    """Snapshots published while a poll's single-job reads went on
+    (:attr:`PollerConfig.jobs_publish_every`)."""
+    rereads: Counter[str] = field(default_factory=Counter)
+    """Jobs read again whatever their state by why: ``follow`` (a reason about to move), ``recheck``
+    (after a job-changing RPC), ``sweep`` (in turn)."""
+    quota_at: float | None = None
+    """When the last incremental read took its re-read quotas (they accrue with time)."""
+    quota_carry: dict[str, float] = field(default_factory=dict)
+    follow: dict[int, int] = field(default_factory=dict)
+    """Pending job → polls left to read it again: its reason is about to change without a state change or
+    an RPC (:func:`exporter.jobsync.to_follow`)."""
+    followed: set[int] = field(default_factory=set)
+    """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
+    unreadable_entries: int = 0
+    """Entries of the last ``/jobs/state`` whose job id could not be read (then no job was dropped)."""
+    states_unsupported: bool = False
+    """``/jobs/state`` answered 404: this server cannot do incremental reads."""
+    refused: dict[int, JobSig] = field(default_factory=dict)
+    """Job id → its signature when its record was refused (impossible values): not read again until it
+    moves."""
+    refused_partitions: dict[int, tuple[str, ...]] = field(default_factory=dict)
+
+    def listing_allowed(self, now: float, ratio: float) -> bool:
+        """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
+        return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
+
+    def quota(self, why: str, rate: float, span: float) -> int:
+        """Jobs ``why`` may read again now at ``rate`` per second over ``span`` seconds (the time since the
+        last quotas, clamped by the caller); the fraction left carries over."""
+        due = self.quota_carry.get(why, 0.0) + rate * span
+        n = int(due)
+        self.quota_carry[why] = due - n
+        return n
+
+    def forget_rereads(self) -> None:
+        """A full listing read everything: the recheck is done and the sweep starts over."""
+        self.recheck_pending = False
+        self.recheck.clear()
+        self.movers.clear()
+        self.recheck_new = False
+        self.recheck_wanted = self.recheck_found = 0
+        self.sweep.clear()
+
+
+@dataclass
+class PollStatus:
+    """Health of the poller, read by /metrics and the status page."""
+
+    api_version: str | None = None
+    offered_versions: tuple[str, ...] = ()
+    jobs_api_version: str | None = None
+    """The version ``/jobs`` is listed with (differs from ``api_version`` on Slurm 26.05: job exclusivity)."""
+    polls: int = 0
+    last_poll_started: float | None = None
+    last_poll_finished: float | None = None
+    last_poll_duration: float = 0.0
+    last_poll_ok: bool = False
+    """True when the last poll produced a snapshot."""
+    last_success: float | None = None
+    """When the last snapshot was swapped in."""
+    endpoints: dict[str, EndpointState] = field(default_factory=dict)
+    negotiation: EndpointState = field(default_factory=lambda: EndpointState("openapi"))
+    last_error: str = ""
+    up_max_age: float = 30.0
+    """:attr:`PollerConfig.up_max_age`."""
+    jobs_sync: JobsSync = field(default_factory=JobsSync)
+
+    def data_age(self, now: float) -> float | None:
+        """Seconds since the oldest of the required endpoints' data was fetched (or confirmed unchanged);
+        None until each of them was fetched once."""
+        stamps = [st.fetched_at for e in REQUIRED_ENDPOINTS if (st := self.endpoints.get(e)) is not None]
+        if not stamps or any(t is None for t in stamps):
+            return None
+        return max(0.0, now - min(t for t in stamps if t is not None))
+
+    def up(self, now: float) -> bool:
+        """Slurm is up for us: the last fetch of every required endpoint succeeded, and each answered
+        within :attr:`up_max_age` seconds (a poll stuck on a frozen slurmrestd never finishes)."""
+        age = self.data_age(now)
+        ok = all(st.last_ok for e in REQUIRED_ENDPOINTS if (st := self.endpoints.get(e)) is not None)
+        return ok and age is not None and age <= self.up_max_age
