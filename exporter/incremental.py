@@ -52,7 +52,7 @@ class IncrementalJobs:
         self.session, self.config, self.sync = session, config, sync
         self._clock, self._publish = clock, publish
         self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...]]] = {}
-        """Jobs the last full listing dropped as impossible: id → (signature, partitions)."""
+        """Jobs the fetch of a full listing dropped as impossible, as :attr:`JobsSync.refused`."""
 
     def applies(self, negotiated: Negotiated) -> bool:
         """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
@@ -94,7 +94,9 @@ class IncrementalJobs:
 
     def note_listing(self, dropped: Sequence[tuple[Job, str]]) -> None:
         """The records a full listing dropped as impossible: not read again until their state moves."""
-        self._listing_refused = {job.job_id: (jobsync.signature(job), job.partitions) for job, _ in dropped}
+        self._listing_refused = {
+            job.job_id: (jobsync.signature(job), job.partitions or ("",)) for job, _ in dropped
+        }
 
     def listed(self, requested: float, finished: float, duration: float) -> None:
         sync = self.sync
@@ -103,10 +105,7 @@ class IncrementalJobs:
         sync.listing_requested = False
         sync.forget_rereads()
         sync.backlog = 0
-        sync.refused = {job_id: sig for job_id, (sig, _) in self._listing_refused.items()}
-        sync.refused_partitions = {
-            job_id: parts or ("",) for job_id, (_, parts) in self._listing_refused.items()
-        }
+        sync.refused = dict(self._listing_refused)
 
     async def read(self, st: EndpointState, last_poll: float) -> bool | str:
         """One incremental read: ``/jobs/state``, then ``/job/{id}`` for each job whose state moved (at
@@ -138,7 +137,8 @@ class IncrementalJobs:
                     "jobs/state: %d entries with an unreadable job id; no job is taken as gone this poll",
                     answer.unreadable,
                 )
-            found = jobsync.changes(held, states, sync.refused, complete=not answer.unreadable)
+            refused = {job_id: sig for job_id, (sig, _) in sync.refused.items()}
+            found = jobsync.changes(held, states, refused, complete=not answer.unreadable)
             # jobs that started first: what the bridge binds and the demand stops counting (reads of a
             # burst are published as they come, _Progress)
             fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
@@ -182,17 +182,15 @@ class IncrementalJobs:
         for job_id, (good, bad) in read.items():
             fetched[job_id] = good
             sync.refused.pop(job_id, None)
-            sync.refused_partitions.pop(job_id, None)
             dropped.extend(bad)
         for job, _ in dropped:
-            sync.refused[job.job_id] = states.get(job.job_id) or jobsync.signature(job)
-            sync.refused_partitions[job.job_id] = job.partitions or ("",)
+            sig = states.get(job.job_id) or jobsync.signature(job)
+            sync.refused[job.job_id] = (sig, job.partitions or ("",))
         for job_id in [j for j in sync.refused if j not in states]:
             del sync.refused[job_id]
-            sync.refused_partitions.pop(job_id, None)
         if dropped:
             st.note_dropped(dropped)
-        st.dropped_partitions = frozenset(p for parts in sync.refused_partitions.values() for p in parts)
+        st.dropped_partitions = frozenset(p for _, parts in sync.refused.values() for p in parts)
         st.data = jobsync.merge(held, fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})

@@ -13,12 +13,12 @@ send Slurm's ``last_update`` of the data held; slurmrestd then answers 304 or an
 changed, and the held data is reused. A full fetch is forced every ``full_refresh`` seconds anyway,
 because a few fields (node free memory and load) change without moving ``last_update``.
 
-Jobs are kept incrementally (:mod:`exporter.jobsync`, API v0.0.41+): the first poll lists them, later
+Jobs are kept incrementally (API v0.0.41+, :mod:`exporter.incremental`): the first poll lists them, later
 polls read ``/jobs/state`` and only the jobs whose state moved (``/job/{id}``), the ones whose reason
 slurmctld is about to move, after a job-changing RPC the jobs it may have touched (newest first), and a
 few more each poll in turn (the sweep: what changes without the state or an RPC). A full listing only at
-the start, on request, for a mass change, or every ``jobs_full_refresh`` seconds if set (:mod:`exporter.incremental`,
-``docs/freshness.md``).
+the start, on request, for a mass change, or every ``jobs_full_refresh`` seconds if set
+(``docs/freshness.md``).
 """
 
 from __future__ import annotations

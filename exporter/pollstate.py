@@ -206,10 +206,9 @@ class JobsSync:
     """Entries of the last ``/jobs/state`` whose job id could not be read (then no job was dropped)."""
     states_unsupported: bool = False
     """``/jobs/state`` answered 404: this server cannot do incremental reads."""
-    refused: dict[int, JobSig] = field(default_factory=dict)
-    """Job id → its signature when its record was refused (impossible values): not read again until it
-    moves."""
-    refused_partitions: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    refused: dict[int, tuple[JobSig, tuple[str, ...]]] = field(default_factory=dict)
+    """Job id → (its signature, the partitions it names, ``("",)`` for none) when its record was refused
+    (impossible values): not read again until it moves; its partitions' demand is held meanwhile."""
 
     def listing_allowed(self, now: float, ratio: float) -> bool:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
