@@ -1,7 +1,8 @@
 """Freshness at scale: how soon a job change reaches the snapshot — which ``/metrics``, the demand service
 (its gRPC stream included) and the bridge all wake on — with 20,000 jobs queued, and what it costs
 slurmrestd: incremental jobs (``/jobs/state`` + ``/job/{id}``) against full polling (a ``/jobs`` listing
-whenever anything changed, as before), one after the other in one run, on the 26.05 lab.
+whenever anything changed, as before), one after the other in one run, on the 26.05 lab (``--slurm
+24.11``: the 24.11 lab).
 
 Setup (kept between runs unless ``--clean``): ``--queue`` held jobs named ``bench-fresh-held`` in partition
 ``cpu``; two dynamic nodes ``fr-1``, ``fr-2`` (4 CPUs each) under the reservation ``bench-fresh`` with
@@ -92,7 +93,8 @@ def hold(lab: Lab, owner: str, job_id: int, on: bool) -> None:
     if owner == "root":
         lab.run(["scontrol", "hold" if on else "release", str(job_id)])
         return
-    answer = lab.post_as(owner, f"/slurm/v0.0.45/job/{job_id}", {"hold": on})
+    version = "v0.0.45" if lab.flavor.name == "26.05" else "v0.0.42"  # the newest each offers
+    answer = lab.post_as(owner, f"/slurm/{version}/job/{job_id}", {"hold": on})
     if answer.status != 200:
         raise RuntimeError(f"hold={on} of {job_id} as {owner}: HTTP {answer.status} {answer.body[:200]!r}")
 
@@ -297,9 +299,9 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    lab = Lab("26.05")
+    lab = Lab(args.slurm)
     lab.up()
-    print(f"lab 26.05: Slurm {lab.release()}")
+    print(f"lab {args.slurm}: Slurm {lab.release()}")
     if args.park_first:  # the hold/release targets older than the queue: the recheck reaches them last
         add_nodes(lab, args.owner)
         parked = park(lab, args.parked, args.owner)
@@ -352,6 +354,7 @@ def main() -> None:
         " they are then older than every queued job",
     )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    p.add_argument("--slurm", choices=("26.05", "24.11"), default="26.05", help="which lab")
     p.add_argument(
         "--owner", default="root", help="who owns, holds and releases the parked jobs (root, ann, bob)"
     )
