@@ -9,9 +9,10 @@ the bridge never builds the client library's model objects. Quantities are exact
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from fractions import Fraction
+from typing import Any
 
 import msgspec
 
@@ -27,6 +28,7 @@ __all__ = [
     "decode_pod",
     "effective_request",
     "parse_quantity",
+    "pod_requests",
 ]
 
 
@@ -100,6 +102,70 @@ class ObjectMeta(msgspec.Struct, frozen=True):
     deletionGracePeriodSeconds: int | None = None
 
 
+class NodeSelectorRequirement(msgspec.Struct, frozen=True):
+    key: str = ""
+    operator: str = ""
+    values: list[str] = []
+
+
+class NodeSelectorTerm(msgspec.Struct, frozen=True):
+    matchExpressions: list[NodeSelectorRequirement] = []
+    matchFields: list[NodeSelectorRequirement] = []
+
+
+class NodeSelector(msgspec.Struct, frozen=True):
+    nodeSelectorTerms: list[NodeSelectorTerm] = []
+
+
+class PreferredSchedulingTerm(msgspec.Struct, frozen=True):
+    weight: int = 0
+    preference: NodeSelectorTerm = NodeSelectorTerm()
+
+
+class NodeAffinity(msgspec.Struct, frozen=True):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelector | None = None
+    preferredDuringSchedulingIgnoredDuringExecution: list[PreferredSchedulingTerm] = []
+
+
+class PodAffinityTerms(msgspec.Struct, frozen=True):
+    """Inter-pod (anti-)affinity: the bridge reads only whether terms are present (see bridge.feasible)."""
+
+    requiredDuringSchedulingIgnoredDuringExecution: list[dict[str, Any]] = []
+    preferredDuringSchedulingIgnoredDuringExecution: list[dict[str, Any]] = []
+
+
+class Affinity(msgspec.Struct, frozen=True):
+    nodeAffinity: NodeAffinity | None = None
+    podAffinity: PodAffinityTerms | None = None
+    podAntiAffinity: PodAffinityTerms | None = None
+
+
+class Toleration(msgspec.Struct, frozen=True):
+    key: str = ""
+    operator: str = ""
+    value: str = ""
+    effect: str = ""
+    tolerationSeconds: int | None = None
+
+
+class PersistentVolumeClaimSource(msgspec.Struct, frozen=True):
+    claimName: str = ""
+    readOnly: bool = False
+
+
+class EphemeralVolumeSource(msgspec.Struct, frozen=True):
+    volumeClaimTemplate: dict[str, Any] | None = None
+
+
+class Volume(msgspec.Struct, frozen=True):
+    """A pod volume: only claims matter for placement (a generic ephemeral volume is a claim named
+    ``<pod>-<volume>``, created by Kubernetes' ephemeral-volume controller)."""
+
+    name: str = ""
+    persistentVolumeClaim: PersistentVolumeClaimSource | None = None
+    ephemeral: EphemeralVolumeSource | None = None
+
+
 class PodSpec(msgspec.Struct, frozen=True):
     schedulerName: str = "default-scheduler"
     nodeName: str | None = None
@@ -107,6 +173,11 @@ class PodSpec(msgspec.Struct, frozen=True):
     initContainers: list[Container] = []
     overhead: dict[str, str] = {}
     activeDeadlineSeconds: int | None = None
+    nodeSelector: dict[str, str] = {}
+    affinity: Affinity | None = None
+    tolerations: list[Toleration] = []
+    volumes: list[Volume] = []
+    topologySpreadConstraints: list[dict[str, Any]] = []
 
 
 class Condition(msgspec.Struct, frozen=True):
@@ -146,12 +217,20 @@ class Pod(msgspec.Struct, frozen=True):
         return self.status.phase in ("Succeeded", "Failed")
 
 
+class Taint(msgspec.Struct, frozen=True):
+    key: str = ""
+    value: str = ""
+    effect: str = ""
+
+
 class NodeSpec(msgspec.Struct, frozen=True):
     unschedulable: bool = False
+    taints: list[Taint] = []
 
 
 class NodeStatus(msgspec.Struct, frozen=True):
     conditions: list[Condition] = []
+    allocatable: dict[str, str] = {}
 
 
 class Node(msgspec.Struct, frozen=True):
@@ -217,25 +296,55 @@ def _container_value(c: Container, resource: str) -> Fraction:
     return max(values, default=Fraction(0))
 
 
+def _container_request(c: Container, resource: str) -> Fraction:
+    """A container's request of ``resource`` as the API server defaults it: the request, else the limit."""
+    value = c.resources.requests.get(resource) or c.resources.limits.get(resource)
+    return parse_quantity(value) if value else Fraction(0)
+
+
 def effective_request(
     containers: Iterable[Container],
     init_containers: Iterable[Container],
     overhead: Mapping[str, str],
     resource: str,
+    per_container: Callable[[Container, str], Fraction] = _container_value,
 ) -> Fraction:
     """What the pod needs of ``resource`` as Kubernetes counts it: the sum over app containers and
     sidecars (init containers with ``restartPolicy: Always``), or the largest one-shot init container
     plus the sidecars started before it, whichever is larger; plus the pod's overhead. Each container
-    counts the larger of its request and limit. Raises :class:`QuantityError`."""
+    counts ``per_container`` of it: by default the larger of its request and limit (what Slurm is asked
+    for: the pod may use up to its limit). Raises :class:`QuantityError`."""
     sidecars = Fraction(0)
     init_peak = Fraction(0)
     for c in init_containers:
-        value = _container_value(c, resource)
+        value = per_container(c, resource)
         if c.restartPolicy == "Always":
             sidecars += value
             init_peak = max(init_peak, sidecars)
         else:
             init_peak = max(init_peak, sidecars + value)
-    app = sum((_container_value(c, resource) for c in containers), Fraction(0))
+    app = sum((per_container(c, resource) for c in containers), Fraction(0))
     extra = parse_quantity(overhead[resource]) if resource in overhead else Fraction(0)
     return max(app + sidecars, init_peak) + extra
+
+
+def pod_requests(pod: Pod) -> dict[str, Fraction]:
+    """Every resource ``pod`` requests as kube-scheduler counts it against a node's allocatable
+    (``resourcehelper.PodRequests``): per container its request (the API server copies a limit given
+    alone), the init/sidecar rule of :func:`effective_request`, plus overhead; zero requests left out.
+    Raises :class:`QuantityError`."""
+    spec = pod.spec
+    names = {
+        r
+        for c in (*spec.containers, *spec.initContainers)
+        for r in (*c.resources.requests, *c.resources.limits)
+    }
+    names.update(spec.overhead)
+    out: dict[str, Fraction] = {}
+    for name in sorted(names):
+        value = effective_request(
+            spec.containers, spec.initContainers, spec.overhead, name, _container_request
+        )
+        if value:
+            out[name] = value
+    return out

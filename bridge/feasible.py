@@ -1,0 +1,246 @@
+"""(pod, nodes, pods on the nodes, volumes) → which Kubernetes nodes the pod may be bound to, and why the
+others not. Pure. The bridge offers Slurm only the feasible nodes (the rest go into the job's
+``excluded_nodes``), so the kubelet never rejects a pod Slurm placed.
+
+The rules are kube-scheduler's filter plugins, with their semantics and their messages (what
+``kubectl describe pod`` shows, e.g. ``0/5 nodes are available: 2 node(s) had untolerated taint
+{gpu: true}, 3 Insufficient cpu.``):
+
+* **NodeUnschedulable** — a cordoned node (``spec.unschedulable``) unless the pod tolerates the taint
+  ``node.kubernetes.io/unschedulable:NoSchedule``.
+* **NodeAffinity** — ``nodeSelector`` (every label equal) and the required node affinity
+  (:mod:`bridge.nodeselect`: every operator, ``matchFields``). Preferred terms do not filter
+  (kube-scheduler scores them; Slurm chooses among the feasible nodes).
+* **TaintToleration** — every taint with effect ``NoSchedule`` or ``NoExecute`` must be tolerated:
+  a toleration's effect (empty: any) and key (empty, with ``Exists``: any) must match, ``Equal`` (or
+  no operator) compares the value, ``Exists`` does not. ``tolerationSeconds`` does not matter for
+  placement (it bounds how long a ``NoExecute`` taint added later is tolerated). ``PreferNoSchedule``
+  does not filter.
+* **NodeResourcesFit** — the node's ``status.allocatable`` less what the pods already bound to it
+  request (every pod, the bridge's or not — DaemonSets, the slurmd pod — unless it Succeeded or
+  Failed), per resource the pod requests (:func:`bridge.pods.pod_requests`: CPU in millicores rounded
+  up, everything else in whole units rounded up); and one pod slot (``pods``).
+* **Volumes** (:mod:`bridge.volumes`) — a bound claim's volume node affinity, an unbound
+  ``WaitForFirstConsumer`` claim's storage class ``allowedTopologies``; a missing claim, one being
+  deleted, or an unbound ``Immediate`` one makes every node infeasible (kube-scheduler waits as well).
+
+The bridge also requires a node to be Ready and labelled for it (:class:`bridge.actions.BridgeOptions`
+``node_label``); :func:`feasible` takes that as ``eligible``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+from .nodeselect import selector_matches
+from .pods import Node, Pod, QuantityError, parse_quantity, pod_requests
+from .volumes import Volumes, claims_problem, volume_reasons
+
+__all__ = [
+    "NOT_READY",
+    "Feasibility",
+    "NodeUse",
+    "affinity_matches",
+    "feasible",
+    "node_reasons",
+    "node_usage",
+    "tolerates",
+    "untolerated_taint",
+]
+
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+NO_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+UNSCHEDULABLE = "node(s) were unschedulable"
+TOO_MANY_PODS = "Too many pods"
+NOT_READY = "node(s) were not ready or not labelled for the bridge"
+FILTERED_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
+@dataclass(frozen=True)
+class NodeUse:
+    """What the pods bound to one node request: per resource (base units as Kubernetes rounds them:
+    CPU in millicores), and how many pods."""
+
+    requested: Mapping[str, int] = field(default_factory=dict)
+    pods: int = 0
+
+
+@dataclass(frozen=True)
+class Feasibility:
+    """One pod's (or gang's) verdict over the nodes."""
+
+    nodes: tuple[str, ...]
+    """The Kubernetes nodes it may be bound to, sorted."""
+    reasons: Mapping[str, tuple[str, ...]]
+    """Every other node → why not (kube-scheduler's wording; at least one reason each)."""
+    blocked: str | None = None
+    """Why no node at all (a claim missing or not yet bound): then every node's reason is this."""
+
+    def summary(self) -> str:
+        """``0/5 nodes are available: 2 node(s) had untolerated taint {gpu: true}, 3 Insufficient cpu.``
+        — kube-scheduler's ``FitError`` wording: per reason how many nodes gave it, sorted."""
+        total = len(self.nodes) + len(self.reasons)
+        if self.blocked is not None:
+            return f"0/{total} nodes are available: {self.blocked}."
+        counts = Counter(r for why in self.reasons.values() for r in why)
+        parts = sorted(f"{n} {reason}" for reason, n in counts.items())
+        return f"{len(self.nodes)}/{total} nodes are available: {', '.join(parts)}."
+
+
+def units(resource: str, quantity: Fraction) -> int:
+    """A quantity as kube-scheduler compares it: CPU in millicores, anything else in whole units, both
+    rounded up (``Quantity.MilliValue()``/``Value()``)."""
+    return math.ceil(quantity * 1000) if resource == "cpu" else math.ceil(quantity)
+
+
+def node_usage(pods: Iterable[Pod]) -> dict[str, NodeUse]:
+    """Node name → what the pods bound to it request (pods that Succeeded or Failed no longer count, as
+    for kube-scheduler's cache). A pod whose quantities Kubernetes would not have accepted counts as one
+    pod requesting nothing."""
+    requested: dict[str, Counter[str]] = {}
+    count: Counter[str] = Counter()
+    for pod in pods:
+        node = pod.spec.nodeName
+        if not node or pod.terminal:
+            continue
+        count[node] += 1
+        sums = requested.setdefault(node, Counter())
+        try:
+            asks = pod_requests(pod)
+        except QuantityError:
+            continue
+        for name, value in asks.items():
+            sums[name] += units(name, value)
+    return {node: NodeUse(dict(requested.get(node, {})), n) for node, n in count.items()}
+
+
+# -- node affinity ----------------------------------------------------------------------------------
+
+
+def affinity_matches(pod: Pod, node: Node) -> bool:
+    """``nodeSelector`` and the required node affinity of ``pod`` against ``node``."""
+    labels = node.metadata.labels
+    if any(labels.get(k) != v for k, v in pod.spec.nodeSelector.items()):
+        return False
+    aff = pod.spec.affinity
+    required = (
+        aff.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution if aff and aff.nodeAffinity else None
+    )
+    return required is None or selector_matches(required, node)
+
+
+# -- taints ------------------------------------------------------------------------------------------
+
+
+def tolerates(pod: Pod, key: str, value: str, effect: str) -> bool:
+    """Whether one of ``pod``'s tolerations tolerates the taint (``Toleration.ToleratesTaint``)."""
+    for t in pod.spec.tolerations:
+        if t.effect and t.effect != effect:
+            continue
+        if t.key and t.key != key:
+            continue
+        if t.operator in ("", "Equal") and t.value == value:
+            return True
+        if t.operator == "Exists":
+            return True
+    return False
+
+
+def untolerated_taint(pod: Pod, node: Node) -> str | None:
+    """kube-scheduler's message for the first ``NoSchedule``/``NoExecute`` taint ``pod`` does not
+    tolerate, or None."""
+    for taint in node.spec.taints:
+        if taint.effect in FILTERED_EFFECTS and not tolerates(pod, taint.key, taint.value, taint.effect):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    return None
+
+
+# -- resources ---------------------------------------------------------------------------------------
+
+
+def _allocatable(node: Node) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for name, text in node.status.allocatable.items():
+        try:
+            out[name] = units(name, parse_quantity(text))
+        except QuantityError:
+            out[name] = 0  # an allocatable Kubernetes would not report: nothing fits
+    return out
+
+
+def resource_reasons(asks: Mapping[str, int], node: Node, use: NodeUse) -> list[str]:
+    """``Too many pods`` / ``Insufficient <resource>`` for one node (``noderesources.fitsRequest``)."""
+    free = _allocatable(node)
+    out = []
+    if use.pods + 1 > free.get("pods", 0):
+        out.append(TOO_MANY_PODS)
+    for name, want in sorted(asks.items()):
+        if name == "pods" or want <= 0:
+            continue
+        if want > free.get(name, 0) - use.requested.get(name, 0):
+            out.append(f"Insufficient {name}")
+    return out
+
+
+# -- everything ----------------------------------------------------------------------------------------
+
+
+def node_reasons(
+    pod: Pod, node: Node, use: NodeUse, volumes: Volumes, asks: Mapping[str, int] | None = None
+) -> list[str]:
+    """Why ``pod`` may not be bound to ``node``; empty when it may. ``asks``: :func:`pod_asks` of the pod
+    (computed when None)."""
+    out = []
+    if node.spec.unschedulable and not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
+        out.append(UNSCHEDULABLE)
+    if not affinity_matches(pod, node):
+        out.append(NO_AFFINITY)
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        out.append(taint)
+    out += resource_reasons(pod_asks(pod) if asks is None else asks, node, use)
+    out += volume_reasons(pod, node, volumes)
+    return out
+
+
+def pod_asks(pod: Pod) -> dict[str, int]:
+    """:func:`bridge.pods.pod_requests` in the units kube-scheduler compares (:func:`units`). Raises
+    :class:`QuantityError` (the bridge refuses such a pod before it gets here)."""
+    return {name: units(name, value) for name, value in pod_requests(pod).items()}
+
+
+def feasible(
+    pods: Sequence[Pod],
+    nodes: Sequence[Node],
+    usage: Mapping[str, NodeUse],
+    volumes: Volumes,
+    eligible: Iterable[str] | None = None,
+) -> Feasibility:
+    """The nodes every one of ``pods`` may be bound to (one pod, or a gang's members: each lands on its
+    own node, and any member may get any of the job's nodes). ``eligible``: the node names the bridge may
+    use at all (Ready, labelled for it); the others get :data:`NOT_READY`."""
+    blocked = next((b for p in pods if (b := claims_problem(p, volumes)) is not None), None)
+    if blocked is not None:
+        return Feasibility((), {n.metadata.name: (blocked,) for n in nodes}, blocked)
+    allowed = None if eligible is None else set(eligible)
+    asks = [pod_asks(p) for p in pods]
+    ok: list[str] = []
+    reasons: dict[str, tuple[str, ...]] = {}
+    for node in nodes:
+        name = node.metadata.name
+        if allowed is not None and name not in allowed:
+            reasons[name] = (NOT_READY,)
+            continue
+        use = usage.get(name, NodeUse())
+        why: dict[str, None] = {}
+        for pod, ask in zip(pods, asks, strict=True):
+            why.update(dict.fromkeys(node_reasons(pod, node, use, volumes, ask)))
+        if why:
+            reasons[name] = tuple(why)
+        else:
+            ok.append(name)
+    return Feasibility(tuple(sorted(ok)), reasons)
