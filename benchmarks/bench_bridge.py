@@ -60,6 +60,7 @@ from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
+from testkit.builders import ALLOCATABLE
 from testkit.fake_kube import write_kubeconfig
 from testkit.kube_process import KubeProcess
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
@@ -124,7 +125,10 @@ def k8s_nodes(names: list[str]) -> list[tuple[str, dict[str, Any]]]:
             "nodes",
             {
                 "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": dict(ALLOCATABLE),
+                },
             },
         )
         for name in names

@@ -32,17 +32,21 @@ submitted twice in between.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+
+import msgspec
 
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
+from .feasible import Feasibility, NodeUse, feasible, node_reasons, pod_asks, resource_reasons
 from .groups import GroupError, GroupKey, Membership, group_size, membership
 from .pods import Node, Pod
 from .policy import Policy
 from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
+from .volumes import Volumes, claim_names, claims_problem
 
 __all__ = [
     "JOB_ID_ANNOTATION",
@@ -137,6 +141,11 @@ class World:
     """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
     admissions: MutableMapping[AdmissionKey, JobRequest | Refusal | None] | None = None
     """A memo of admissions the caller keeps between passes (the same options each time), or None."""
+    usage: Mapping[str, NodeUse] = field(default_factory=dict)
+    """Kubernetes node → what the pods bound to it request, every pod's
+    (:func:`bridge.feasible.node_usage`)."""
+    volumes: Volumes = field(default_factory=Volumes)
+    """The claims, volumes and storage classes (:mod:`bridge.volumes`)."""
 
     @property
     def jobs_as_of(self) -> float:
@@ -153,6 +162,8 @@ class Submit:
     request: JobRequest
     excluded_nodes: tuple[str, ...]
     group: str | None = None
+    placement: str = ""
+    """Which nodes Kubernetes' rules leave (:meth:`bridge.feasible.Feasibility.summary`), for the Event."""
 
     @property
     def uids(self) -> tuple[str, ...]:
@@ -174,6 +185,13 @@ class Bind:
     """A gang's whole Slurm host list (empty for a pod placed alone)."""
     job_start: float | None = None
     """When Slurm started the job (epoch seconds), for the bind latency."""
+    no_room: str = ""
+    """Why the node has no room for the pod yet (``Insufficient cpu``: pods Kubernetes still counts there,
+    e.g. one Terminating): the binding waits — as a failed one does, until ``bind_deadline``."""
+
+
+UNSCHEDULABLE = "Unschedulable"
+"""The PodScheduled reason (and ``FailedScheduling`` Event) when no node may take the pod."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +199,9 @@ class Waiting:
     pod: str
     uid: str
     message: str
+    reason: str = "SlurmPending"
+    """The pod's PodScheduled=False reason: ``SlurmPending`` (its job waits in Slurm's queue, or for the
+    rest of its gang), :data:`UNSCHEDULABLE` (no node may take it: nothing is submitted)."""
 
 
 @dataclass(frozen=True)
@@ -393,10 +414,57 @@ class _Context:
     """Pod uids with a submission not yet visible in the snapshot."""
     group_jobs: Mapping[str, list[Job]]
     """A gang's name → its jobs."""
+    verdicts: dict[tuple[str, tuple[Hashable, ...]], Feasibility] = field(default_factory=dict)
+    """This pass's :meth:`placement` answers."""
 
-    def excluded(self, partition: str) -> tuple[str, ...]:
+    def placement(self, pods: Sequence[Pod], partition: str) -> Feasibility:
+        """Where ``pods`` (one pod, or a gang's members) may run among the Kubernetes nodes of
+        ``partition``'s Slurm nodes (:func:`bridge.feasible.feasible`; a node not usable by the bridge is
+        ruled out as not ready). Remembered for the pass per partition and placement-relevant spec: the
+        pods of one template are judged once."""
+        key = (partition, tuple(_placement_key(p) for p in pods))
+        if (known := self.verdicts.get(key)) is not None:
+            return known
+        slurm = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
+        k8s = {name: self.nodes.by_slurm.get(name) for name in slurm}
+        candidates = {n.metadata.name: n for n in k8s.values() if n is not None}
+        usable = [n for name in slurm if (n := self.nodes.usable(name)) is not None]
+        verdict = feasible(
+            pods,
+            list(candidates.values()),
+            self.world.usage,
+            self.world.volumes,
+            eligible=[n.metadata.name for n in usable],
+        )
+        self.verdicts[key] = verdict
+        return verdict
+
+    def excluded(self, verdict: Feasibility, partition: str) -> tuple[str, ...]:
+        """The Slurm nodes of ``partition`` whose Kubernetes node is missing or ruled out by ``verdict``.
+        Slurm nodes that do not exist yet (a NodeSet scaled to zero) are not excluded: the job pends, the
+        demand asks for nodes, and a new node Kubernetes rules out is caught when the job starts there."""
+        ok = set(verdict.nodes)
         names = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
-        return tuple(sorted(n for n in names if self.nodes.usable(n) is None))
+        return tuple(
+            sorted(s for s in names if (n := self.nodes.by_slurm.get(s)) is None or n.metadata.name not in ok)
+        )
+
+    def binding_problem(self, pod: Pod, node: Node) -> tuple[str, str]:
+        """Whether ``pod`` may be bound to ``node`` now: ("", "") yes; (why not, "") never on this node
+        (a taint, the node's labels, a volume): the job is released; ("", no room) not yet (what pods
+        bound there request): the binding waits."""
+        world = self.world
+        problem = claims_problem(pod, world.volumes)
+        if problem is not None:
+            return problem, ""
+        use = world.usage.get(node.metadata.name, NodeUse())
+        asks = pod_asks(pod)
+        reasons = node_reasons(pod, node, use, world.volumes, asks)
+        if not reasons:
+            return "", ""
+        room = set(resource_reasons(asks, node, use))
+        hard = [r for r in reasons if r not in room]
+        return ", ".join(hard), ", ".join(r for r in reasons if r in room)
 
 
 def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> list[Action]:
@@ -404,7 +472,12 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
     if job is None:
         if uid in ctx.submitting:
             return []
-        return [Submit(key, uid, request, ctx.excluded(request.partition))]
+        verdict = ctx.placement([pod], request.partition)
+        if verdict.blocked is not None:  # a claim missing or not bound: no node can take it yet
+            return [Waiting(key, uid, verdict.summary(), UNSCHEDULABLE)]
+        return [
+            Submit(key, uid, request, ctx.excluded(verdict, request.partition), placement=verdict.summary())
+        ]
     if job.state in ENDED:
         why = f"Slurm job {job.job_id} ended {job.state} ({job.reason}) before the pod was placed"
         return [DeletePod(key, uid, why)]
@@ -414,7 +487,20 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
         if k8s is None:
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
             return [Cancel(job.job_id, why, key)]
-        return [Bind(key, uid, job.job_id, k8s.metadata.name, slurm_node, job_start=job.start_time)]
+        never, no_room = ctx.binding_problem(pod, k8s)
+        if never:
+            return [
+                Cancel(
+                    job.job_id,
+                    f"Slurm placed it on {slurm_node}, where Kubernetes cannot run it: {never}",
+                    key,
+                )
+            ]
+        return [
+            Bind(
+                key, uid, job.job_id, k8s.metadata.name, slurm_node, job_start=job.start_time, no_room=no_room
+            )
+        ]
     return [Waiting(key, uid, waiting_message(job))]
 
 
@@ -450,8 +536,15 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     request = gang_request([m.request for m in ready[:size]], name)
     if isinstance(request, Refusal):
         return [Refuse(m.pod.key, m.pod.metadata.uid, request.reason) for m in ready]
+    verdict = ctx.placement([m.pod for m in ready[:size]], request.partition)
+    if verdict.blocked is not None:
+        text = f"{name}: {verdict.summary()}"
+        return [Waiting(m.pod.key, m.pod.metadata.uid, text, UNSCHEDULABLE) for m in ready]
     leader = ready[0].pod
-    return [Submit(leader.key, leader.metadata.uid, request, ctx.excluded(request.partition), group=name)]
+    excluded = ctx.excluded(verdict, request.partition)
+    return [
+        Submit(leader.key, leader.metadata.uid, request, excluded, group=name, placement=verdict.summary())
+    ]
 
 
 def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) -> list[Action]:
@@ -481,8 +574,14 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
                 f"Slurm placed {group} on {hosts[rank]}, whose Kubernetes node is gone, cordoned or not ready"
             )
             return [Cancel(job.job_id, why, key)]
+        never, no_room = ctx.binding_problem(m.pod, k8s)
+        if never:
+            why = f"Slurm placed {group} on {hosts[rank]}, where Kubernetes cannot run {key}: {never}"
+            return [Cancel(job.job_id, why, key)]
         actions.append(
-            Bind(key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes, job.start_time)
+            Bind(
+                key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes, job.start_time, no_room
+            )
         )
     return actions
 
@@ -520,3 +619,19 @@ def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: Bri
     if deleting is not None and world.now >= deleting + options.terminating_grace:
         return [Cancel(job.job_id, f"pod {key} stuck Terminating (its node's kubelet is gone?)", key)]
     return []
+
+
+def _placement_key(pod: Pod) -> Hashable:
+    """What of ``pod`` decides where Kubernetes lets it run: two pods with equal keys get one verdict."""
+    spec = pod.spec
+    claims = tuple(claim_names(pod))
+    return msgspec.json.encode(
+        [
+            spec.nodeSelector,
+            spec.affinity,
+            spec.tolerations,
+            pod_asks(pod),
+            pod.metadata.namespace if claims else "",
+            claims,
+        ]
+    )

@@ -32,6 +32,7 @@ from .actions import (
     NODES_ANNOTATION,
     RANK_ANNOTATION,
     SLURM_NODE_ANNOTATION,
+    UNSCHEDULABLE,
     Action,
     AdmissionKey,
     Bind,
@@ -47,11 +48,13 @@ from .actions import (
     bound_job_id,
     plan,
 )
+from .feasible import node_usage
 from .informer import Informer
 from .kube import Kube, KubeError
 from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import JobRequest, Refusal
 from .slurm import cancel_job, submit_job
+from .volumes import Claim, PersistentVolume, StorageClass, Volumes
 
 __all__ = ["Bridge", "BridgeStats"]
 
@@ -174,6 +177,31 @@ class Bridge:
         self.nodes: Informer[Node] = Informer(
             "nodes", kube.list_nodes, lambda since: kube.watch_nodes(since), lambda n: n.metadata.name
         )
+        self.assigned: Informer[Pod] = Informer(
+            "assigned pods",
+            kube.list_assigned_pods,
+            lambda since: kube.watch_assigned_pods(since),
+            lambda p: p.metadata.uid,
+        )
+        """Every pod bound to a node and not finished, whoever scheduled it: the room left on each node."""
+        self.claims: Informer[Claim] = Informer(
+            "persistent volume claims",
+            kube.list_claims,
+            lambda since: kube.watch_claims(since),
+            lambda c: f"{c.metadata.namespace}/{c.metadata.name}",
+        )
+        self.volumes: Informer[PersistentVolume] = Informer(
+            "persistent volumes",
+            kube.list_volumes,
+            lambda since: kube.watch_volumes(since),
+            lambda v: v.metadata.name,
+        )
+        self.storage_classes: Informer[StorageClass] = Informer(
+            "storage classes",
+            kube.list_storage_classes,
+            lambda since: kube.watch_storage_classes(since),
+            lambda c: c.metadata.name,
+        )
         self.namespaces: Informer[Namespace] | None = None
         """Namespaces and their labels, watched only when the policy selects namespaces by label."""
         if options.policy.selectors:
@@ -201,6 +229,8 @@ class Bridge:
         self._bind_failed: dict[str, _BindFailure] = {}
         """Pod uid → its failed bindings (for the backoff and the deadline)."""
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
+        self._asks: dict[tuple[str, str], dict[str, int]] = {}
+        """(pod uid, resourceVersion) → what a bound pod requests (:func:`bridge.feasible.node_usage`)."""
         self._labelled: dict[str, str] = {}
         """Pod uid → the job id this process labelled it with (the watch may not have shown it yet)."""
         self._busy: set[str] = set()
@@ -219,6 +249,10 @@ class Bridge:
         watchers = [
             asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
             asyncio.create_task(self.nodes.run(), name="bridge-node-informer"),
+            asyncio.create_task(self.assigned.run(), name="bridge-assigned-pod-informer"),
+            asyncio.create_task(self.claims.run(), name="bridge-claim-informer"),
+            asyncio.create_task(self.volumes.run(), name="bridge-volume-informer"),
+            asyncio.create_task(self.storage_classes.run(), name="bridge-storageclass-informer"),
         ]
         if self.namespaces is not None:
             watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
@@ -240,6 +274,8 @@ class Bridge:
             asyncio.ensure_future(self.source.wait_next(seen)),
             asyncio.ensure_future(self.pods.wait_change()),
             asyncio.ensure_future(self.nodes.wait_change()),
+            asyncio.ensure_future(self.assigned.wait_change()),
+            asyncio.ensure_future(self.claims.wait_change()),
         ]
         try:
             await asyncio.wait(waits, timeout=RECHECK, return_when=asyncio.FIRST_COMPLETED)
@@ -251,10 +287,14 @@ class Bridge:
 
     async def reconcile(self) -> list[Action]:
         """One pass: plan on the current world and start each action not already in flight. Nothing is
-        done before the pod and node caches are complete and a snapshot exists."""
+        done before the node, assigned-pod and storage caches are complete and a snapshot exists (a node's
+        room or a claim's volume unknown would place a pod where the kubelet refuses it)."""
         self.passes += 1
         snap = self.source.snapshot
-        if snap is None or not self.nodes.synced or self.session.api_version is None:
+        if snap is None or self.session.api_version is None:
+            return []
+        placement = (self.nodes, self.assigned, self.claims, self.volumes, self.storage_classes)
+        if not all(informer.synced for informer in placement):
             return []
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
@@ -273,6 +313,12 @@ class Bridge:
             else {},
             pod_groups=self._pod_group_sizes(),
             admissions=self._admissions,
+            usage=node_usage(self.assigned.objects.values(), self._asks),
+            volumes=Volumes(
+                claims={(c.metadata.namespace, c.metadata.name): c for c in self.claims.objects.values()},
+                volumes=dict(self.volumes.objects),
+                classes=dict(self.storage_classes.objects),
+            ),
         )
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
@@ -283,6 +329,9 @@ class Bridge:
         current = {(p.metadata.uid, p.metadata.resourceVersion) for p in world.pods}
         for stale in [k for k in self._admissions if k[:2] not in current]:  # older versions, gone pods
             del self._admissions[stale]
+        bound = {(p.metadata.uid, p.metadata.resourceVersion) for p in self.assigned.objects.values()}
+        for gone in [k for k in self._asks if k not in bound]:
+            del self._asks[gone]
         self._count_pods(world, actions)
         self.stats.bind_backoff = sum(1 for f in self._bind_failed.values() if f.retry_at > now)
         for action in actions:
@@ -402,6 +451,8 @@ class Bridge:
                     "bridge: %s → Slurm job %d (%d nodes, partition %s)", action.group, job_id, n, partition
                 )
                 text = f"Slurm job {job_id} submitted to partition {partition} for {action.group} ({n} nodes)"
+            if action.excluded_nodes and action.placement:  # why Slurm may not use some nodes
+                text += f"; Kubernetes: {action.placement}"
             for uid in action.uids:
                 member = self._pod(uid)
                 if member is not None:
@@ -414,14 +465,19 @@ class Bridge:
                 return False
             if isinstance(action, Refuse):
                 await self._tell(pod, "SlurmRefused", text, warning=True)
+            elif action.reason == UNSCHEDULABLE:  # as kube-scheduler says it: condition and Event
+                await self.kube.unschedulable(pod, UNSCHEDULABLE, text)
+                await self.kube.event(pod, "FailedScheduling", text, warning=True)
             else:
-                await self.kube.unschedulable(pod, "SlurmPending", text)
+                await self.kube.unschedulable(pod, action.reason, text)
             self._said[action.uid] = text
             return True
         if isinstance(action, Bind):
             pod = self._pod(action.uid)
             if pod is None:
                 return False
+            if action.no_room:  # waits like a failed binding: backoff, then released at the deadline
+                raise KubeError(f"no room on the Kubernetes node yet: {action.no_room}", reason="NoRoom")
             # the job id in the binding's own write: a pod bound without it would look like someone else's
             notes = {JOB_ID_ANNOTATION: str(action.job_id), SLURM_NODE_ANNOTATION: action.slurm_node}
             if action.job_nodes:  # a gang member: its rank and the whole allocation

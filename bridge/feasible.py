@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -87,6 +87,8 @@ class Feasibility:
         if self.blocked is not None:
             return f"0/{total} nodes are available: {self.blocked}."
         counts = Counter(r for why in self.reasons.values() for r in why)
+        if not counts:
+            return f"{len(self.nodes)}/{total} nodes are available."
         parts = sorted(f"{n} {reason}" for reason, n in counts.items())
         return f"{len(self.nodes)}/{total} nodes are available: {', '.join(parts)}."
 
@@ -97,10 +99,13 @@ def units(resource: str, quantity: Fraction) -> int:
     return math.ceil(quantity * 1000) if resource == "cpu" else math.ceil(quantity)
 
 
-def node_usage(pods: Iterable[Pod]) -> dict[str, NodeUse]:
+def node_usage(
+    pods: Iterable[Pod], memo: MutableMapping[tuple[str, str], dict[str, int]] | None = None
+) -> dict[str, NodeUse]:
     """Node name → what the pods bound to it request (pods that Succeeded or Failed no longer count, as
     for kube-scheduler's cache). A pod whose quantities Kubernetes would not have accepted counts as one
-    pod requesting nothing."""
+    pod requesting nothing. ``memo``: each pod's :func:`pod_asks` by (uid, resourceVersion), kept by the
+    caller between passes (a pod's requests parsed once per version)."""
     requested: dict[str, Counter[str]] = {}
     count: Counter[str] = Counter()
     for pod in pods:
@@ -108,13 +113,13 @@ def node_usage(pods: Iterable[Pod]) -> dict[str, NodeUse]:
         if not node or pod.terminal:
             continue
         count[node] += 1
-        sums = requested.setdefault(node, Counter())
-        try:
-            asks = pod_requests(pod)
-        except QuantityError:
-            continue
-        for name, value in asks.items():
-            sums[name] += units(name, value)
+        key = (pod.metadata.uid, pod.metadata.resourceVersion)
+        asks = memo.get(key) if memo is not None else None
+        if asks is None:
+            asks = pod_asks(pod)
+            if memo is not None and pod.metadata.resourceVersion:
+                memo[key] = asks
+        requested.setdefault(node, Counter()).update(asks)
     return {node: NodeUse(dict(requested.get(node, {})), n) for node, n in count.items()}
 
 
@@ -208,9 +213,13 @@ def node_reasons(
 
 
 def pod_asks(pod: Pod) -> dict[str, int]:
-    """:func:`bridge.pods.pod_requests` in the units kube-scheduler compares (:func:`units`). Raises
-    :class:`QuantityError` (the bridge refuses such a pod before it gets here)."""
-    return {name: units(name, value) for name, value in pod_requests(pod).items()}
+    """:func:`bridge.pods.pod_requests` in the units kube-scheduler compares (:func:`units`); a quantity
+    Kubernetes would not accept (the API server refuses such pods; the bridge refuses them before this)
+    counts as nothing."""
+    try:
+        return {name: units(name, value) for name, value in pod_requests(pod).items()}
+    except QuantityError:
+        return {}
 
 
 def feasible(

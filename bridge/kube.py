@@ -24,6 +24,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
 from .pods import Namespace, Node, Pod, PodGroup
+from .volumes import Claim, PersistentVolume, StorageClass
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
 
@@ -32,6 +33,9 @@ T = TypeVar("T")
 
 
 POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+"""The pods that take room on a node: bound and not finished (kube-scheduler's own informer of assigned
+pods uses this selector)."""
 _STORED_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED", "BOOKMARK"})
 
 
@@ -159,6 +163,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
+        self.storage = client.StorageV1Api(api)
         self.component = component
 
     # -- reads ----------------------------------------------------------------------------------
@@ -184,6 +189,54 @@ class Kube:
             _preload_content=False,
         )
         return _watched(call, Pod)
+
+    async def list_assigned_pods(self) -> tuple[list[Pod], str]:
+        """Every pod bound to a node and not finished, in every namespace, whoever scheduled it (what the
+        nodes' allocatable is taken by: :data:`ASSIGNED_PODS`)."""
+        call = self.core.list_pod_for_all_namespaces(field_selector=ASSIGNED_PODS, _preload_content=False)
+        return await _listed(call, Pod)
+
+    def watch_assigned_pods(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Pod]]:
+        call = self.core.list_pod_for_all_namespaces(
+            field_selector=ASSIGNED_PODS,
+            watch=True,
+            resource_version=since,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        return _watched(call, Pod)
+
+    async def list_claims(self) -> tuple[list[Claim], str]:
+        """Every PersistentVolumeClaim (a bridge pod's claims decide where it may run)."""
+        call = self.core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False)
+        return await _listed(call, Claim)
+
+    def watch_claims(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Claim]]:
+        call = self.core.list_persistent_volume_claim_for_all_namespaces(
+            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+        )
+        return _watched(call, Claim)
+
+    async def list_volumes(self) -> tuple[list[PersistentVolume], str]:
+        return await _listed(self.core.list_persistent_volume(_preload_content=False), PersistentVolume)
+
+    def watch_volumes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PersistentVolume]]:
+        call = self.core.list_persistent_volume(
+            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+        )
+        return _watched(call, PersistentVolume)
+
+    async def list_storage_classes(self) -> tuple[list[StorageClass], str]:
+        return await _listed(self.storage.list_storage_class(_preload_content=False), StorageClass)
+
+    def watch_storage_classes(
+        self, since: str, timeout: int = 300
+    ) -> AsyncIterator[tuple[str, StorageClass]]:
+        call = self.storage.list_storage_class(
+            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
+        )
+        return _watched(call, StorageClass)
 
     async def list_nodes(self) -> tuple[list[Node], str]:
         return await _listed(self.core.list_node(_preload_content=False), Node)

@@ -24,6 +24,7 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab, LabError
+from testkit.builders import ALLOCATABLE
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.tools import eventually
 
@@ -71,7 +72,7 @@ def reserved_nodes(lab: Lab, names: list[str], reservation: str) -> Iterator[lis
 def k8s_node(name: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "labels": {"slurm-keda.io/bridge": "true"}},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": dict(ALLOCATABLE)},
     }
 
 

@@ -122,6 +122,10 @@ def pod(
     return decode_pod(json.dumps(doc))
 
 
+ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": "8"}
+"""What a test's Kubernetes nodes offer (a node always reports its allocatable; without it nothing fits)."""
+
+
 def k8s_node(
     name: str, *, ready: bool = True, cordoned: bool = False, bridge: bool = True, **labels: str
 ) -> Any:
@@ -131,7 +135,10 @@ def k8s_node(
             "labels": {**({"slurm-keda.io/bridge": "true"} if bridge else {}), **labels},
         },
         "spec": {"unschedulable": cordoned},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "allocatable": dict(ALLOCATABLE),
+        },
     }
     return decode_node(json.dumps(doc))
 

@@ -21,6 +21,7 @@ import pytest
 from bridge.actions import JOB_ID_ANNOTATION, SLINKY_NODE_LABEL
 from lab import Lab
 from testkit.bridge_lab import bridge_pod, squeue
+from testkit.builders import ALLOCATABLE
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.scale_harness import (
     HPA,
@@ -51,7 +52,10 @@ class SlinkyOperator(NodeSetOperator):
                     "name": f"k8s-{name}",
                     "labels": {SLINKY_NODE_LABEL: name, "slurm-keda.io/bridge": "true"},
                 },
-                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                    "allocatable": dict(ALLOCATABLE),
+                },
             },
         )
         await super()._add(name)

@@ -35,6 +35,7 @@ from exporter.model import Snapshot
 from exporter.pollstate import EndpointState, PollStatus
 from exporter.server import make_app
 from exporter.versions import SUPPORTED_VERSIONS
+from testkit.builders import ALLOCATABLE
 from testkit.keda import connect
 from testkit.paths import ROOT
 from testkit.tools import recorded_snapshot, serve_app
@@ -157,7 +158,7 @@ def _bridge_plan(snap: Snapshot) -> str:
         doc = {
             "metadata": {"name": n.name, "labels": {"slurm-keda.io/bridge": "true"} if i % 4 != 1 else {}},
             "spec": {"unschedulable": i % 5 == 3},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": dict(ALLOCATABLE)},
         }
         k8s_nodes.append(decode_node(json.dumps(doc)))
     partitions = sorted({p.name for p in snap.partitions})
