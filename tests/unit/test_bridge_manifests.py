@@ -67,6 +67,15 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
             groups_rv = (await k.list_pod_groups())[1]
             async for _ in k.watch_pod_groups(groups_rv, timeout=1):
                 pass
+            for lister, watcher in (
+                (k.list_assigned_pods, k.watch_assigned_pods),
+                (k.list_claims, k.watch_claims),
+                (k.list_volumes, k.watch_volumes),
+                (k.list_storage_classes, k.watch_storage_classes),
+            ):
+                since = (await lister())[1]
+                async for _ in watcher(since, timeout=1):
+                    pass
             p = pods[0]
             await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
             await k.bind(p, "c1")
