@@ -127,17 +127,24 @@ ALLOCATABLE = {"cpu": "64", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": 
 
 
 def k8s_node(
-    name: str, *, ready: bool = True, cordoned: bool = False, bridge: bool = True, **labels: str
+    name: str,
+    *,
+    ready: bool = True,
+    cordoned: bool = False,
+    bridge: bool = True,
+    taints: list[dict[str, str]] | None = None,
+    allocatable: dict[str, str] | None = None,
+    **labels: str,
 ) -> Any:
     doc = {
         "metadata": {
             "name": name,
             "labels": {**({"slurm-keda.io/bridge": "true"} if bridge else {}), **labels},
         },
-        "spec": {"unschedulable": cordoned},
+        "spec": {"unschedulable": cordoned, "taints": taints or []},
         "status": {
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "allocatable": dict(ALLOCATABLE),
+            "allocatable": dict(ALLOCATABLE if allocatable is None else allocatable),
         },
     }
     return decode_node(json.dumps(doc))

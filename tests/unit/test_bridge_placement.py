@@ -1,0 +1,126 @@
+"""Kubernetes' placement rules in the bridge's plan: which Slurm nodes a submission excludes, when a pod
+waits unschedulable, and what happens when Slurm starts a job on a node Kubernetes rules out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import msgspec
+import pytest
+
+import bridge.actions
+from bridge.actions import UNSCHEDULABLE, Bind, Cancel, Submit, Waiting, plan
+from bridge.feasible import feasible, node_usage
+from bridge.pods import Pod, decode_pod
+from bridge.volumes import Claim, StorageClass, Volumes
+from testkit.builders import OPTIONS, job, k8s_node, pod_doc, world
+
+GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+
+
+def bridge_pod(uid: str = "u1", **spec: Any) -> Pod:
+    doc = pod_doc(f"p-{uid}", uid=uid, status={"phase": "Pending"}, spec=spec)
+    doc["metadata"]["resourceVersion"] = "1"
+    return decode_pod(json.dumps(doc))
+
+
+def other_pod(name: str, node: str, cpu: str) -> Pod:
+    """A pod the bridge does not schedule (a DaemonSet's, the slurmd pod) bound to ``node``."""
+    containers = [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]
+    doc = pod_doc(
+        name, "kube-system", uid=name, scheduler="default-scheduler", containers=containers, node=node
+    )
+    doc["status"] = {"phase": "Running"}
+    return decode_pod(json.dumps(doc))
+
+
+def test_a_tainted_node_is_excluded_unless_the_pod_tolerates_it() -> None:
+    nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
+    (plain,) = plan(world(pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(plain, Submit) and plain.excluded_nodes == ("c2",)
+    assert plain.placement == "2/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}."
+    tolerant = bridge_pod(tolerations=[{"key": "gpu", "operator": "Exists"}])
+    (action,) = plan(world(pods=[tolerant], nodes=nodes), OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ()
+
+
+def test_a_node_selector_keeps_the_job_to_the_matching_nodes() -> None:
+    nodes = [k8s_node("c1", rack="a"), k8s_node("c2", rack="b"), k8s_node("c3", rack="a")]
+    (action,) = plan(world(pods=[bridge_pod(nodeSelector={"rack": "b"})], nodes=nodes), OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ("c1", "c3")
+
+
+def test_a_node_filled_by_pods_slurm_does_not_know_is_excluded() -> None:
+    nodes = [k8s_node("c1", allocatable={"cpu": "4", "pods": "10"}), k8s_node("c2"), k8s_node("c3")]
+    busy = [other_pod("ds-1", "c1", "3500m")]
+    asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "1"}}}])
+    w = world(pods=[asking], nodes=nodes, usage=node_usage(busy))
+    (action,) = plan(w, OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ("c1",)
+    assert "1 Insufficient cpu" in action.placement
+
+
+def test_no_node_at_all_still_submits_so_the_demand_can_grow_the_nodeset() -> None:
+    nodes = [k8s_node(n, taints=[GPU_TAINT]) for n in ("c1", "c2", "c3")]
+    (action,) = plan(world(pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ("c1", "c2", "c3")
+    assert action.placement.startswith("0/3 nodes are available")
+
+
+def test_a_pod_whose_claim_is_missing_or_unbound_waits_without_a_job() -> None:
+    p = bridge_pod(volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}])
+    (action,) = plan(world(pods=[p]), OPTIONS)
+    assert action == Waiting(
+        "team-a/p-u1", "u1", '0/3 nodes are available: persistentvolumeclaim "data" not found.', UNSCHEDULABLE
+    )
+    claim = msgspec.convert(
+        {"metadata": {"name": "data", "namespace": "team-a"}, "spec": {"storageClassName": "std"}}, Claim
+    )
+    std = msgspec.convert({"metadata": {"name": "std"}, "volumeBindingMode": "Immediate"}, StorageClass)
+    volumes = Volumes(claims={("team-a", "data"): claim}, classes={"std": std})
+    (action,) = plan(world(pods=[p], volumes=volumes), OPTIONS)
+    assert isinstance(action, Waiting) and "unbound immediate PersistentVolumeClaims" in action.message
+    wffc = msgspec.convert(
+        {"metadata": {"name": "std"}, "provisioner": "csi.x", "volumeBindingMode": "WaitForFirstConsumer"},
+        StorageClass,
+    )
+    ready = Volumes(claims={("team-a", "data"): claim}, classes={"std": wffc})
+    (action,) = plan(world(pods=[p], volumes=ready), OPTIONS)
+    assert isinstance(action, Submit)
+
+
+def test_a_job_started_where_a_taint_now_forbids_the_pod_is_released() -> None:
+    nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT])]  # tainted after the submission
+    (action,) = plan(world(job(7, "u1", "RUNNING", nodes="c2"), pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(action, Cancel) and action.job_id == 7
+    assert action.why == (
+        "Slurm placed it on c2, where Kubernetes cannot run it: node(s) had untolerated taint {gpu: true}"
+    )
+
+
+def test_a_job_started_where_room_is_still_taken_waits_to_bind() -> None:
+    nodes = [k8s_node("c1", allocatable={"cpu": "4", "pods": "10"})]
+    leaving = [other_pod("old", "c1", "4")]  # e.g. a pod still Terminating there
+    asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "2"}}}])
+    w = world(job(7, "u1", "RUNNING", nodes="c1"), pods=[asking], nodes=nodes, usage=node_usage(leaving))
+    (action,) = plan(w, OPTIONS)
+    assert isinstance(action, Bind) and action.no_room == "Insufficient cpu"
+    (free,) = plan(world(job(7, "u1", "RUNNING", nodes="c1"), pods=[asking], nodes=nodes), OPTIONS)
+    assert isinstance(free, Bind) and free.no_room == ""
+
+
+def test_pods_of_one_template_are_judged_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def counted(pods: Any, *args: Any, **kw: Any) -> Any:
+        calls.append(len(pods))
+        return feasible(pods, *args, **kw)
+
+    monkeypatch.setattr(bridge.actions, "feasible", counted)
+    nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
+    pods = [bridge_pod(f"u{i}") for i in range(50)] + [bridge_pod("gpu", nodeSelector={"x": "y"})]
+    actions = plan(world(pods=pods, nodes=nodes), OPTIONS)
+    assert all(isinstance(a, Submit) and a.excluded_nodes == ("c2",) for a in actions[:50])
+    assert isinstance(actions[50], Submit) and actions[50].excluded_nodes == ("c1", "c2", "c3")
+    assert calls == [1, 1]  # the 50 alike once, the other once
