@@ -46,7 +46,7 @@ from .groups import GroupError, GroupKey, Membership, group_size, membership
 from .pods import Node, Pod
 from .policy import Policy
 from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
-from .volumes import Volumes, claim_names, claims_problem
+from .volumes import Volumes, VolumeStep, claim_names, claims_problem, volume_steps
 
 __all__ = [
     "JOB_ID_ANNOTATION",
@@ -59,6 +59,7 @@ __all__ = [
     "Cancel",
     "DeletePod",
     "Label",
+    "PrepareVolume",
     "Refuse",
     "Submit",
     "Submitted",
@@ -185,9 +186,20 @@ class Bind:
     """A gang's whole Slurm host list (empty for a pod placed alone)."""
     job_start: float | None = None
     """When Slurm started the job (epoch seconds), for the bind latency."""
-    no_room: str = ""
-    """Why the node has no room for the pod yet (``Insufficient cpu``: pods Kubernetes still counts there,
-    e.g. one Terminating): the binding waits — as a failed one does, until ``bind_deadline``."""
+    wait_for: str = ""
+    """Why the pod cannot be bound yet: no room on the node (``Insufficient cpu``: pods Kubernetes still
+    counts there, e.g. one Terminating), or its claims' volumes not bound yet. The binding waits — as a
+    failed one does, until ``bind_deadline``."""
+
+
+@dataclass(frozen=True)
+class PrepareVolume:
+    """Before binding ``pod``: pre-bind a volume to its claim, or name the node on the claim
+    (:class:`bridge.volumes.VolumeStep`)."""
+
+    pod: str
+    uid: str
+    step: VolumeStep
 
 
 UNSCHEDULABLE = "Unschedulable"
@@ -234,7 +246,7 @@ class Label:
     job_id: str
 
 
-Action = Submit | Bind | Waiting | Refuse | Cancel | DeletePod | Label
+Action = Submit | Bind | PrepareVolume | Waiting | Refuse | Cancel | DeletePod | Label
 
 
 def bound_job_id(pod: Pod) -> str | None:
@@ -449,6 +461,23 @@ class _Context:
             sorted(s for s in names if (n := self.nodes.by_slurm.get(s)) is None or n.metadata.name not in ok)
         )
 
+    def to_bind(
+        self, pod: Pod, job: Job, node: Node, slurm_node: str, what: str, rank: int | None = None
+    ) -> list[Action]:
+        """``pod``'s job runs on ``slurm_node`` (``node`` in Kubernetes): bind it — after the writes its
+        claims need (:func:`bridge.volumes.volume_steps`), and once the node has room — or release the job
+        when Kubernetes can never run the pod there. ``rank``: a gang member's."""
+        key, uid = pod.key, pod.metadata.uid
+        never, no_room = self.binding_problem(pod, node)
+        if never:
+            why = f"Slurm placed {what} on {slurm_node}, where Kubernetes cannot run {key}: {never}"
+            return [Cancel(job.job_id, why, key)]
+        steps, waits = volume_steps(pod, node, self.world.volumes) if not no_room else ([], [])
+        wait_for = "; ".join([no_room, *waits] if no_room else waits)
+        gang = (rank, job.nodes) if rank is not None else (0, "")
+        bind = Bind(key, uid, job.job_id, node.metadata.name, slurm_node, *gang, job.start_time, wait_for)
+        return [*(PrepareVolume(key, uid, step) for step in steps), bind]
+
     def binding_problem(self, pod: Pod, node: Node) -> tuple[str, str]:
         """Whether ``pod`` may be bound to ``node`` now: ("", "") yes; (why not, "") never on this node
         (a taint, the node's labels, a volume): the job is released; ("", no room) not yet (what pods
@@ -487,20 +516,7 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
         if k8s is None:
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
             return [Cancel(job.job_id, why, key)]
-        never, no_room = ctx.binding_problem(pod, k8s)
-        if never:
-            return [
-                Cancel(
-                    job.job_id,
-                    f"Slurm placed it on {slurm_node}, where Kubernetes cannot run it: {never}",
-                    key,
-                )
-            ]
-        return [
-            Bind(
-                key, uid, job.job_id, k8s.metadata.name, slurm_node, job_start=job.start_time, no_room=no_room
-            )
-        ]
+        return ctx.to_bind(pod, job, k8s, slurm_node, "it")
     return [Waiting(key, uid, waiting_message(job))]
 
 
@@ -574,15 +590,10 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
                 f"Slurm placed {group} on {hosts[rank]}, whose Kubernetes node is gone, cordoned or not ready"
             )
             return [Cancel(job.job_id, why, key)]
-        never, no_room = ctx.binding_problem(m.pod, k8s)
-        if never:
-            why = f"Slurm placed {group} on {hosts[rank]}, where Kubernetes cannot run {key}: {never}"
-            return [Cancel(job.job_id, why, key)]
-        actions.append(
-            Bind(
-                key, uid, job.job_id, k8s.metadata.name, hosts[rank], rank, job.nodes, job.start_time, no_room
-            )
-        )
+        bind = ctx.to_bind(m.pod, job, k8s, hosts[rank], str(group), rank)
+        if isinstance(bind[0], Cancel):
+            return bind
+        actions += bind
     return actions
 
 

@@ -40,6 +40,7 @@ from .actions import (
     Cancel,
     DeletePod,
     Label,
+    PrepareVolume,
     Refuse,
     Submit,
     Submitted,
@@ -476,8 +477,8 @@ class Bridge:
             pod = self._pod(action.uid)
             if pod is None:
                 return False
-            if action.no_room:  # waits like a failed binding: backoff, then released at the deadline
-                raise KubeError(f"no room on the Kubernetes node yet: {action.no_room}", reason="NoRoom")
+            if action.wait_for:  # waits like a failed binding: backoff, then released at the deadline
+                raise KubeError(f"not yet: {action.wait_for}", reason="NotYet")
             # the job id in the binding's own write: a pod bound without it would look like someone else's
             notes = {JOB_ID_ANNOTATION: str(action.job_id), SLURM_NODE_ANNOTATION: action.slurm_node}
             if action.job_nodes:  # a gang member: its rank and the whole allocation
@@ -504,6 +505,21 @@ class Bridge:
             self._said.pop(action.uid, None)
             self._bind_failed.pop(action.uid, None)
             await self._label(pod, str(action.job_id))  # after the binding: selectors only
+            return True
+        if isinstance(action, PrepareVolume):
+            step = action.step
+            if step.volume is not None:
+                await self.kube.prebind_volume(
+                    step.volume, step.volume_version, step.namespace, step.claim, step.claim_uid
+                )
+                text = f"volume {step.volume} on {step.node} pre-bound to claim {step.claim}"
+            else:
+                await self.kube.select_node(step.namespace, step.claim, step.claim_uid, step.node)
+                text = f"claim {step.claim}: its volume is to be provisioned on {step.node}"
+            log.info("bridge: pod %s: %s", action.pod, text)
+            pod = self._pod(action.uid)
+            if pod is not None:
+                await self.kube.event(pod, "SlurmVolumeSelected", text)
             return True
         if isinstance(action, Label):
             pod = self._pod(action.uid)
@@ -621,6 +637,7 @@ def _name(action: Action) -> str:
         Cancel: "cancel",
         DeletePod: "delete",
         Label: "label",
+        PrepareVolume: "volume",
         Waiting: "waiting",
         Refuse: "refuse",
     }[type(action)]
@@ -629,6 +646,8 @@ def _name(action: Action) -> str:
 def _busy_key(action: Action) -> str:
     if isinstance(action, Cancel):
         return f"job:{action.job_id}"
+    if isinstance(action, PrepareVolume):
+        return f"claim:{action.step.namespace}/{action.step.claim}"
     if isinstance(action, Submit) and action.group is not None:
         return f"group:{action.group}"  # its leader may change between passes
     return f"pod:{action.uid}"

@@ -24,7 +24,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
 from .pods import Namespace, Node, Pod, PodGroup
-from .volumes import Claim, PersistentVolume, StorageClass
+from .volumes import SELECTED_NODE_ANNOTATION, Claim, PersistentVolume, StorageClass
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
 
@@ -318,6 +318,24 @@ class Kube:
                 pod.metadata.name, pod.metadata.namespace, patch, _preload_content=False
             )
         )
+
+    async def select_node(self, namespace: str, claim: str, uid: str, node: str) -> None:
+        """Name ``node`` on a ``WaitForFirstConsumer`` claim (``volume.kubernetes.io/selected-node``), as
+        kube-scheduler does before binding: the provisioner then makes its volume there (uid-checked)."""
+        patch = {"metadata": {"uid": uid, "annotations": {SELECTED_NODE_ANNOTATION: node}}}
+        await _checked(
+            self.core.patch_namespaced_persistent_volume_claim(
+                claim, namespace, patch, _preload_content=False
+            )
+        )
+
+    async def prebind_volume(self, volume: str, version: str, namespace: str, claim: str, uid: str) -> None:
+        """Pre-bind an available volume to a claim (its ``claimRef``), as kube-scheduler does for a
+        ``WaitForFirstConsumer`` claim: the PersistentVolume controller completes the binding. Refused
+        (409) when the volume changed since ``version`` (the resourceVersion it was read available at)."""
+        ref = {"kind": "PersistentVolumeClaim", "apiVersion": "v1", "namespace": namespace, "name": claim}
+        patch = {"metadata": {"resourceVersion": version}, "spec": {"claimRef": {**ref, "uid": uid}}}
+        await _checked(self.core.patch_persistent_volume(volume, patch, _preload_content=False))
 
     async def unschedulable(self, pod: Pod, reason: str, message: str) -> None:
         """Set the pod's ``PodScheduled`` condition to False with ``reason`` and ``message``."""

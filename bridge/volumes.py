@@ -44,10 +44,12 @@ __all__ = [
     "Claim",
     "PersistentVolume",
     "StorageClass",
+    "VolumeStep",
     "Volumes",
     "claim_names",
     "claims_problem",
     "volume_reasons",
+    "volume_steps",
 ]
 
 NO_PROVISIONER = "kubernetes.io/no-provisioner"
@@ -269,3 +271,73 @@ def volume_reasons(pod: Pod, node: Node, volumes: Volumes) -> list[str]:
         if not static and not _provisions_on(cls, node):
             out[BIND_CONFLICT] = None
     return list(out)
+
+
+@dataclass(frozen=True)
+class VolumeStep:
+    """A write kube-scheduler's VolumeBinding makes before binding a pod to ``node``: for a
+    ``WaitForFirstConsumer`` claim, pre-bind the available ``volume`` on that node to it (its
+    ``claimRef``), or, with no such volume, name the node on the claim (:data:`SELECTED_NODE_ANNOTATION`)
+    for the provisioner."""
+
+    namespace: str
+    claim: str
+    claim_uid: str
+    node: str
+    volume: str | None = None
+    volume_version: str = ""
+    """The volume's resourceVersion when it was read available (the pre-binding is refused if it moved)."""
+
+
+def volume_steps(pod: Pod, node: Node, volumes: Volumes) -> tuple[list[VolumeStep], list[str]]:
+    """Before ``pod`` is bound to ``node``: the writes its unbound claims need (:class:`VolumeStep`), and
+    what is still awaited (``claim "x": waiting for its volume``) — the pod is bound once both are empty,
+    as kube-scheduler's PreBind waits for every claim to be bound. Call after :func:`volume_reasons` found
+    the node feasible."""
+    steps: list[VolumeStep] = []
+    waits: list[str] = []
+    ns = pod.metadata.namespace
+    for name in claim_names(pod):
+        claim = volumes.claims.get((ns, name))
+        if claim is None:
+            waits.append(f'persistentvolumeclaim "{name}" not found')
+            continue
+        if claim.spec.volumeName and claim.status.phase == "Bound":
+            continue
+        chosen = claim.metadata.annotations.get(SELECTED_NODE_ANNOTATION)
+        prebound = next(
+            (
+                pv.metadata.name
+                for pv in volumes.volumes.values()
+                if pv.spec.claimRef is not None
+                and (pv.spec.claimRef.namespace, pv.spec.claimRef.name) == (ns, name)
+            ),
+            None,
+        )
+        if claim.spec.volumeName or chosen == node.metadata.name or prebound is not None:
+            waits.append(f'persistentvolumeclaim "{name}": waiting for its volume to be bound')
+            continue
+        cls = _class_of(claim, volumes)
+        if cls is None or cls.volumeBindingMode != "WaitForFirstConsumer":
+            waits.append(f'persistentvolumeclaim "{name}": {UNBOUND_IMMEDIATE}')
+            continue
+        candidates = volumes.by_class.get(claim.spec.storageClassName or "", [])
+        fitting = sorted(
+            (pv for pv in candidates if pv.spec.claimRef is None and _fits(pv, claim, node)),
+            key=lambda pv: (_capacity(pv), pv.metadata.name),
+        )
+        uid, here = claim.metadata.uid, node.metadata.name
+        if fitting:  # the smallest that fits, as kube-scheduler chooses
+            smallest = fitting[0].metadata
+            steps.append(VolumeStep(ns, name, uid, here, smallest.name, smallest.resourceVersion))
+        else:
+            steps.append(VolumeStep(ns, name, uid, here))
+        waits.append(f'persistentvolumeclaim "{name}": waiting for its volume to be bound')
+    return steps, waits
+
+
+def _capacity(pv: PersistentVolume) -> int:
+    try:
+        return int(parse_quantity(pv.spec.capacity.get("storage", "0")))
+    except QuantityError:
+        return 0

@@ -76,6 +76,11 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
                 since = (await lister())[1]
                 async for _ in watcher(since, timeout=1):
                     pass
+            fake.put("persistentvolumeclaims", {"metadata": {"name": "c", "namespace": "ns", "uid": "cu"}})
+            await k.select_node("ns", "c", "cu", "c1")
+            pv = fake.put("persistentvolumes", {"metadata": {"name": "pv"}, "spec": {}})
+            pv_rv = pv["metadata"]["resourceVersion"]
+            await k.prebind_volume("pv", pv_rv, "ns", "c", "cu")
             p = pods[0]
             await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
             await k.bind(p, "c1")

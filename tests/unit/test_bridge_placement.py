@@ -95,7 +95,8 @@ def test_a_job_started_where_a_taint_now_forbids_the_pod_is_released() -> None:
     (action,) = plan(world(job(7, "u1", "RUNNING", nodes="c2"), pods=[bridge_pod()], nodes=nodes), OPTIONS)
     assert isinstance(action, Cancel) and action.job_id == 7
     assert action.why == (
-        "Slurm placed it on c2, where Kubernetes cannot run it: node(s) had untolerated taint {gpu: true}"
+        "Slurm placed it on c2, where Kubernetes cannot run team-a/p-u1:"
+        " node(s) had untolerated taint {gpu: true}"
     )
 
 
@@ -105,9 +106,9 @@ def test_a_job_started_where_room_is_still_taken_waits_to_bind() -> None:
     asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "2"}}}])
     w = world(job(7, "u1", "RUNNING", nodes="c1"), pods=[asking], nodes=nodes, usage=node_usage(leaving))
     (action,) = plan(w, OPTIONS)
-    assert isinstance(action, Bind) and action.no_room == "Insufficient cpu"
+    assert isinstance(action, Bind) and action.wait_for == "Insufficient cpu"
     (free,) = plan(world(job(7, "u1", "RUNNING", nodes="c1"), pods=[asking], nodes=nodes), OPTIONS)
-    assert isinstance(free, Bind) and free.no_room == ""
+    assert isinstance(free, Bind) and free.wait_for == ""
 
 
 def test_pods_of_one_template_are_judged_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
