@@ -10,10 +10,17 @@ import msgspec
 import pytest
 
 import bridge.actions
-from bridge.actions import UNSCHEDULABLE, Bind, Cancel, Submit, Waiting, plan
+from bridge.actions import UNSCHEDULABLE, Bind, Cancel, PrepareVolume, Submit, Waiting, plan
 from bridge.feasible import feasible, node_usage
 from bridge.pods import Pod, decode_pod
-from bridge.volumes import Claim, StorageClass, Volumes
+from bridge.volumes import (
+    SELECTED_NODE_ANNOTATION,
+    Claim,
+    PersistentVolume,
+    StorageClass,
+    Volumes,
+    VolumeStep,
+)
 from testkit.builders import OPTIONS, job, k8s_node, pod_doc, world
 
 GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
@@ -125,3 +132,89 @@ def test_pods_of_one_template_are_judged_once_per_pass(monkeypatch: pytest.Monke
     assert all(isinstance(a, Submit) and a.excluded_nodes == ("c2",) for a in actions[:50])
     assert isinstance(actions[50], Submit) and actions[50].excluded_nodes == ("c1", "c2", "c3")
     assert calls == [1, 1]  # the 50 alike once, the other once
+
+
+def claim_doc(annotations: dict[str, str] | None = None, **spec: Any) -> Claim:
+    doc = {
+        "metadata": {"name": "data", "namespace": "team-a", "uid": "cu", "annotations": annotations or {}},
+        "spec": {
+            "storageClassName": "local",
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "10Gi"}},
+            **spec.pop("spec", {}),
+        },
+        "status": spec.pop("status", {"phase": "Pending"}),
+    }
+    return msgspec.convert(doc, Claim)
+
+
+def local_pv(name: str, node: str, size: str) -> PersistentVolume:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    doc = {
+        "metadata": {"name": name, "resourceVersion": f"rv-{name}"},
+        "spec": {
+            "storageClassName": "local",
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+        "status": {"phase": "Available"},
+    }
+    return msgspec.convert(doc, PersistentVolume)
+
+
+def wffc(provisioner: str) -> StorageClass:
+    doc = {
+        "metadata": {"name": "local"},
+        "provisioner": provisioner,
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }
+    return msgspec.convert(doc, StorageClass)
+
+
+MOUNTING = {"volumes": [{"name": "d", "persistentVolumeClaim": {"claimName": "data"}}]}
+HOSTS = [k8s_node(n, **{"kubernetes.io/hostname": n}) for n in ("c1", "c2")]
+WAITING = 'persistentvolumeclaim "data": waiting for its volume to be bound'
+
+
+def test_a_claim_to_be_provisioned_gets_the_node_slurm_chose_before_the_pod_is_bound() -> None:
+    volumes = Volumes(claims={("team-a", "data"): claim_doc()}, classes={"local": wffc("csi.example.com")})
+    running = job(7, "u1", "RUNNING", nodes="c2")
+    prepare, bind = plan(world(running, pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=volumes), OPTIONS)
+    assert prepare == PrepareVolume("team-a/p-u1", "u1", VolumeStep("team-a", "data", "cu", "c2"))
+    assert isinstance(bind, Bind) and bind.node == "c2" and bind.wait_for == WAITING
+    # the annotation written: the binding waits for the provisioner and the PV controller
+    chosen = Volumes(
+        claims={("team-a", "data"): claim_doc({SELECTED_NODE_ANNOTATION: "c2"})}, classes=volumes.classes
+    )
+    (bind,) = plan(world(running, pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=chosen), OPTIONS)
+    assert isinstance(bind, Bind) and bind.wait_for == WAITING
+    bound = Volumes(
+        claims={("team-a", "data"): claim_doc(spec={"volumeName": "pv-9"}, status={"phase": "Bound"})},
+        volumes={"pv-9": local_pv("pv-9", "c2", "10Gi")},
+        classes=volumes.classes,
+    )
+    (bind,) = plan(world(running, pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=bound), OPTIONS)
+    assert isinstance(bind, Bind) and bind.wait_for == ""
+
+
+def test_an_available_local_volume_on_that_node_is_pre_bound_the_smallest_that_fits() -> None:
+    pvs = {
+        "big": local_pv("big", "c1", "100Gi"),
+        "small": local_pv("small", "c1", "20Gi"),
+        "tiny": local_pv("tiny", "c1", "5Gi"),
+        "other": local_pv("other", "c2", "10Gi"),
+    }
+    volumes = Volumes(
+        claims={("team-a", "data"): claim_doc()},
+        volumes=pvs,
+        classes={"local": wffc("kubernetes.io/no-provisioner")},
+    )
+    (submit,) = plan(world(pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=volumes), OPTIONS)
+    assert isinstance(submit, Submit) and submit.excluded_nodes == ("c3",)  # c3 has no Kubernetes node
+    running = job(7, "u1", "RUNNING", nodes="c1")
+    prepare, bind = plan(world(running, pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=volumes), OPTIONS)
+    assert prepare == PrepareVolume(
+        "team-a/p-u1", "u1", VolumeStep("team-a", "data", "cu", "c1", "small", "rv-small")
+    )
+    assert isinstance(bind, Bind) and bind.wait_for == WAITING
