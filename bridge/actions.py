@@ -58,6 +58,7 @@ __all__ = [
     "BridgeOptions",
     "Cancel",
     "DeletePod",
+    "Exclude",
     "Label",
     "PrepareVolume",
     "Refuse",
@@ -144,7 +145,11 @@ class World:
     """A memo of admissions the caller keeps between passes (the same options each time), or None."""
     usage: Mapping[str, NodeUse] = field(default_factory=dict)
     """Kubernetes node → what the pods bound to it request, every pod's
-    (:func:`bridge.feasible.node_usage`)."""
+    (:func:`bridge.feasible.node_usage`): whether a pod fits when it is bound."""
+    others_usage: Mapping[str, NodeUse] = field(default_factory=dict)
+    """The same for the pods Slurm does not know (not the bridge's: DaemonSets, the slurmd pod...): which
+    nodes a job excludes. The bridge's own pods' room is their jobs' in Slurm, which Slurm gives back
+    when they end — excluding a node they fill would keep a job off it for good."""
     volumes: Volumes = field(default_factory=Volumes)
     """The claims, volumes and storage classes (:mod:`bridge.volumes`)."""
 
@@ -207,6 +212,17 @@ UNSCHEDULABLE = "Unschedulable"
 
 
 @dataclass(frozen=True)
+class Exclude:
+    """Set a pending job's excluded nodes to ``nodes`` (Kubernetes changed after the submission: a node
+    tainted, cordoned, added or its room taken; or freed again)."""
+
+    job_id: int
+    nodes: tuple[str, ...]
+    pod: str
+    why: str
+
+
+@dataclass(frozen=True)
 class Waiting:
     pod: str
     uid: str
@@ -246,7 +262,7 @@ class Label:
     job_id: str
 
 
-Action = Submit | Bind | PrepareVolume | Waiting | Refuse | Cancel | DeletePod | Label
+Action = Submit | Bind | PrepareVolume | Exclude | Waiting | Refuse | Cancel | DeletePod | Label
 
 
 def bound_job_id(pod: Pod) -> str | None:
@@ -444,7 +460,7 @@ class _Context:
         verdict = feasible(
             pods,
             list(candidates.values()),
-            self.world.usage,
+            self.world.others_usage,
             self.world.volumes,
             eligible=[n.metadata.name for n in usable],
         )
@@ -477,6 +493,22 @@ class _Context:
         gang = (rank, job.nodes) if rank is not None else (0, "")
         bind = Bind(key, uid, job.job_id, node.metadata.name, slurm_node, *gang, job.start_time, wait_for)
         return [*(PrepareVolume(key, uid, step) for step in steps), bind]
+
+    def exclusions(self, pods: Sequence[Pod], job: Job, partition: str, key: str) -> list[Action]:
+        """An :class:`Exclude` when the pending ``job``'s excluded nodes are not what ``pods`` need now."""
+        if job.state != "PENDING":
+            return []
+        verdict = self.placement(pods, partition)
+        if verdict.blocked is not None:  # a claim went missing: the job starts, the binding waits
+            return []
+        wanted = self.excluded(verdict, partition)
+        try:
+            have: tuple[str, ...] | None = tuple(sorted(hostlist_expand(job.excluded_nodes)))
+        except ValueError:
+            have = None  # not a host list Slurm would write: set it again
+        if wanted == have:
+            return []
+        return [Exclude(job.job_id, wanted, key, verdict.summary())]
 
     def binding_problem(self, pod: Pod, node: Node) -> tuple[str, str]:
         """Whether ``pod`` may be bound to ``node`` now: ("", "") yes; (why not, "") never on this node
@@ -517,7 +549,7 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
             return [Cancel(job.job_id, why, key)]
         return ctx.to_bind(pod, job, k8s, slurm_node, "it")
-    return [Waiting(key, uid, waiting_message(job))]
+    return [*ctx.exclusions([pod], job, request.partition, key), Waiting(key, uid, waiting_message(job))]
 
 
 def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action]:
@@ -594,6 +626,10 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
         if isinstance(bind[0], Cancel):
             return bind
         actions += bind
+    placed = [m for m in members if m.pod.metadata.uid in in_job]
+    if not hosts and placed and len(placed) == len(in_job):  # the whole gang pends: its exclusions
+        pods = sorted((m.pod for m in placed), key=lambda p: in_job.index(p.metadata.uid))
+        actions = ctx.exclusions(pods, job, placed[0].request.partition, pods[0].key) + actions
     return actions
 
 

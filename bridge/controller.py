@@ -39,6 +39,7 @@ from .actions import (
     BridgeOptions,
     Cancel,
     DeletePod,
+    Exclude,
     Label,
     PrepareVolume,
     Refuse,
@@ -54,7 +55,7 @@ from .informer import Informer
 from .kube import Kube, KubeError
 from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import JobRequest, Refusal
-from .slurm import cancel_job, submit_job
+from .slurm import cancel_job, exclude_nodes, submit_job
 from .volumes import Claim, PersistentVolume, StorageClass, Volumes
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -302,6 +303,8 @@ class Bridge:
         if snap.jobs_as_of < self.since:
             return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
+        assigned = list(self.assigned.objects.values())
+        others = [p for p in assigned if p.spec.schedulerName != self.options.scheduler_name]
         world = World(
             snap,
             list(self.pods.objects.values()),
@@ -314,7 +317,8 @@ class Bridge:
             else {},
             pod_groups=self._pod_group_sizes(),
             admissions=self._admissions,
-            usage=node_usage(self.assigned.objects.values(), self._asks),
+            usage=node_usage(assigned, self._asks),
+            others_usage=node_usage(others, self._asks),
             volumes=Volumes(
                 claims={(c.metadata.namespace, c.metadata.name): c for c in self.claims.objects.values()},
                 volumes=dict(self.volumes.objects),
@@ -527,6 +531,18 @@ class Bridge:
                 return False
             await self._label(pod, action.job_id)
             return True
+        if isinstance(action, Exclude):
+            done = await exclude_nodes(self.session.client, version, action.job_id, action.nodes)
+            if done:
+                log.info(
+                    "bridge: Slurm job %d now excludes %s (pod %s; Kubernetes: %s)",
+                    action.job_id,
+                    ",".join(action.nodes) or "no node",
+                    action.pod,
+                    action.why,
+                )
+                self.source.poll_soon()
+            return done
         if isinstance(action, Cancel):
             cancelled = await cancel_job(self.session.client, version, action.job_id)
             if action.why.startswith(RELEASED):
@@ -638,13 +654,14 @@ def _name(action: Action) -> str:
         DeletePod: "delete",
         Label: "label",
         PrepareVolume: "volume",
+        Exclude: "exclude",
         Waiting: "waiting",
         Refuse: "refuse",
     }[type(action)]
 
 
 def _busy_key(action: Action) -> str:
-    if isinstance(action, Cancel):
+    if isinstance(action, Cancel | Exclude):
         return f"job:{action.job_id}"
     if isinstance(action, PrepareVolume):
         return f"claim:{action.step.namespace}/{action.step.claim}"

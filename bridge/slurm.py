@@ -21,7 +21,7 @@ from exporter.versions._common import decode
 from .jobdesc import submit_body
 from .requests import JobRequest
 
-__all__ = ["cancel_job", "parse_submit_answer", "submit_job"]
+__all__ = ["cancel_job", "exclude_nodes", "parse_submit_answer", "submit_job"]
 
 
 class _Error(msgspec.Struct):
@@ -58,6 +58,9 @@ _CANCEL = msgspec.json.Decoder(_CancelAnswer)
 GONE_CODES = frozenset({2017, 2021})
 """slurmctld's answers to cancelling a job it does not know (``Invalid job id specified``) or one that
 already ended (``Job/step already completing or completed``) — slurmrestd says so with HTTP 200."""
+NOT_PENDING_CODES = GONE_CODES | {2020}
+"""slurmctld's answers to updating a job's excluded nodes when it is unknown, done, or no longer pending
+(``Job is no longer pending execution``)."""
 
 
 def _texts(errors: Sequence[_Error]) -> list[str]:
@@ -116,4 +119,41 @@ async def cancel_job(client: SlurmClient, version: str, job_id: int) -> bool:
             st.error.message or st.error.string or str(st.error.code) for st in answer.status if st.error.code
         ]
         raise SlurmReportedError(f"job {job_id}: " + "; ".join(texts), endpoint="job/cancel")
+    return True
+
+
+class _UpdateResult(msgspec.Struct):
+    job_id: int | None = None
+    error: str | None = None
+    error_code: int | None = None
+
+
+class _UpdateAnswer(msgspec.Struct):
+    results: list[_UpdateResult] = []
+    errors: list[_Error] = []
+
+
+_UPDATE = msgspec.json.Decoder(_UpdateAnswer)
+
+
+async def exclude_nodes(client: SlurmClient, version: str, job_id: int, nodes: Sequence[str]) -> bool:
+    """Set the nodes a pending job may not use (its ``ExcNodeList``, all of them: an empty list clears
+    it). False when there was nothing to update: Slurm does not know the job, or it is no longer pending
+    (it started meanwhile: the binding checks its node). Raises for any other refusal."""
+    body = json.dumps({"excluded_nodes": list(nodes)}).encode()
+    try:
+        answer = await client.send("POST", f"/slurm/{version}/job/{job_id}", endpoint="job/update", body=body)
+    except HTTPStatusError as e:
+        if e.unknown_job:
+            return False
+        raise
+    parsed = decode(_UPDATE, answer, "job/update")
+    codes = [r.error_code for r in parsed.results if r.error_code]
+    if parsed.errors and not codes:
+        raise SlurmReportedError("; ".join(_texts(parsed.errors)), endpoint="job/update")
+    if codes and all(c in NOT_PENDING_CODES for c in codes):
+        return False
+    if codes:
+        texts = [r.error or str(r.error_code) for r in parsed.results if r.error_code]
+        raise SlurmReportedError(f"job {job_id}: " + "; ".join(texts), endpoint="job/update")
     return True

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 import bridge.actions
-from bridge.actions import UNSCHEDULABLE, Bind, Cancel, PrepareVolume, Submit, Waiting, plan
+from bridge.actions import UNSCHEDULABLE, Bind, Cancel, Exclude, PrepareVolume, Submit, Waiting, plan
 from bridge.feasible import feasible, node_usage
 from bridge.pods import Pod, decode_pod
 from bridge.volumes import (
@@ -24,6 +24,7 @@ from bridge.volumes import (
 from testkit.builders import OPTIONS, job, k8s_node, pod_doc, world
 
 GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
+CPU4 = {"name": "m", "resources": {"requests": {"cpu": "4"}}}
 
 
 def bridge_pod(uid: str = "u1", **spec: Any) -> Pod:
@@ -62,10 +63,38 @@ def test_a_node_filled_by_pods_slurm_does_not_know_is_excluded() -> None:
     nodes = [k8s_node("c1", allocatable={"cpu": "4", "pods": "10"}), k8s_node("c2"), k8s_node("c3")]
     busy = [other_pod("ds-1", "c1", "3500m")]
     asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "1"}}}])
-    w = world(pods=[asking], nodes=nodes, usage=node_usage(busy))
+    w = world(pods=[asking], nodes=nodes, usage=node_usage(busy), others_usage=node_usage(busy))
     (action,) = plan(w, OPTIONS)
     assert isinstance(action, Submit) and action.excluded_nodes == ("c1",)
     assert "1 Insufficient cpu" in action.placement
+
+
+def test_a_node_filled_by_the_bridges_own_pods_is_left_to_slurm() -> None:
+    nodes = [k8s_node("c1", allocatable={"cpu": "4", "pods": "10"}), k8s_node("c2"), k8s_node("c3")]
+    ours = [
+        decode_pod(
+            json.dumps(pod_doc("b", uid="b", node="c1", containers=[CPU4], status={"phase": "Running"}))
+        )
+    ]
+    asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "1"}}}])
+    # Slurm holds c1 for the bound pod's job and gives it back when that ends: excluding it would be for good
+    (action,) = plan(world(pods=[asking], nodes=nodes, usage=node_usage(ours)), OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ()
+
+
+def test_a_pending_jobs_exclusions_follow_kubernetes() -> None:
+    nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
+    pending = job(7, "u1", reason="Resources", excluded_nodes="")  # submitted before c2 was tainted
+    exclude, waiting = plan(world(pending, pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert exclude == Exclude(
+        7, ("c2",), "team-a/p-u1", "2/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}."
+    )
+    assert isinstance(waiting, Waiting)
+    current = job(7, "u1", reason="Resources", excluded_nodes="c2")
+    assert [type(a) for a in plan(world(current, pods=[bridge_pod()], nodes=nodes), OPTIONS)] == [Waiting]
+    untainted = [k8s_node("c1"), k8s_node("c2"), k8s_node("c3")]
+    exclude, _ = plan(world(current, pods=[bridge_pod()], nodes=untainted), OPTIONS)
+    assert exclude == Exclude(7, (), "team-a/p-u1", "3/3 nodes are available.")
 
 
 def test_no_node_at_all_still_submits_so_the_demand_can_grow_the_nodeset() -> None:
