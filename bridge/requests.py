@@ -251,6 +251,7 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
         raise _Refused(f"annotation {PREFIX}share-node must be true or false")
     if share == "true" and not ns.allow_shared_nodes:
         raise _Refused(f"namespace {ns.namespace} may not share nodes ({PREFIX}share-node)")
+    _check_placement(pod, exclusive=share != "true")
     partition = _choose("partition", ours.get("partition"), ns.partitions, default_first=True)
     assert partition is not None  # the policy lists at least one
     spec = pod.spec
@@ -299,6 +300,38 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
         wckey=_pattern("wckey", ours.get("wckey"), _WCKEY),
         exclusive=share != "true",
     )
+
+
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+def _check_placement(pod: Pod, *, exclusive: bool) -> None:
+    """Refuse what Slurm's placement cannot honour: a topology spread that must hold
+    (``whenUnsatisfiable: DoNotSchedule``), required inter-pod affinity, required anti-affinity other than
+    one pod per node (``topologyKey: kubernetes.io/hostname`` on an exclusive job: Slurm gives it the
+    node alone). Preferences (``ScheduleAnyway``, preferred terms) are accepted and not honoured: Slurm
+    chooses among the feasible nodes."""
+    spec = pod.spec
+    for c in spec.topologySpreadConstraints:
+        if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule":
+            key = str(c.get("topologyKey", ""))[:64]
+            raise _Refused(
+                f"topologySpreadConstraints ({key}, DoNotSchedule): Slurm places the job and cannot keep a"
+                " spread; use whenUnsatisfiable: ScheduleAnyway, or a gang (slurm-keda.io/group)"
+            )
+    aff = spec.affinity
+    if aff is None:
+        return
+    if aff.podAffinity is not None and aff.podAffinity.requiredDuringSchedulingIgnoredDuringExecution:
+        raise _Refused("required podAffinity: Slurm places the job and cannot put it next to other pods")
+    anti = aff.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution if aff.podAntiAffinity else []
+    for term in anti:
+        key = str(term.get("topologyKey", ""))[:64]
+        if key != HOSTNAME_KEY or not exclusive:
+            raise _Refused(
+                f"required podAntiAffinity on {key or 'no topologyKey'}: only one pod per node"
+                f" ({HOSTNAME_KEY}) on a node of its own (no {PREFIX}share-node) is honoured"
+            )
 
 
 def admit(

@@ -417,3 +417,37 @@ def test_submit_answers() -> None:
         parse_submit_answer(b'{"job_id": 0, "errors": [{"description": "Invalid partition name specified"}]}')
     with pytest.raises(ShapeError):
         parse_submit_answer(b'{"errors": []}')
+
+
+# -- placement rules Slurm cannot honour ------------------------------------------------------------
+
+SPREAD = {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "labelSelector": {}}
+HOST_ANTI = {"labelSelector": {"matchLabels": {"app": "x"}}, "topologyKey": "kubernetes.io/hostname"}
+
+
+def test_a_spread_that_must_hold_is_refused_and_a_preferred_one_accepted() -> None:
+    assert "DoNotSchedule" in refusal(
+        pod(topologySpreadConstraints=[{**SPREAD, "whenUnsatisfiable": "DoNotSchedule"}])
+    )
+    request(pod(topologySpreadConstraints=[{**SPREAD, "whenUnsatisfiable": "ScheduleAnyway"}]))
+
+
+def test_required_pod_affinity_is_refused_and_hostname_anti_affinity_honoured_on_a_node_of_its_own() -> None:
+    near = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [HOST_ANTI]}}
+    assert refusal(pod(affinity=near)).startswith("required podAffinity")
+    apart = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [HOST_ANTI]}}
+    request(pod(affinity=apart))  # an exclusive job has its node alone
+    shared = pod("team-b", affinity=apart, annotations={PREFIX + "share-node": "true"})
+    assert "only one pod per node" in refusal(shared)
+    zone = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{**HOST_ANTI, "topologyKey": "zone"}]
+        }
+    }
+    assert "required podAntiAffinity on zone" in refusal(pod(affinity=zone))
+    preferred = {
+        "podAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": HOST_ANTI}]
+        }
+    }
+    request(pod(affinity=preferred))
