@@ -22,6 +22,7 @@ annotation                  meaning (anything outside the policy refuses the pod
                             policy has ``allow_shared_nodes``); default: the node is exclusive
 ``user``                    refused unless it names nothing else than the policy's uid
 ``group`` / ``group-size``  this pod is one of a gang placed together (:mod:`bridge.groups`)
+``opt-out``                 ``"true"``: the admission webhook does not put the pod on the bridge
 =========================== ==================================================================
 
 Resources as Kubernetes counts them (:func:`bridge.pods.effective_request`): CPUs rounded up (at least
@@ -59,7 +60,7 @@ PREFIX = "slurm-keda.io/"
 """The prefix of every annotation the bridge reads."""
 ANNOTATIONS = frozenset(
     {"partition", "account", "qos", "reservation", "constraint", "licenses", "wckey", "time-limit"}
-    | {"share-node", "user", "group", "group-size"}
+    | {"share-node", "user", "group", "group-size", "opt-out"}
 )
 BRIDGE_WRITES = frozenset({"slurm-node", "job-id", "nodes", "rank"})
 """Annotations the bridge itself writes on pods it placed (never read as a request)."""
