@@ -24,6 +24,7 @@ import asyncio
 import base64
 import json
 import logging
+import socket
 import ssl
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -140,7 +141,7 @@ def _takes(pod: Pod, namespace: str, options: WebhookOptions, labels: Mapping[st
         return False
     if pod.is_mirror or pod.owned_by_daemonset:
         return False
-    return options.policy.of(namespace, labels) is not None
+    return options.policy.of(namespace, labels) is not None  # labels unknown: selected namespaces wait
 
 
 def validate(
@@ -170,6 +171,9 @@ def validate(
     if not pod.metadata.namespace:  # a pod being created carries the request's namespace
         meta = msgspec.structs.replace(pod.metadata, namespace=str(req.get("namespace") or ""))
         pod = msgspec.structs.replace(pod, metadata=meta)
+    policy = options.policy
+    if namespace_labels is None and policy.selectors and pod.metadata.namespace not in policy.namespaces:
+        return answer(uid, allowed=True)  # its labels not known yet: the bridge judges it (an Event)
     got = admit(
         pod,
         scheduler_name=options.scheduler_name,
@@ -250,6 +254,7 @@ class WebhookServer:
         self.reviews: Counter[tuple[str, str]] = Counter()
         """(path, verdict: allowed, mutated, denied, bad_request) → reviews answered."""
         self.bound_port: int | None = None
+        self._sockets: list[socket.socket] = []
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_REVIEW_BYTES)
@@ -301,12 +306,18 @@ class WebhookServer:
         reloads.add_metric(["error"], self.certificates.reload_errors)
         yield reloads
 
+    def bind(self) -> None:
+        """Claim the address (``OSError`` when it cannot be listened on); :meth:`run` serves it."""
+        self._sockets = bind_sockets(self.host or None, self.port, backlog=1024)
+        self.bound_port = self._sockets[0].getsockname()[1]
+
     async def run(self) -> None:
-        """Listen (behind the same connection guard as ``/metrics``: a cap, header timeouts) until
-        cancelled; ConfigError-like ``OSError`` when the address cannot be bound."""
+        """Serve (behind the same connection guard as ``/metrics``: a cap, header timeouts) until
+        cancelled, checking the certificate files every ``reload_every`` seconds."""
+        if not self._sockets:
+            self.bind()
+        sockets, self._sockets = self._sockets, []
         guard = ConnectionGuard(ListenLimits())
-        sockets = bind_sockets(self.host or None, self.port, backlog=1024)
-        self.bound_port = sockets[0].getsockname()[1]
         runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=guard.limits.idle_timeout)
         listener: Listener | None = None
         try:

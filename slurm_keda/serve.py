@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +29,12 @@ from autoscaler.metrics import demand_families
 from autoscaler.service import DemandService
 from bridge.actions import BridgeOptions
 from bridge.controller import Bridge
+from bridge.informer import Informer
 from bridge.kube import Kube, KubeError, load_configuration
 from bridge.lease import LeaderElector, LeaseOptions, default_identity
+from bridge.pods import Namespace
 from bridge.policy import PolicyError, load_policy
+from bridge.webhook import CertificateFiles, WebhookOptions, WebhookServer
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ConfigError
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
@@ -235,6 +239,46 @@ class BridgeRunnable(Runnable):
         return self.bridge.stats.families()
 
 
+class WebhookRunnable(Runnable):
+    """The bridge's admission webhook: on every replica (the API server calls whichever the Service
+    picks), with its own namespace informer when the policy selects namespaces by label."""
+
+    name = "webhook"
+
+    def __init__(self, server: WebhookServer, namespaces: Informer[Namespace] | None) -> None:
+        self.server = server
+        self.namespaces = namespaces
+
+    async def start(self) -> None:
+        try:
+            self.server.bind()
+        except OSError as e:
+            raise ConfigError(
+                f"cannot listen on {self.server.host}:{self.server.port} (--webhook-listen): {e}"
+            ) from None
+
+    async def run(self) -> None:
+        tasks = [asyncio.create_task(self.server.run(), name="webhook-server")]
+        if self.namespaces is not None:
+            tasks.append(asyncio.create_task(self.namespaces.run(), name="webhook-namespace-informer"))
+        try:
+            await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    def labels(self, namespace: str) -> Mapping[str, str] | None:
+        """A namespace's labels, None while they are not known (no informer, or not synced)."""
+        if self.namespaces is None or not self.namespaces.synced:
+            return None
+        found = self.namespaces.objects.get(namespace)
+        return found.metadata.labels if found is not None else {}
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        return self.server.families()
+
+
 # -- wiring ----------------------------------------------------------------------------------------
 
 
@@ -245,6 +289,7 @@ class BridgeParts:
     kube: Kube
     options: BridgeOptions
     lease: LeaseOptions | None
+    webhook: WebhookServer | None = None
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -297,8 +342,25 @@ async def bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> BridgeP
         raise ConfigError(str(e)) from None
     api = await stack.enter_async_context(kube_client.ApiClient(cfg))
     return BridgeParts(
-        Kube(api, component=b.scheduler_name), options, lease_options(s.lease, b.instance, namespace)
+        Kube(api, component=b.scheduler_name),
+        options,
+        lease_options(s.lease, b.instance, namespace),
+        webhook_server(b, options),
     )
+
+
+def webhook_server(b: BridgeSettings, options: BridgeOptions) -> WebhookServer | None:
+    """The webhook when ``--webhook-listen`` is set; ConfigError when its certificate does not load."""
+    if b.webhook_listen is None:
+        return None
+    assert b.webhook_cert_file is not None and b.webhook_key_file is not None
+    try:
+        certificates = CertificateFiles(b.webhook_cert_file, b.webhook_key_file)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"--webhook-cert-file/--webhook-key-file: {e}") from None
+    host, _, port = b.webhook_listen.rpartition(":")
+    decide = WebhookOptions(options.scheduler_name, options.own_namespace, options.policy)
+    return WebhookServer(decide, certificates, host.strip("[]"), int(port))
 
 
 def grpc_tls(s: Settings) -> GrpcTLS | None:
@@ -331,6 +393,19 @@ def build(
         manager.add(GrpcScaler(demand, s.grpc.listen, grpc_tls(s)))
     if parts is not None:
         manager.add(BridgeRunnable(Bridge(poller, session, parts.kube, parts.options)))
+    if parts is not None and parts.webhook is not None:
+        kube = parts.kube
+        namespaces: Informer[Namespace] | None = None
+        if parts.options.policy.selectors:
+            namespaces = Informer(
+                "webhook namespaces",
+                kube.list_namespaces,
+                lambda since: kube.watch_namespaces(since),
+                lambda n: n.metadata.name,
+            )
+        webhook = WebhookRunnable(parts.webhook, namespaces)
+        parts.webhook.namespace_labels = webhook.labels
+        manager.add(webhook)
     return manager
 
 

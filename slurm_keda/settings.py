@@ -275,6 +275,15 @@ class MetricsSettings(_Group):
     )
 
 
+def _host_port(v: str | None, example: str) -> str | None:
+    if v is None:
+        return v
+    host, sep, port = v.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"must be host:port, e.g. {example} or [::]:{example.rpartition(':')[2]}")
+    return v
+
+
 class GrpcSettings(_Group):
     """The KEDA external scaler."""
 
@@ -300,12 +309,7 @@ class GrpcSettings(_Group):
     @field_validator("listen")
     @classmethod
     def _listen(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        host, sep, port = v.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError("must be host:port, e.g. 0.0.0.0:9342 or [::]:9342")
-        return v
+        return _host_port(v, "0.0.0.0:9342")
 
     @field_validator("tls_cert_file", "tls_key_file", "tls_client_ca_file")
     @classmethod
@@ -392,11 +396,34 @@ class BridgeSettings(_Group):
         alias="kubeconfig",
         description="kubeconfig of the bridge (default: in-cluster, else $KUBECONFIG, ~/.kube/config)",
     )
+    webhook_listen: str | None = Field(
+        None,
+        alias="webhook_listen",
+        description="host:port of the bridge's admission webhook (HTTPS: /mutate, /validate; e.g. "
+        "0.0.0.0:9443); off when unset",
+    )
+    webhook_cert_file: Path | None = Field(
+        None,
+        alias="webhook_cert_file",
+        description="the webhook's certificate (PEM), re-read when it changes (a mounted Secret)",
+    )
+    webhook_key_file: Path | None = Field(
+        None, alias="webhook_key_file", description="private key (PEM) of --webhook-cert-file"
+    )
 
-    @field_validator("policy_file", "kubeconfig")
+    @field_validator("policy_file", "kubeconfig", "webhook_cert_file", "webhook_key_file")
     @classmethod
     def _files(cls, v: Path | None) -> Path | None:
         return _readable(v)
+
+    @field_validator("webhook_listen")
+    @classmethod
+    def _listen(cls, v: str | None) -> str | None:
+        return _host_port(v, "0.0.0.0:9443")
+
+    @property
+    def webhook_port(self) -> int | None:
+        return None if self.webhook_listen is None else int(self.webhook_listen.rpartition(":")[2])
 
     @field_validator("instance", "scheduler_name")
     @classmethod
@@ -407,6 +434,13 @@ class BridgeSettings(_Group):
     def _policy(self) -> BridgeSettings:
         if self.enabled and self.policy_file is None:
             raise ValueError("--bridge needs --bridge-policy-file (who each namespace's jobs run as)")
+        if self.webhook_listen is not None:
+            if not self.enabled:
+                raise ValueError("--webhook-listen is the bridge's webhook: it needs --bridge")
+            if self.webhook_cert_file is None or self.webhook_key_file is None:
+                raise ValueError(
+                    "--webhook-listen is HTTPS only: it needs --webhook-cert-file and --webhook-key-file"
+                )
         return self
 
 
@@ -484,12 +518,15 @@ class Settings(BaseModel):
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Settings:
-        port = self.grpc.port
-        if port is not None and port != 0 and port == self.http.port:
-            raise ValueError(
-                f"--grpc-listen and --listen-port both name port {port}: the gRPC scaler and the HTTP "
-                "server need a port each"
-            )
+        ports = [("--listen-port", self.http.port), ("--grpc-listen", self.grpc.port)]
+        ports.append(("--webhook-listen", self.bridge.webhook_port))
+        taken: dict[int, str] = {}
+        for flag, port in ports:
+            if port is None or port == 0:
+                continue
+            if port in taken:
+                raise ValueError(f"{taken[port]} and {flag} both name port {port}: each server needs a port")
+            taken[port] = flag
         return self
 
 

@@ -199,8 +199,7 @@ def test_one_port_for_http_and_grpc_is_refused_before_starting() -> None:
     )  # fmt: skip
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
-        f"slurm-keda: --grpc-listen and --listen-port both name port {port}: the gRPC scaler and the HTTP "
-        "server need a port each"
+        f"slurm-keda: --listen-port and --grpc-listen both name port {port}: each server needs a port"
     ]
 
 

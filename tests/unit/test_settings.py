@@ -128,6 +128,26 @@ def test_every_setting_is_a_flag_of_serve() -> None:
     assert set(OPTIONS) - set(SERVE_OPTIONS) == set()
 
 
+def test_the_webhook_is_https_only_and_the_bridges(tmp_path: Path) -> None:
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("namespaces: {team-a: {user_id: 1001, partitions: [cpu]}}\n")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("x")
+    key.write_text("y")
+    bridge = {"bridge": True, "bridge_policy_file": str(policy)}
+    with pytest.raises(ConfigError, match="--webhook-listen is the bridge's webhook: it needs --bridge"):
+        load({"webhook_listen": "0.0.0.0:9443"}, tmp_path)
+    with pytest.raises(ConfigError, match="HTTPS only: it needs --webhook-cert-file and --webhook-key-file"):
+        load({**bridge, "webhook_listen": "0.0.0.0:9443", "webhook_cert_file": str(cert)}, tmp_path)
+    with pytest.raises(ConfigError, match="must be host:port"):
+        load({**bridge, "webhook_listen": "9443"}, tmp_path)
+    files = {"webhook_cert_file": str(cert), "webhook_key_file": str(key)}
+    with pytest.raises(ConfigError, match="--listen-port and --webhook-listen both name port 9341"):
+        load({**bridge, **files, "webhook_listen": "0.0.0.0:9341"}, tmp_path)
+    s = load({**bridge, **files, "webhook_listen": "[::]:9443"}, tmp_path)
+    assert s.bridge.webhook_port == 9443
+
+
 def test_the_bridge_needs_a_policy(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--bridge needs --bridge-policy-file"):
         load({"bridge": True}, tmp_path)
