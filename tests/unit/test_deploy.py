@@ -29,6 +29,9 @@ CRDS = {
     "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
 }
 Manifest = dict[str, Any]
+CERT_MANAGER = frozenset({"Issuer", "Certificate"})
+"""cert-manager's kinds (the bridge's webhook certificate): their CRDs are not among ../shared/schemas, so
+their wiring is what is checked (test_the_webhook_is_wired)."""
 
 
 def kustomize_path() -> str:
@@ -56,8 +59,8 @@ def render(overlay: str) -> tuple[Manifest, ...]:
     return _render(overlay, kustomize_path())
 
 
-def one(objects: tuple[Manifest, ...], kind: str) -> Manifest:
-    (found,) = [o for o in objects if o["kind"] == kind]
+def one(objects: tuple[Manifest, ...], kind: str, name: str | None = None) -> Manifest:
+    (found,) = [o for o in objects if o["kind"] == kind and name in (None, o["metadata"]["name"])]
     return found
 
 
@@ -88,7 +91,9 @@ def crd_schema(kind: str) -> dict[str, Any]:
 def test_every_object_is_valid_against_kubernetes_or_its_crd(overlay: str) -> None:
     for obj in render(overlay):
         assert obj["metadata"].get("namespace") in ("slurm", None), obj["metadata"]
-        if obj["kind"] in CRDS:
+        if obj["kind"] in CERT_MANAGER:
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+        elif obj["kind"] in CRDS:
             if not SCHEMAS.is_dir():
                 continue  # the CRDs live in ../shared; the structure checks below still run
             jsonschema.validate(obj, crd_schema(obj["kind"]))
@@ -162,17 +167,20 @@ def test_api_access_only_where_the_bridge_runs() -> None:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_service_monitor_network_policy_and_service_fit_together(overlay: str) -> None:
     objects = render(overlay)
-    service, monitor, policy = (one(objects, k) for k in ("Service", "ServiceMonitor", "NetworkPolicy"))
+    service, monitor = one(objects, "Service", "slurm-keda"), one(objects, "ServiceMonitor")
+    services = [o for o in objects if o["kind"] == "Service"]
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
     pod_labels = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
-    assert service["spec"]["selector"].items() <= pod_labels.items()
+    assert all(s["spec"]["selector"].items() <= pod_labels.items() for s in services)
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    ports = {p["name"]: p for p in service["spec"]["ports"]}
+    ports = {p["name"]: p for s in services for p in s["spec"]["ports"]}
     assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"] and "metrics" in ports
-    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
-    allowed = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert all(p["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items() for p in policies)
+    allowed = {p["port"] for policy in policies for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     container_ports = {p["name"] for p in container(objects)["ports"]}
     assert allowed == container_ports == set(ports), "every served port is reachable, nothing else"
     assert ("grpc" in ports) == (overlay != "exporter")
+    assert ("webhook" in ports) == (overlay == "all")
     assert one(objects, "PrometheusRule")["spec"] == yaml.safe_load(
         (ROOT / "dashboards/rules/slurm-keda.rules.yaml").read_text()
     )
@@ -197,3 +205,50 @@ def test_the_autoscaler_targets_and_tls_are_wired(tmp_path: Path) -> None:
     ):
         assert str(Path(env[key]).parent) in mounts, key
     assert env["SLURM_KEDA_GRPC_LISTEN"].endswith(":9342")
+
+
+def test_the_webhook_is_wired() -> None:
+    """The bridge's webhook: cert-manager's certificate names the Service the configurations call, lands in
+    the Secret the replicas mount, its CA is injected into both; kube-system and the bridge's own
+    namespace are never sent a review; the replicas listen where the Service points."""
+    objects = render("all")
+    cert = one(objects, "Certificate")
+    service = one(objects, "Service", "slurm-keda-webhook")
+    ns = service["metadata"]["namespace"]
+    assert f"{service['metadata']['name']}.{ns}.svc" in cert["spec"]["dnsNames"]
+    assert cert["spec"]["issuerRef"]["name"] == one(objects, "Issuer")["metadata"]["name"]
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    c = container(objects)
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    (volume,) = [
+        v for v in pod["volumes"] if v.get("secret", {}).get("secretName") == cert["spec"]["secretName"]
+    ]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == volume["name"]]
+    assert env["SLURM_KEDA_WEBHOOK_CERT_FILE"] == f"{mount['mountPath']}/tls.crt"
+    assert env["SLURM_KEDA_WEBHOOK_KEY_FILE"] == f"{mount['mountPath']}/tls.key"
+    (port,) = [p for p in c["ports"] if p["name"] == service["spec"]["ports"][0]["targetPort"]]
+    assert env["SLURM_KEDA_WEBHOOK_LISTEN"].endswith(f":{port['containerPort']}")
+    for kind, path in (
+        ("MutatingWebhookConfiguration", "/mutate"),
+        ("ValidatingWebhookConfiguration", "/validate"),
+    ):
+        config = one(objects, kind)
+        assert (
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == f"{ns}/{cert['metadata']['name']}"
+        )
+        (hook,) = config["webhooks"]
+        called = hook["clientConfig"]["service"]
+        assert (called["name"], called["namespace"], called["path"]) == (
+            service["metadata"]["name"],
+            ns,
+            path,
+        )
+        assert called["port"] == service["spec"]["ports"][0]["port"]
+        (never,) = hook["namespaceSelector"]["matchExpressions"]
+        assert never["operator"] == "NotIn" and {"kube-system", ns} <= set(never["values"])
+        assert hook["failurePolicy"] == "Ignore" and hook["sideEffects"] == "None"
+        assert hook["admissionReviewVersions"] == ["v1"]
+    validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"][0]
+    assert "'slurm-bridge'" in validating["matchConditions"][0]["expression"]
+    assert "pods/resize" in validating["rules"][0]["resources"]
