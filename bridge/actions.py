@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -42,8 +43,9 @@ from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
 from .feasible import Feasibility, NodeUse, feasible, node_reasons, pod_asks, resource_reasons
-from .groups import GroupError, GroupKey, Membership, group_size, membership
-from .pods import Node, Pod
+from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
+from .podgroups import group_status
+from .pods import Node, Pod, PodGroup
 from .policy import Policy
 from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
 from .volumes import Volumes, VolumeStep, claim_names, claims_problem, volume_steps
@@ -59,6 +61,7 @@ __all__ = [
     "Cancel",
     "DeletePod",
     "Exclude",
+    "GroupStatus",
     "Label",
     "PrepareVolume",
     "Refuse",
@@ -141,6 +144,8 @@ class World:
     """Namespace name → its labels (for the policy's namespace selectors; empty without selectors)."""
     pod_groups: Mapping[tuple[str, str], int] | str | None = None
     """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
+    pod_group_objects: Mapping[tuple[str, str], PodGroup] = field(default_factory=dict)
+    """``(namespace, name)`` → the PodGroup, for the status the bridge keeps (:mod:`bridge.podgroups`)."""
     admissions: MutableMapping[AdmissionKey, JobRequest | Refusal | None] | None = None
     """A memo of admissions the caller keeps between passes (the same options each time), or None."""
     usage: Mapping[str, NodeUse] = field(default_factory=dict)
@@ -212,6 +217,15 @@ UNSCHEDULABLE = "Unschedulable"
 
 
 @dataclass(frozen=True)
+class GroupStatus:
+    """Set a PodGroup's status (its ``status`` subresource) to ``status``."""
+
+    namespace: str
+    name: str
+    status: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
 class Exclude:
     """Set a pending job's excluded nodes to ``nodes`` (Kubernetes changed after the submission: a node
     tainted, cordoned, added or its room taken; or freed again)."""
@@ -262,7 +276,7 @@ class Label:
     job_id: str
 
 
-Action = Submit | Bind | PrepareVolume | Exclude | Waiting | Refuse | Cancel | DeletePod | Label
+Action = Submit | Bind | PrepareVolume | Exclude | Waiting | Refuse | Cancel | DeletePod | Label | GroupStatus
 
 
 def bound_job_id(pod: Pod) -> str | None:
@@ -383,6 +397,7 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
             groups.setdefault(member.group, []).append(_Member(member, pod, got))
     for group, members in sorted(groups.items()):
         actions += _gang(group, sorted(members, key=lambda m: m.membership.order()), ctx)
+    actions += _group_statuses(world, group_jobs)
     if world.pods_complete:
         for uid, job in current.items():
             if uid not in seen_uids and job.state not in ENDED:
@@ -682,3 +697,23 @@ def _placement_key(pod: Pod) -> Hashable:
             claims,
         ]
     )
+
+
+def _group_statuses(world: World, group_jobs: Mapping[str, list[Job]]) -> list[Action]:
+    """The PodGroups whose status is not what their bridge pods and Slurm job say
+    (:mod:`bridge.podgroups`)."""
+    members: dict[tuple[str, str], list[Pod]] = {}
+    for pod in world.pods:
+        if (name := pod.metadata.labels.get(POD_GROUP_LABEL)) is not None:
+            members.setdefault((pod.metadata.namespace, name), []).append(pod)
+    out: list[Action] = []
+    for (ns, name), pods in sorted(members.items()):
+        group = world.pod_group_objects.get((ns, name))
+        if group is None:
+            continue
+        jobs = group_jobs.get(str(GroupKey(ns, "PodGroup", name)), [])
+        job = max(jobs, key=lambda j: j.job_id, default=None)
+        status = group_status(group, sorted(pods, key=lambda p: p.metadata.name), job)
+        if status is not None:
+            out.append(GroupStatus(ns, name, status))
+    return out

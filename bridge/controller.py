@@ -40,6 +40,7 @@ from .actions import (
     Cancel,
     DeletePod,
     Exclude,
+    GroupStatus,
     Label,
     PrepareVolume,
     Refuse,
@@ -316,6 +317,11 @@ class Bridge:
             if self.namespaces is not None
             else {},
             pod_groups=self._pod_group_sizes(),
+            pod_group_objects={
+                (g.metadata.namespace, g.metadata.name): g for g in self.pod_groups.objects.values()
+            }
+            if self.pod_groups is not None and self.pod_groups.synced
+            else {},
             admissions=self._admissions,
             usage=node_usage(assigned, self._asks),
             others_usage=node_usage(others, self._asks),
@@ -531,6 +537,9 @@ class Bridge:
                 return False
             await self._label(pod, action.job_id)
             return True
+        if isinstance(action, GroupStatus):
+            await self.kube.pod_group_status(action.namespace, action.name, dict(action.status))
+            return True
         if isinstance(action, Exclude):
             done = await exclude_nodes(self.session.client, version, action.job_id, action.nodes)
             if done:
@@ -655,6 +664,7 @@ def _name(action: Action) -> str:
         Label: "label",
         PrepareVolume: "volume",
         Exclude: "exclude",
+        GroupStatus: "group_status",
         Waiting: "waiting",
         Refuse: "refuse",
     }[type(action)]
@@ -665,6 +675,8 @@ def _busy_key(action: Action) -> str:
         return f"job:{action.job_id}"
     if isinstance(action, PrepareVolume):
         return f"claim:{action.step.namespace}/{action.step.claim}"
+    if isinstance(action, GroupStatus):
+        return f"podgroup:{action.namespace}/{action.name}"
     if isinstance(action, Submit) and action.group is not None:
         return f"group:{action.group}"  # its leader may change between passes
     return f"pod:{action.uid}"

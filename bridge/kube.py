@@ -273,6 +273,19 @@ class Kube:
         )
         return _watched(call, PodGroup)
 
+    async def pod_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """Merge ``status`` into a PodGroup's status subresource (what scheduler-plugins keeps there)."""
+        call = self.custom.patch_namespaced_custom_object_status(  # type: ignore[call-arg]  # _content_type: in its **kwargs
+            *POD_GROUPS[:2],
+            namespace,
+            POD_GROUPS[2],
+            name,
+            {"status": status},
+            _content_type="application/merge-patch+json",  # a custom resource has no strategic merge
+            _preload_content=False,
+        )
+        await _checked(call)
+
     async def read_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The ``coordination.k8s.io/v1`` Lease as JSON, or None if there is none."""
         try:

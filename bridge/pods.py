@@ -255,11 +255,23 @@ class PodGroupSpec(msgspec.Struct, frozen=True):
     minMember: int = 0
 
 
+class PodGroupStatus(msgspec.Struct, frozen=True):
+    phase: str = ""
+    scheduled: int = 0
+    running: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    occupiedBy: str = ""
+    scheduleStartTime: str | None = None
+
+
 class PodGroup(msgspec.Struct, frozen=True):
-    """A scheduler-plugins coscheduling PodGroup (``scheduling.x-k8s.io/v1alpha1``): its ``minMember``."""
+    """A scheduler-plugins coscheduling PodGroup (``scheduling.x-k8s.io/v1alpha1``): its ``minMember`` and
+    the status the bridge keeps (:mod:`bridge.podgroups`)."""
 
     metadata: ObjectMeta = ObjectMeta()
     spec: PodGroupSpec = PodGroupSpec()
+    status: PodGroupStatus = PodGroupStatus()
 
 
 _POD = msgspec.json.Decoder(Pod)

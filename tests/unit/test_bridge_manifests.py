@@ -81,6 +81,10 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
             pv = fake.put("persistentvolumes", {"metadata": {"name": "pv"}, "spec": {}})
             pv_rv = pv["metadata"]["resourceVersion"]
             await k.prebind_volume("pv", pv_rv, "ns", "c", "cu")
+            fake.put(
+                "podgroups", {"metadata": {"name": "g", "namespace": "ns"}}, "scheduling.x-k8s.io/v1alpha1"
+            )
+            await k.pod_group_status("ns", "g", {"phase": "Pending"})
             p = pods[0]
             await k.mark(p, {"slurm-keda.io/job-id": "1"}, {})
             await k.bind(p, "c1")
