@@ -234,6 +234,8 @@ class Exclude:
     nodes: tuple[str, ...]
     pod: str
     why: str
+    uids: tuple[str, ...] = ()
+    """The pods of the job (told in an Event)."""
 
 
 @dataclass(frozen=True)
@@ -523,7 +525,8 @@ class _Context:
             have = None  # not a host list Slurm would write: set it again
         if wanted == have:
             return []
-        return [Exclude(job.job_id, wanted, key, verdict.summary())]
+        uids = tuple(p.metadata.uid for p in pods)
+        return [Exclude(job.job_id, wanted, key, verdict.summary(), uids)]
 
     def binding_problem(self, pod: Pod, node: Node) -> tuple[str, str]:
         """Whether ``pod`` may be bound to ``node`` now: ("", "") yes; (why not, "") never on this node

@@ -551,6 +551,11 @@ class Bridge:
                     action.why,
                 )
                 self.source.poll_soon()
+                shown = ",".join(action.nodes) or "no node"
+                for uid in action.uids:
+                    if (pod := self._pod(uid)) is not None:
+                        text = f"Slurm job {action.job_id} now excludes {shown}; Kubernetes: {action.why}"
+                        await self.kube.event(pod, "SlurmExcluded", text)
             return done
         if isinstance(action, Cancel):
             cancelled = await cancel_job(self.session.client, version, action.job_id)

@@ -86,15 +86,14 @@ def test_a_pending_jobs_exclusions_follow_kubernetes() -> None:
     nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
     pending = job(7, "u1", reason="Resources", excluded_nodes="")  # submitted before c2 was tainted
     exclude, waiting = plan(world(pending, pods=[bridge_pod()], nodes=nodes), OPTIONS)
-    assert exclude == Exclude(
-        7, ("c2",), "team-a/p-u1", "2/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}."
-    )
+    why = "2/3 nodes are available: 1 node(s) had untolerated taint {gpu: true}."
+    assert exclude == Exclude(7, ("c2",), "team-a/p-u1", why, ("u1",))
     assert isinstance(waiting, Waiting)
     current = job(7, "u1", reason="Resources", excluded_nodes="c2")
     assert [type(a) for a in plan(world(current, pods=[bridge_pod()], nodes=nodes), OPTIONS)] == [Waiting]
     untainted = [k8s_node("c1"), k8s_node("c2"), k8s_node("c3")]
     exclude, _ = plan(world(current, pods=[bridge_pod()], nodes=untainted), OPTIONS)
-    assert exclude == Exclude(7, (), "team-a/p-u1", "3/3 nodes are available.")
+    assert exclude == Exclude(7, (), "team-a/p-u1", "3/3 nodes are available.", ("u1",))
 
 
 def test_no_node_at_all_still_submits_so_the_demand_can_grow_the_nodeset() -> None:
