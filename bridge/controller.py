@@ -413,7 +413,8 @@ class Bridge:
             if applied:
                 self.stats.done[kind] += 1
         except (SlurmError, KubeError) as e:
-            self.stats.errors[(kind, e.kind)] += 1
+            if not (isinstance(e, KubeError) and e.reason == NOT_YET):  # waiting is not an error
+                self.stats.errors[(kind, e.kind)] += 1
             if isinstance(action, Bind) and isinstance(e, KubeError):
                 await self._bind_failure(action, e)
             else:
@@ -488,7 +489,7 @@ class Bridge:
             if pod is None:
                 return False
             if action.wait_for:  # waits like a failed binding: backoff, then released at the deadline
-                raise KubeError(f"not yet: {action.wait_for}", reason="NotYet")
+                raise KubeError(f"not yet: {action.wait_for}", reason=NOT_YET)
             # the job id in the binding's own write: a pod bound without it would look like someone else's
             notes = {JOB_ID_ANNOTATION: str(action.job_id), SLURM_NODE_ANNOTATION: action.slurm_node}
             if action.job_nodes:  # a gang member: its rank and the whole allocation
@@ -630,6 +631,9 @@ class Bridge:
                 await self.kube.unschedulable(pod, reason, message)
 
 
+NOT_YET = "NotYet"
+"""The reason of a binding that waits (room on the node, its claims' volumes): retried like a failed one,
+released at the deadline, but not counted as an error."""
 RELEASED = "released: "
 """How a Cancel that releases an unbindable pod's job begins its reason."""
 
