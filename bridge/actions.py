@@ -42,7 +42,7 @@ import msgspec
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
-from .feasible import Feasibility, NodeUse, feasible, node_reasons, pod_asks, resource_reasons
+from .feasible import Feasibility, NodeIndex, NodeUse, feasible, node_reasons, pod_asks, resource_reasons
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
 from .podgroups import group_status
 from .pods import Node, Pod, PodGroup
@@ -461,6 +461,8 @@ class _Context:
     """A gang's name → its jobs."""
     verdicts: dict[tuple[str, tuple[Hashable, ...]], Feasibility] = field(default_factory=dict)
     """This pass's :meth:`placement` answers."""
+    indexes: dict[str, tuple[list[Node], list[str], NodeIndex]] = field(default_factory=dict)
+    """Partition → its Kubernetes nodes, those the bridge may use, and their :class:`NodeIndex`."""
 
     def placement(self, pods: Sequence[Pod], partition: str) -> Feasibility:
         """Where ``pods`` (one pod, or a gang's members) may run among the Kubernetes nodes of
@@ -470,16 +472,19 @@ class _Context:
         key = (partition, tuple(_placement_key(p) for p in pods))
         if (known := self.verdicts.get(key)) is not None:
             return known
-        slurm = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
-        k8s = {name: self.nodes.by_slurm.get(name) for name in slurm}
-        candidates = {n.metadata.name: n for n in k8s.values() if n is not None}
-        usable = [n for name in slurm if (n := self.nodes.usable(name)) is not None]
+        if (prepared := self.indexes.get(partition)) is None:
+            slurm = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
+            k8s = {name: self.nodes.by_slurm.get(name) for name in slurm}
+            candidates = list({n.metadata.name: n for n in k8s.values() if n is not None}.values())
+            usable = [n.metadata.name for name in slurm if (n := self.nodes.usable(name)) is not None]
+            prepared = self.indexes[partition] = (
+                candidates,
+                usable,
+                NodeIndex(candidates, self.world.others_usage),
+            )
+        candidates, usable, index = prepared
         verdict = feasible(
-            pods,
-            list(candidates.values()),
-            self.world.others_usage,
-            self.world.volumes,
-            eligible=[n.metadata.name for n in usable],
+            pods, candidates, self.world.others_usage, self.world.volumes, eligible=usable, index=index
         )
         self.verdicts[key] = verdict
         return verdict

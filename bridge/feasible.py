@@ -30,15 +30,16 @@ The bridge also requires a node to be Ready and labelled for it (:class:`bridge.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .nodeselect import selector_matches
-from .pods import Node, Pod, QuantityError, parse_quantity, pod_requests
-from .volumes import Volumes, claims_problem, volume_reasons
+from .nodeselect import LabelIndex, selector_matches
+from .pods import Node, NodeSelector, Pod, QuantityError, parse_quantity, pod_requests
+from .volumes import Volumes, claim_names, claims_problem, volume_reasons
 
 __all__ = [
     "NOT_READY",
@@ -75,21 +76,31 @@ class Feasibility:
 
     nodes: tuple[str, ...]
     """The Kubernetes nodes it may be bound to, sorted."""
-    reasons: Mapping[str, tuple[str, ...]]
-    """Every other node → why not (kube-scheduler's wording; at least one reason each)."""
+    ruled_out: Mapping[str, frozenset[str]]
+    """Reason (kube-scheduler's wording) → the nodes it rules out; every node not in :attr:`nodes` is in at
+    least one."""
     blocked: str | None = None
     """Why no node at all (a claim missing or not yet bound): then every node's reason is this."""
+
+    @functools.cached_property
+    def reasons(self) -> dict[str, tuple[str, ...]]:
+        """Every node not in :attr:`nodes` → why not (its reasons in the order they were found)."""
+        out: dict[str, list[str]] = {}
+        for reason, names in self.ruled_out.items():
+            for name in names:
+                out.setdefault(name, []).append(reason)
+        return {name: tuple(why) for name, why in sorted(out.items())}
 
     def summary(self) -> str:
         """``0/5 nodes are available: 2 node(s) had untolerated taint {gpu: true}, 3 Insufficient cpu.``
         — kube-scheduler's ``FitError`` wording: per reason how many nodes gave it, sorted."""
-        total = len(self.nodes) + len(self.reasons)
+        out = set().union(*self.ruled_out.values())
+        total = len(self.nodes) + len(out)
         if self.blocked is not None:
             return f"0/{total} nodes are available: {self.blocked}."
-        counts = Counter(r for why in self.reasons.values() for r in why)
-        if not counts:
+        if not self.ruled_out:
             return f"{len(self.nodes)}/{total} nodes are available."
-        parts = sorted(f"{n} {reason}" for reason, n in counts.items())
+        parts = sorted(f"{len(names)} {reason}" for reason, names in self.ruled_out.items())
         return f"{len(self.nodes)}/{total} nodes are available: {', '.join(parts)}."
 
 
@@ -131,11 +142,15 @@ def affinity_matches(pod: Pod, node: Node) -> bool:
     labels = node.metadata.labels
     if any(labels.get(k) != v for k, v in pod.spec.nodeSelector.items()):
         return False
+    required = _required(pod)
+    return required is None or selector_matches(required, node)
+
+
+def _required(pod: Pod) -> NodeSelector | None:
     aff = pod.spec.affinity
-    required = (
+    return (
         aff.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution if aff and aff.nodeAffinity else None
     )
-    return required is None or selector_matches(required, node)
 
 
 # -- taints ------------------------------------------------------------------------------------------
@@ -222,34 +237,87 @@ def pod_asks(pod: Pod) -> dict[str, int]:
         return {}
 
 
+class NodeIndex:
+    """The nodes one pass judges pods against, prepared once: labels indexed
+    (:class:`bridge.nodeselect.LabelIndex`), nodes grouped by the taints that filter, each node's room
+    (allocatable less ``usage``) in kube-scheduler's units. :func:`feasible` then judges a pod against all
+    of them with set operations and one loop over the nodes for its resources."""
+
+    def __init__(self, nodes: Sequence[Node], usage: Mapping[str, NodeUse]) -> None:
+        self.nodes = {n.metadata.name: n for n in nodes}
+        self.labels = LabelIndex(self.nodes.values())
+        self.unschedulable = frozenset(name for name, n in self.nodes.items() if n.spec.unschedulable)
+        groups: dict[tuple[tuple[str, str, str], ...], set[str]] = {}
+        for name, n in self.nodes.items():
+            taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints if t.effect in FILTERED_EFFECTS)
+            if taints:
+                groups.setdefault(taints, set()).add(name)
+        self.tainted = groups
+        """Filtering taints → the nodes carrying exactly them."""
+        self.room: dict[str, dict[str, int]] = {}
+        """Node → resource → what is left (allocatable less what bound pods request); ``pods``: slots."""
+        for name, n in self.nodes.items():
+            use = usage.get(name, NodeUse())
+            free = _allocatable(n)
+            left = {r: v - use.requested.get(r, 0) for r, v in free.items()}
+            left["pods"] = free.get("pods", 0) - use.pods
+            self.room[name] = left
+
+
 def feasible(
     pods: Sequence[Pod],
     nodes: Sequence[Node],
     usage: Mapping[str, NodeUse],
     volumes: Volumes,
     eligible: Iterable[str] | None = None,
+    index: NodeIndex | None = None,
 ) -> Feasibility:
     """The nodes every one of ``pods`` may be bound to (one pod, or a gang's members: each lands on its
-    own node, and any member may get any of the job's nodes). ``eligible``: the node names the bridge may
-    use at all (Ready, labelled for it); the others get :data:`NOT_READY`."""
+    own node, and any member may get any of the job's nodes) — for each node the same answer as
+    :func:`node_reasons`. ``eligible``: the node names the bridge may use at all (Ready, labelled for it);
+    the others get :data:`NOT_READY`. ``index``: :class:`NodeIndex` of ``nodes`` and ``usage``, built once
+    per pass by a caller judging many pods."""
+    index = index or NodeIndex(nodes, usage)
+    every = index.labels.all
     blocked = next((b for p in pods if (b := claims_problem(p, volumes)) is not None), None)
     if blocked is not None:
-        return Feasibility((), {n.metadata.name: (blocked,) for n in nodes}, blocked)
-    allowed = None if eligible is None else set(eligible)
-    asks = [pod_asks(p) for p in pods]
-    ok: list[str] = []
-    reasons: dict[str, tuple[str, ...]] = {}
-    for node in nodes:
-        name = node.metadata.name
-        if allowed is not None and name not in allowed:
-            reasons[name] = (NOT_READY,)
-            continue
-        use = usage.get(name, NodeUse())
-        why: dict[str, None] = {}
-        for pod, ask in zip(pods, asks, strict=True):
-            why.update(dict.fromkeys(node_reasons(pod, node, use, volumes, ask)))
-        if why:
-            reasons[name] = tuple(why)
-        else:
-            ok.append(name)
-    return Feasibility(tuple(sorted(ok)), reasons)
+        return Feasibility((), {blocked: every}, blocked)
+    allowed = set(every) if eligible is None else every & set(eligible)
+    ruled: dict[str, set[str]] = {}
+
+    def rule(reason: str, names: Iterable[str]) -> None:
+        hit = allowed.intersection(names)
+        if hit:
+            ruled.setdefault(reason, set()).update(hit)
+
+    for pod in pods:
+        if not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
+            rule(UNSCHEDULABLE, index.unschedulable)
+        matching = index.labels.labels_nodes(pod.spec.nodeSelector) if pod.spec.nodeSelector else allowed
+        required = _required(pod)
+        if required is not None:
+            matching = matching & index.labels.selector_nodes(required)
+        rule(NO_AFFINITY, allowed - matching)
+        for taints, names in index.tainted.items():
+            for key, value, effect in taints:
+                if not tolerates(pod, key, value, effect):
+                    rule(f"node(s) had untolerated taint {{{key}: {value}}}", names)
+                    break
+        asks = sorted((r, v) for r, v in pod_asks(pod).items() if r != "pods" and v > 0)
+        for name in allowed:
+            room = index.room[name]
+            if room.get("pods", 0) < 1:
+                rule(TOO_MANY_PODS, (name,))
+            for resource, want in asks:
+                if want > room.get(resource, 0):
+                    rule(f"Insufficient {resource}", (name,))
+        if claim_names(pod):
+            for name in allowed:
+                for reason in volume_reasons(pod, index.nodes[name], volumes):
+                    rule(reason, (name,))
+    if every - allowed:
+        ruled[NOT_READY] = set(every - allowed)
+    out = set().union(*ruled.values())
+    return Feasibility(
+        tuple(sorted(every - out)), {reason: frozenset(names) for reason, names in ruled.items()}
+    )

@@ -525,3 +525,44 @@ def test_adding_a_term_never_removes_a_node_and_adding_an_expression_never_adds_
     narrowed["matchExpressions"] = terms[0]["matchExpressions"] + more["matchExpressions"]
     one = affinity_matches(pod(requiring(terms[0])), n)
     assert not affinity_matches(pod(requiring(narrowed)), n) or one  # AND inside a non-empty term
+
+
+_cpu = st.sampled_from(["", "500m", "1", "2", "3500m"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    labels=st.lists(_labels, min_size=1, max_size=6),
+    cordoned=st.lists(st.booleans(), min_size=6, max_size=6),
+    allocatable=st.lists(st.sampled_from(["1", "2", "4"]), min_size=6, max_size=6),
+    used=st.lists(st.tuples(st.integers(0, 5), _cpu), max_size=8),
+    selector=_labels,
+    ask=_cpu,
+    tolerations=_tolerations,
+    fields=st.lists(st.sampled_from(["n0", "n1", "n9"]), max_size=1),
+)
+def test_the_indexed_verdict_is_node_reasons_node_by_node(
+    labels: list[dict[str, str]],
+    cordoned: list[bool],
+    allocatable: list[str],
+    used: list[tuple[int, str]],
+    selector: dict[str, str],
+    ask: str,
+    tolerations: list[dict[str, str]],
+    fields: list[str],
+) -> None:
+    nodes = [
+        node(f"n{i}", labels=lab, unschedulable=cordoned[i], allocatable={"cpu": allocatable[i], "pods": "3"})
+        for i, lab in enumerate(labels)
+    ]
+    bound_pods = [bound(f"n{i}", {"cpu": cpu} if cpu else {}) for i, cpu in used]
+    usage = node_usage(bound_pods)
+    spec: dict[str, Any] = {"nodeSelector": selector, "tolerations": tolerations}
+    if fields:
+        spec |= requiring({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": fields}]})
+    p = pod({**spec, "containers": [{"name": "c", "resources": {"requests": {"cpu": ask} if ask else {}}}]})
+    got = feasible([p], nodes, usage, NO_VOLUMES)
+    for n in nodes:
+        reasons = node_reasons(p, n, usage.get(n.metadata.name, NodeUse()), NO_VOLUMES)
+        assert set(got.reasons.get(n.metadata.name, ())) == set(reasons)
+        assert (n.metadata.name in got.nodes) is (reasons == [])
