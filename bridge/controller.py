@@ -323,6 +323,7 @@ class Bridge:
             if self.pod_groups is not None and self.pod_groups.synced
             else {},
             admissions=self._admissions,
+            asks=self._asks,
             usage=node_usage(assigned, self._asks),
             others_usage=node_usage(others, self._asks),
             volumes=Volumes(
@@ -341,7 +342,7 @@ class Bridge:
         for stale in [k for k in self._admissions if k[:2] not in current]:  # older versions, gone pods
             del self._admissions[stale]
         bound = {(p.metadata.uid, p.metadata.resourceVersion) for p in self.assigned.objects.values()}
-        for gone in [k for k in self._asks if k not in bound]:
+        for gone in [k for k in self._asks if k not in bound and k not in current]:
             del self._asks[gone]
         self._count_pods(world, actions)
         self.stats.bind_backoff = sum(1 for f in self._bind_failed.values() if f.retry_at > now)

@@ -30,15 +30,17 @@ The bridge also requires a node to be Ready and labelled for it (:class:`bridge.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
+import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .nodeselect import LabelIndex, selector_matches
-from .pods import Node, NodeSelector, Pod, QuantityError, parse_quantity, pod_requests
+from .pods import MAX_QUANTITY, Node, NodeSelector, Pod, QuantityError, parse_quantity, pod_requests
 from .volumes import Volumes, claim_names, claims_problem, volume_reasons
 
 __all__ = [
@@ -108,6 +110,24 @@ def units(resource: str, quantity: Fraction) -> int:
     """A quantity as kube-scheduler compares it: CPU in millicores, anything else in whole units, both
     rounded up (``Quantity.MilliValue()``/``Value()``)."""
     return math.ceil(quantity * 1000) if resource == "cpu" else math.ceil(quantity)
+
+
+_PLAIN = re.compile(r"([0-9]{1,18})(m|k|M|G|T|Ki|Mi|Gi|Ti)?", re.ASCII)
+_MILLI = {None: 1000, "m": 1, "k": 10**6, "M": 10**9, "G": 10**12, "T": 10**15}
+_MILLI |= {"Ki": 1000 << 10, "Mi": 1000 << 20, "Gi": 1000 << 30, "Ti": 1000 << 40}
+
+
+def quantity_units(resource: str, text: str) -> int:
+    """:func:`units` of a quantity's text: integer arithmetic for the forms nodes and pods use
+    (``"64"``, ``"500m"``, ``"256Gi"``), :func:`bridge.pods.parse_quantity` for the rest. Raises
+    :class:`QuantityError`."""
+    m = _PLAIN.fullmatch(text)
+    if m is None:
+        return units(resource, parse_quantity(text))
+    milli = int(m.group(1)) * _MILLI[m.group(2)]
+    if milli > MAX_QUANTITY * 1000:
+        raise QuantityError(f"{text[:40]!r} is out of range")
+    return milli if resource == "cpu" else -(-milli // 1000)
 
 
 def node_usage(
@@ -186,7 +206,7 @@ def _allocatable(node: Node) -> dict[str, int]:
     out: dict[str, int] = {}
     for name, text in node.status.allocatable.items():
         try:
-            out[name] = units(name, parse_quantity(text))
+            out[name] = quantity_units(name, text)
         except QuantityError:
             out[name] = 0  # an allocatable Kubernetes would not report: nothing fits
     return out
@@ -262,6 +282,18 @@ class NodeIndex:
             left = {r: v - use.requested.get(r, 0) for r, v in free.items()}
             left["pods"] = free.get("pods", 0) - use.pods
             self.room[name] = left
+        self.full = frozenset(name for name, left in self.room.items() if left["pods"] < 1)
+        """Nodes without a pod slot left."""
+        self._by_room: dict[str, tuple[list[int], list[str]]] = {}
+
+    def short_of(self, resource: str, want: int) -> list[str]:
+        """The nodes with less than ``want`` of ``resource`` left (a resource a node lacks: none left)."""
+        ranked = self._by_room.get(resource)
+        if ranked is None:
+            pairs = sorted((left.get(resource, 0), name) for name, left in self.room.items())
+            ranked = self._by_room[resource] = ([v for v, _ in pairs], [name for _, name in pairs])
+        values, names = ranked
+        return names[: bisect.bisect_left(values, want)]
 
 
 def feasible(
@@ -271,12 +303,13 @@ def feasible(
     volumes: Volumes,
     eligible: Iterable[str] | None = None,
     index: NodeIndex | None = None,
+    asks: Sequence[Mapping[str, int]] | None = None,
 ) -> Feasibility:
     """The nodes every one of ``pods`` may be bound to (one pod, or a gang's members: each lands on its
     own node, and any member may get any of the job's nodes) — for each node the same answer as
     :func:`node_reasons`. ``eligible``: the node names the bridge may use at all (Ready, labelled for it);
     the others get :data:`NOT_READY`. ``index``: :class:`NodeIndex` of ``nodes`` and ``usage``, built once
-    per pass by a caller judging many pods."""
+    per pass by a caller judging many pods; ``asks``: :func:`pod_asks` of each pod, when known."""
     index = index or NodeIndex(nodes, usage)
     every = index.labels.all
     blocked = next((b for p in pods if (b := claims_problem(p, volumes)) is not None), None)
@@ -290,7 +323,7 @@ def feasible(
         if hit:
             ruled.setdefault(reason, set()).update(hit)
 
-    for pod in pods:
+    for i, pod in enumerate(pods):
         if not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
             rule(UNSCHEDULABLE, index.unschedulable)
         matching = index.labels.labels_nodes(pod.spec.nodeSelector) if pod.spec.nodeSelector else allowed
@@ -303,14 +336,10 @@ def feasible(
                 if not tolerates(pod, key, value, effect):
                     rule(f"node(s) had untolerated taint {{{key}: {value}}}", names)
                     break
-        asks = sorted((r, v) for r, v in pod_asks(pod).items() if r != "pods" and v > 0)
-        for name in allowed:
-            room = index.room[name]
-            if room.get("pods", 0) < 1:
-                rule(TOO_MANY_PODS, (name,))
-            for resource, want in asks:
-                if want > room.get(resource, 0):
-                    rule(f"Insufficient {resource}", (name,))
+        rule(TOO_MANY_PODS, index.full)
+        for resource, want in sorted((pod_asks(pod) if asks is None else asks[i]).items()):
+            if resource != "pods" and want > 0:
+                rule(f"Insufficient {resource}", index.short_of(resource, want))
         if claim_names(pod):
             for name in allowed:
                 for reason in volume_reasons(pod, index.nodes[name], volumes):

@@ -20,9 +20,11 @@ from bridge.feasible import (
     feasible,
     node_reasons,
     node_usage,
+    quantity_units,
     tolerates,
+    units,
 )
-from bridge.pods import Node, Pod
+from bridge.pods import Node, Pod, QuantityError, parse_quantity
 from bridge.volumes import (
     BIND_CONFLICT,
     NODE_CONFLICT,
@@ -566,3 +568,20 @@ def test_the_indexed_verdict_is_node_reasons_node_by_node(
         reasons = node_reasons(p, n, usage.get(n.metadata.name, NodeUse()), NO_VOLUMES)
         assert set(got.reasons.get(n.metadata.name, ())) == set(reasons)
         assert (n.metadata.name in got.nodes) is (reasons == [])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    digits=st.integers(0, 10**12),
+    suffix=st.sampled_from(["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"]),
+    resource=st.sampled_from(["cpu", "memory", "pods", "nvidia.com/gpu"]),
+)
+def test_the_fast_quantity_path_is_the_exact_one(digits: int, suffix: str, resource: str) -> None:
+    text = f"{digits}{suffix}"
+    try:
+        exact = units(resource, parse_quantity(text))
+    except QuantityError:
+        with pytest.raises(QuantityError):
+            quantity_units(resource, text)
+        return
+    assert quantity_units(resource, text) == exact
