@@ -7,6 +7,7 @@ import asyncio
 import json
 import shutil
 import ssl
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ from bridge.webhook import (
 )
 from testkit.admission import patched, review, verify
 from testkit.builders import pod_doc
+from testkit.fake_kube import TOKEN, FakeKube, now_text, serve_kube, write_kubeconfig
 from testkit.pki import have_openssl, make_pki
+from testkit.scale_harness import free_port
 
 POLICY = parse_policy(
     {
@@ -201,3 +204,82 @@ async def test_the_webhook_answers_over_https_and_picks_up_a_rotated_certificate
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+SCRIPT = Path(sys.executable).parent / "slurm-keda"
+
+
+@needs_openssl
+@pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
+async def test_slurm_keda_bridge_serves_the_webhook_on_every_replica(tmp_path: Path) -> None:
+    """``slurm-keda bridge --webhook-listen``: the console script answers AdmissionReviews over HTTPS whether
+    or not it leads (another replica holds the Lease here) and without slurmrestd."""
+    pki = make_pki(tmp_path)
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("namespaces: {team-a: {user_id: 1001, partitions: [cpu]}}\n")
+    fake = FakeKube(token=TOKEN)
+    held = {"holderIdentity": "the-other-replica", "leaseDurationSeconds": 3600, "renewTime": now_text()}
+    lease = {"metadata": {"name": "slurm-keda-bridge-default", "namespace": "slurm"}, "spec": held}
+    fake.put("leases", lease, "coordination.k8s.io/v1")  # another replica leads: this one is a standby
+    async with serve_kube(fake) as url:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        port, http = free_port(), free_port()
+        proc = await asyncio.create_subprocess_exec(
+            str(SCRIPT),
+            "bridge",
+            *(
+                "--slurmrestd-url",
+                "http://127.0.0.1:9",
+                "--listen-address",
+                "127.0.0.1",
+                "--listen-port",
+                str(http),
+            ),
+            *(
+                "--bridge-policy-file",
+                str(policy),
+                "--kubeconfig",
+                str(kubeconfig),
+                "--bridge-namespace",
+                "slurm",
+            ),
+            *("--webhook-listen", f"127.0.0.1:{port}"),
+            *("--webhook-cert-file", str(pki.server.crt), "--webhook-key-file", str(pki.server.key)),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+            sent = review("CREATE", doc())
+
+            async def answered() -> dict[str, Any] | None:
+                try:
+                    async with (
+                        aiohttp.ClientSession() as http_client,
+                        http_client.post(
+                            f"https://127.0.0.1:{port}/mutate", json=sent, ssl=pki.client_ctx()
+                        ) as r,
+                    ):
+                        return dict(await r.json())
+                except aiohttp.ClientError:
+                    return None
+
+            got = None
+            for _ in range(200):
+                if (got := await answered()) is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert got is not None, "the webhook never answered"
+            assert patched(sent, verify(sent, got))["spec"]["schedulerName"] == "slurm-bridge"
+            async with (
+                aiohttp.ClientSession() as http_client,
+                http_client.get(f"http://127.0.0.1:{http}/metrics") as r,
+            ):
+                metrics = await r.text()
+            assert "slurm_bridge_leader 0.0" in metrics, "a standby answers the webhook too"
+            assert 'slurm_bridge_webhook_reviews_total{path="mutate",verdict="mutated"} 1.0' in metrics
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 15)
+        assert proc.stderr is not None
+        err = (await proc.stderr.read()).decode()
+        assert "webhook: listening on https://127.0.0.1" in err, err
