@@ -11,9 +11,10 @@ compacted resourceVersion raises :class:`Gone` (410), after which the caller lis
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -168,110 +169,90 @@ class Kube:
 
     # -- reads ----------------------------------------------------------------------------------
 
+    async def _list(self, method: Callable[..., Any], cls: type[T], **query: Any) -> tuple[list[T], str]:
+        """One list call's objects decoded as ``cls``, and the list's resourceVersion."""
+        return await _listed(method(**query, _preload_content=False), cls)
+
+    def _watch(
+        self, method: Callable[..., Any], cls: type[T], since: str, timeout: int, **query: Any
+    ) -> AsyncIterator[tuple[str, T]]:
+        """Changes after resourceVersion ``since`` as ``(ADDED|MODIFIED|DELETED|BOOKMARK, object)``; ends
+        when the server ends the stream; :class:`Gone` when ``since`` is too old."""
+        call = method(
+            **query,
+            watch=True,
+            resource_version=since,
+            timeout_seconds=timeout,
+            allow_watch_bookmarks=True,
+            _preload_content=False,
+        )
+        return _watched(call, cls)
+
     async def list_pods(self, scheduler_name: str) -> tuple[list[Pod], str]:
         """Every pod naming ``scheduler_name``, in every namespace, and the list's resourceVersion."""
         selector = f"spec.schedulerName={scheduler_name}"
-        return await _listed(
-            self.core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False), Pod
-        )
+        return await self._list(self.core.list_pod_for_all_namespaces, Pod, field_selector=selector)
 
     def watch_pods(
         self, scheduler_name: str, since: str, timeout: int = 300
     ) -> AsyncIterator[tuple[str, Pod]]:
-        """Changes after resourceVersion ``since`` as ``(ADDED|MODIFIED|DELETED|BOOKMARK, pod)``; ends when
-        the server ends the stream; :class:`Gone` when ``since`` is too old."""
-        call = self.core.list_pod_for_all_namespaces(
-            field_selector=f"spec.schedulerName={scheduler_name}",
-            watch=True,
-            resource_version=since,
-            timeout_seconds=timeout,
-            allow_watch_bookmarks=True,
-            _preload_content=False,
+        selector = f"spec.schedulerName={scheduler_name}"
+        return self._watch(
+            self.core.list_pod_for_all_namespaces, Pod, since, timeout, field_selector=selector
         )
-        return _watched(call, Pod)
 
     async def list_assigned_pods(self) -> tuple[list[Pod], str]:
         """Every pod bound to a node and not finished, in every namespace, whoever scheduled it (what the
         nodes' allocatable is taken by: :data:`ASSIGNED_PODS`)."""
-        call = self.core.list_pod_for_all_namespaces(field_selector=ASSIGNED_PODS, _preload_content=False)
-        return await _listed(call, Pod)
+        return await self._list(self.core.list_pod_for_all_namespaces, Pod, field_selector=ASSIGNED_PODS)
 
     def watch_assigned_pods(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Pod]]:
-        call = self.core.list_pod_for_all_namespaces(
-            field_selector=ASSIGNED_PODS,
-            watch=True,
-            resource_version=since,
-            timeout_seconds=timeout,
-            allow_watch_bookmarks=True,
-            _preload_content=False,
-        )
-        return _watched(call, Pod)
+        method = self.core.list_pod_for_all_namespaces
+        return self._watch(method, Pod, since, timeout, field_selector=ASSIGNED_PODS)
 
     async def list_claims(self) -> tuple[list[Claim], str]:
         """Every PersistentVolumeClaim (a bridge pod's claims decide where it may run)."""
-        call = self.core.list_persistent_volume_claim_for_all_namespaces(_preload_content=False)
-        return await _listed(call, Claim)
+        return await self._list(self.core.list_persistent_volume_claim_for_all_namespaces, Claim)
 
     def watch_claims(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Claim]]:
-        call = self.core.list_persistent_volume_claim_for_all_namespaces(
-            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-        )
-        return _watched(call, Claim)
+        return self._watch(self.core.list_persistent_volume_claim_for_all_namespaces, Claim, since, timeout)
 
     async def list_volumes(self) -> tuple[list[PersistentVolume], str]:
-        return await _listed(self.core.list_persistent_volume(_preload_content=False), PersistentVolume)
+        return await self._list(self.core.list_persistent_volume, PersistentVolume)
 
     def watch_volumes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PersistentVolume]]:
-        call = self.core.list_persistent_volume(
-            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-        )
-        return _watched(call, PersistentVolume)
+        return self._watch(self.core.list_persistent_volume, PersistentVolume, since, timeout)
 
     async def list_storage_classes(self) -> tuple[list[StorageClass], str]:
-        return await _listed(self.storage.list_storage_class(_preload_content=False), StorageClass)
+        return await self._list(self.storage.list_storage_class, StorageClass)
 
     def watch_storage_classes(
         self, since: str, timeout: int = 300
     ) -> AsyncIterator[tuple[str, StorageClass]]:
-        call = self.storage.list_storage_class(
-            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-        )
-        return _watched(call, StorageClass)
+        return self._watch(self.storage.list_storage_class, StorageClass, since, timeout)
 
     async def list_nodes(self) -> tuple[list[Node], str]:
-        return await _listed(self.core.list_node(_preload_content=False), Node)
+        return await self._list(self.core.list_node, Node)
 
     def watch_nodes(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Node]]:
-        call = self.core.list_node(
-            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-        )
-        return _watched(call, Node)
+        return self._watch(self.core.list_node, Node, since, timeout)
 
     async def list_namespaces(self) -> tuple[list[Namespace], str]:
         """Every namespace (names and labels): only with the policy's namespace selectors."""
-        return await _listed(self.core.list_namespace(_preload_content=False), Namespace)
+        return await self._list(self.core.list_namespace, Namespace)
 
     def watch_namespaces(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Namespace]]:
-        call = self.core.list_namespace(
-            watch=True, resource_version=since, timeout_seconds=timeout, _preload_content=False
-        )
-        return _watched(call, Namespace)
+        return self._watch(self.core.list_namespace, Namespace, since, timeout)
 
     async def list_pod_groups(self) -> tuple[list[PodGroup], str]:
         """Every coscheduling PodGroup (``scheduling.x-k8s.io/v1alpha1``), for their ``minMember``."""
-        return await _listed(
-            self.custom.list_cluster_custom_object(*POD_GROUPS, _preload_content=False), PodGroup
+        return await self._list(
+            functools.partial(self.custom.list_cluster_custom_object, *POD_GROUPS), PodGroup
         )
 
     def watch_pod_groups(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PodGroup]]:
-        call = self.custom.list_cluster_custom_object(
-            *POD_GROUPS,
-            watch=True,
-            resource_version=since,
-            timeout_seconds=timeout,
-            _preload_content=False,
-        )
-        return _watched(call, PodGroup)
+        method = functools.partial(self.custom.list_cluster_custom_object, *POD_GROUPS)
+        return self._watch(method, PodGroup, since, timeout)
 
     async def pod_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge ``status`` into a PodGroup's status subresource (what scheduler-plugins keeps there)."""
