@@ -138,7 +138,7 @@ def slurm_conf(cfg: LabConfig) -> str:
         "ReturnToService=2",
         "SlurmdTimeout=30",
         "MinJobAge=300",
-        "MaxJobCount=100000",  # benchmarks queue 10,000+ jobs (the default is 10,000)
+        "MaxJobCount=150000",  # benchmarks queue 20,000–100,000 jobs (the default is 10,000)
         "GresTypes=gpu",
         f"Licenses={LICENSES}",
         # Power saving: slurmctld's own answer to "which nodes would this queue need" (cloud partition).
