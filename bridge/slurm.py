@@ -58,9 +58,10 @@ _CANCEL = msgspec.json.Decoder(_CancelAnswer)
 GONE_CODES = frozenset({2017, 2021})
 """slurmctld's answers to cancelling a job it does not know (``Invalid job id specified``) or one that
 already ended (``Job/step already completing or completed``) — slurmrestd says so with HTTP 200."""
-NOT_PENDING_CODES = GONE_CODES | {2020}
+NOT_PENDING_CODES = GONE_CODES | {2073}
 """slurmctld's answers to updating a job's excluded nodes when it is unknown, done, or no longer pending
-(``Job is no longer pending execution``)."""
+(2073, ``Job is no longer pending execution``: slurmrestd 26.05 says it with HTTP 422, seen in the lab)."""
+NOT_PENDING = "no longer pending"
 
 
 def _texts(errors: Sequence[_Error]) -> list[str]:
@@ -129,7 +130,8 @@ class _UpdateResult(msgspec.Struct):
 
 
 class _UpdateAnswer(msgspec.Struct):
-    results: list[_UpdateResult] = []
+    results: list[_UpdateResult] | None = None
+    """26.05 answers ``null`` here for a pending job updated."""
     errors: list[_Error] = []
 
 
@@ -140,20 +142,23 @@ async def exclude_nodes(client: SlurmClient, version: str, job_id: int, nodes: S
     """Set the nodes a pending job may not use (its ``ExcNodeList``, all of them: an empty list clears
     it). False when there was nothing to update: Slurm does not know the job, or it is no longer pending
     (it started meanwhile: the binding checks its node). Raises for any other refusal."""
-    body = json.dumps({"excluded_nodes": list(nodes)}).encode()
+    # a comma-separated string: an empty list leaves ExcNodeList as it was, "" clears it (26.05, the lab)
+    body = json.dumps({"excluded_nodes": ",".join(nodes)}).encode()
     try:
         answer = await client.send("POST", f"/slurm/{version}/job/{job_id}", endpoint="job/update", body=body)
     except HTTPStatusError as e:
-        if e.unknown_job:
+        # 26.05: a job that started meanwhile is HTTP 422 "Job is no longer pending execution" (2073)
+        if e.unknown_job or any(NOT_PENDING in t for t in e.errors):
             return False
         raise
     parsed = decode(_UPDATE, answer, "job/update")
-    codes = [r.error_code for r in parsed.results if r.error_code]
+    results = parsed.results or []
+    codes = [r.error_code for r in results if r.error_code]
     if parsed.errors and not codes:
         raise SlurmReportedError("; ".join(_texts(parsed.errors)), endpoint="job/update")
     if codes and all(c in NOT_PENDING_CODES for c in codes):
         return False
     if codes:
-        texts = [r.error or str(r.error_code) for r in parsed.results if r.error_code]
+        texts = [r.error or str(r.error_code) for r in results if r.error_code]
         raise SlurmReportedError(f"job {job_id}: " + "; ".join(texts), endpoint="job/update")
     return True
