@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,10 +18,12 @@ from bridge.jobdesc import PLACEHOLDER_SCRIPT, placeholder_kind, submit_body
 from bridge.pods import Container, QuantityError, Resources, decode_pod, effective_request, parse_quantity
 from bridge.policy import Policy, PolicyError, load_policy, parse_policy
 from bridge.requests import PREFIX, JobRequest, Refusal, admit, parse_admin_comment
-from bridge.slurm import parse_submit_answer
-from exporter.errors import ShapeError, SlurmReportedError
+from bridge.slurm import exclude_nodes, parse_submit_answer
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.errors import ShapeError, SlurmError, SlurmReportedError
 from testkit.builders import pod_doc
 from testkit.paths import SHARED
+from testkit.tools import serve_app
 
 POLICY = parse_policy(
     {
@@ -451,3 +454,83 @@ def test_required_pod_affinity_is_refused_and_hostname_anti_affinity_honoured_on
         }
     }
     request(pod(affinity=preferred))
+
+
+# -- a pending job's excluded nodes, answered as slurmrestd 26.05 answered in the lab ---------------------
+
+_META = {"plugin": {"type": "openapi/slurmctld", "data_parser": "data_parser/v0.0.45"}}
+UPDATE_ANSWERS = {
+    # a pending job updated: 200, "results": null
+    1: (200, {"results": None, "meta": _META, "errors": [], "warnings": []}),
+    # a job that started meanwhile: 422, error 2073
+    2: (
+        422,
+        {
+            "results": None,
+            "meta": _META,
+            "errors": [
+                {
+                    "description": "Job update requested failed",
+                    "error_number": 2073,
+                    "error": "Job is no longer pending execution",
+                    "source": "slurm_update_job2()",
+                }
+            ],
+            "warnings": [],
+        },
+    ),
+    # a job slurmctld does not know: 404, error 2017
+    3: (
+        404,
+        {
+            "errors": [
+                {
+                    "description": "Invalid JobID=3 rejected",
+                    "error_number": 2017,
+                    "error": "Invalid job id specified",
+                    "source": "op_handler_job",
+                }
+            ],
+            "warnings": [],
+            "meta": _META,
+        },
+    ),
+    # anything else is an error
+    4: (
+        500,
+        {
+            "errors": [
+                {
+                    "description": "Job update requested failed",
+                    "error_number": 2010,
+                    "error": "Access/permission denied",
+                }
+            ],
+            "meta": _META,
+        },
+    ),
+}
+
+
+async def test_a_pending_jobs_excluded_nodes_are_updated_as_slurmrestd_answers() -> None:
+    sent: list[dict[str, Any]] = []
+
+    async def update(request: web.Request) -> web.Response:
+        sent.append(await request.json())
+        status, body = UPDATE_ANSWERS[int(request.match_info["job"])]
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_post("/slurm/v0.0.45/job/{job}", update)
+    async with (
+        serve_app(app) as url,
+        SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="t"), retries=0)) as client,
+    ):
+        assert await exclude_nodes(client, "v0.0.45", 1, ["c2", "c3"]) is True
+        assert await exclude_nodes(client, "v0.0.45", 1, []) is True
+        assert await exclude_nodes(client, "v0.0.45", 2, ["c2"]) is False  # started: nothing to update
+        assert await exclude_nodes(client, "v0.0.45", 3, ["c2"]) is False  # gone
+        with pytest.raises(SlurmError, match="permission denied"):
+            await exclude_nodes(client, "v0.0.45", 4, ["c2"])
+    # a comma-separated string: "" clears ExcNodeList, where an empty list would leave it as it was
+    assert sent[:2] == [{"excluded_nodes": "c2,c3"}, {"excluded_nodes": ""}]
