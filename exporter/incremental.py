@@ -11,7 +11,7 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from . import jobsync
 from .client import version_key
@@ -77,7 +77,8 @@ class IncrementalJobs:
         if sync.update_rpcs is not None and rpcs != sync.update_rpcs:
             sync.recheck_pending = sync.recheck_new = True  # a lower count: slurmctld restarted
             sync.recheck_wanted += max(1, rpcs - sync.update_rpcs)
-            sync.movers |= moved
+            for user, sent in moved.items():
+                sync.movers[user] = sync.movers.get(user, 0) + sent
         sync.update_rpcs = rpcs
 
     def listing_reason(self, st: EndpointState, now: float, *, standby: bool) -> str | None:
@@ -287,9 +288,9 @@ class IncrementalJobs:
             sync.head_budget + cfg.jobs_recheck_rate / 2 * span,
             cfg.jobs_recheck_rate * HEAD_SECONDS,
         )
-        likeliest = _owned_by(held, sync.movers, live)
+        likeliest = jobsync.likeliest(held, sync.movers, live)
         if len(likeliest) > len(live) / 2:  # users whose jobs are most of the queue (the token's own)
-            likeliest = set()
+            likeliest = []
         if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
             sync.recheck = jobsync.recheck_order(live, likeliest)
             sync.recheck_pending = False
@@ -301,7 +302,8 @@ class IncrementalJobs:
                 sorted(sync.movers),
             )
         elif sync.recheck_new and sync.recheck:  # the pass goes on, after the likeliest jobs again
-            head = heapq.nlargest(int(sync.head_budget), likeliest or live)
+            n = int(sync.head_budget)
+            head = likeliest[len(likeliest) - n :] if likeliest else sorted(heapq.nlargest(n, live))
             sync.head_budget -= len(head)
             sync.recheck = jobsync.recheck_order(live, head, sync.recheck)
             log.debug("recheck: an RPC during the pass; %d jobs first again", len(head))
@@ -349,13 +351,6 @@ class IncrementalJobs:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return out
-
-
-def _owned_by(held: Sequence[Job], users: Collection[str], among: Collection[int]) -> set[int]:
-    """Ids in ``among`` of the held jobs that ``users`` own (none without users)."""
-    if not users:
-        return set()
-    return {j.job_id for j in held if j.user in users and j.job_id in among}
 
 
 class _Progress:

@@ -263,19 +263,36 @@ def job_update_rpcs(diag: Diag | None) -> int | None:
     return sum(diag.rpc_counts.get(name, 0) for name in JOB_UPDATE_RPCS)
 
 
-def users_moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> frozenset[str]:
-    """The users whose count of RPCs slurmctld served moved between two ``/diag`` answers (every user, a
-    lower count — counters reset — included); none without an earlier answer."""
+def users_moved(before: Mapping[str, int] | None, now: Mapping[str, int]) -> dict[str, int]:
+    """User → how many RPCs slurmctld served them between two ``/diag`` answers, for the users whose count
+    moved (a lower count — counters reset — counts as its new value); none without an earlier answer."""
     if before is None:
-        return frozenset()
-    return frozenset(u for u, n in now.items() if n != before.get(u, 0))
+        return {}
+    out = {}
+    for user, n in now.items():
+        was = before.get(user, 0)
+        if n != was:
+            out[user] = n - was if n > was else n
+    return out
 
 
-def recheck_order(live: Collection[int], first: Collection[int], queue: Sequence[int] = ()) -> list[int]:
-    """A recheck pass to pop from the end: ``first`` (the jobs of users whose RPCs moved with the
-    job-changing ones: users hold and release their own jobs) newest first, then the rest of ``queue`` —
-    or, without one, of ``live`` — newest first. ``first`` ids not live are left out."""
-    ahead = sorted(j for j in first if j in live)
+def likeliest(held: Iterable[Job], movers: Mapping[str, int], among: Collection[int]) -> list[int]:
+    """The jobs among ``among`` of the users in ``movers`` (user → RPCs they sent), the likeliest to have
+    been changed last (a recheck pops from the end): the users who sent the fewest RPCs last — a person's
+    ``scontrol hold`` is a few RPCs, the poller's own user sends hundreds each poll, so its jobs must not
+    crowd out theirs — and each user's newest job last."""
+    if not movers:
+        return []
+    owner = {j.job_id: j.user for j in held if j.user in movers and j.job_id in among}
+    return sorted(owner, key=lambda job_id: (-movers[owner[job_id]], job_id))
+
+
+def recheck_order(live: Collection[int], first: Sequence[int], queue: Sequence[int] = ()) -> list[int]:
+    """A recheck pass to pop from the end: ``first`` (:func:`likeliest`: the jobs of users whose RPCs moved
+    with the job-changing ones — users hold and release their own jobs) in its order, last popped first,
+    then the rest of ``queue`` — or, without one, of ``live`` — newest first. ``first`` ids not live are left
+    out."""
+    ahead = [j for j in first if j in live]
     pulled = set(ahead)
     rest = [j for j in queue if j not in pulled] if queue else sorted(j for j in live if j not in pulled)
     return rest + ahead

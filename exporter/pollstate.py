@@ -163,8 +163,9 @@ class JobsSync:
     """slurmctld's count of job-changing RPCs at the last look (:func:`exporter.jobsync.job_update_rpcs`)."""
     user_rpcs: dict[str, int] | None = None
     """slurmctld's count of RPCs per user at the last look."""
-    movers: set[str] = field(default_factory=set)
-    """Users whose RPCs moved with job-changing ones, their jobs not yet put first in the recheck."""
+    movers: dict[str, int] = field(default_factory=dict)
+    """Users whose RPCs moved with job-changing ones → how many they sent, their jobs not yet put first in
+    the recheck."""
     recheck_new: bool = False
     """A job-changing RPC was counted since the recheck last looked."""
     head_budget: float = 0.0

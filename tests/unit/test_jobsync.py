@@ -435,15 +435,32 @@ async def test_a_job_update_rereads_newest_first_at_its_rate_until_as_many_jobs_
 
 
 def test_users_moved_and_the_recheck_order() -> None:
-    assert jobsync.users_moved(None, {"root": 5}) == frozenset()
-    assert jobsync.users_moved({"root": 5, "bob": 2}, {"root": 9, "bob": 2, "ann": 1}) == {"root", "ann"}
-    assert jobsync.users_moved({"root": 5}, {"root": 1}) == {"root"}  # counters reset
+    assert jobsync.users_moved(None, {"root": 5}) == {}
+    assert jobsync.users_moved({"root": 5, "bob": 2}, {"root": 9, "bob": 2, "ann": 1}) == {
+        "root": 4,
+        "ann": 1,
+    }
+    assert jobsync.users_moved({"root": 5}, {"root": 1}) == {"root": 1}  # counters reset
     live = {1, 2, 3, 4, 5, 6}
-    assert jobsync.recheck_order(live, {2, 4, 9}) == [1, 3, 5, 6, 2, 4]  # popped: 4, 2, then 6, 5, ...
-    assert jobsync.recheck_order(live, set()) == [1, 2, 3, 4, 5, 6]
+    assert jobsync.recheck_order(live, [2, 4, 9]) == [1, 3, 5, 6, 2, 4]  # popped: 4, 2, then 6, 5, ...
+    assert jobsync.recheck_order(live, []) == [1, 2, 3, 4, 5, 6]
     # during a pass, only its jobs not read yet: everyone's jobs first means the pass goes on, not anew
-    assert jobsync.recheck_order(live, {1, 2, 3}, [1, 2, 3]) == [1, 2, 3]
-    assert jobsync.recheck_order(live, {2}, [1, 2, 3]) == [1, 3, 2]
+    assert jobsync.recheck_order(live, [1, 2, 3], [1, 2, 3]) == [1, 2, 3]
+    assert jobsync.recheck_order(live, [2], [1, 2, 3]) == [1, 3, 2]
+
+
+def test_the_user_who_sent_fewest_rpcs_has_their_jobs_read_first() -> None:
+    """ann's hold is one RPC; root (the poller's token) sent 300 reads in the same poll: ann's jobs, newest
+    first, are popped before root's newer ones — so a head budget smaller than both never spends itself on
+    the poller's own jobs."""
+    held = [Job(job_id=i, state="PENDING", user="root") for i in (7, 8, 9)]
+    held += [Job(job_id=i, state="PENDING", user="ann") for i in (2, 3)]
+    held.append(Job(job_id=5, state="PENDING", user="bob"))
+    order = jobsync.likeliest(held, {"root": 300, "ann": 1}, {2, 3, 5, 7, 8, 9})
+    assert order == [7, 8, 9, 2, 3]  # popped: 3, 2, then root's 9, 8, 7
+    assert order[len(order) - 2 :] == [2, 3]  # a head of two: ann's
+    assert jobsync.likeliest(held, {}, {2, 3}) == []
+    assert jobsync.likeliest(held, {"ann": 1}, {3, 5}) == [3]  # only live jobs
 
 
 async def test_the_jobs_of_the_users_whose_rpcs_moved_are_rechecked_first(rig: Rig) -> None:
