@@ -310,6 +310,19 @@ async def run(args: argparse.Namespace) -> int:
         fill_held(lab, args.queue, HELD, user=args.queue_owner)
         add_nodes(lab, args.owner)
         parked = park(lab, args.parked, args.owner)
+    if args.token_jobs:  # the poller's own user (root) owns pending jobs newer than the targets
+        where = [
+            "-p",
+            "dyn",
+            f"--reservation={RESERVATION}",
+            "-n1",
+            "-J",
+            "bench-fresh-token",
+            "--begin=now+2days",
+        ]
+        for _ in range(args.token_jobs):
+            lab.sbatch(*where, command="true")
+        print(f"{args.token_jobs} pending jobs of root, the token's user, newer than the targets")
     queue = count_jobs(lab)
     live = [int(j) for j in lab.run(["squeue", "-h", "-o", "%A"], check=False).split()]
     newer = sum(1 for j in live if j > max(parked))
@@ -338,6 +351,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--queue", type=int, default=20000)
     p.add_argument("--parked", type=int, default=20)
+    p.add_argument(
+        "--token-jobs",
+        type=int,
+        default=0,
+        help="pending jobs of root (the poller's token user) beside the targets: its RPCs move every poll",
+    )
     p.add_argument("--duration", type=float, default=180.0, help="seconds per mode")
     p.add_argument("--settle", type=float, default=10.0, help="seconds after the churn stops")
     p.add_argument("--poll-interval", type=float, default=1.0)
