@@ -42,7 +42,15 @@ import msgspec
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
-from .feasible import Feasibility, NodeIndex, NodeUse, feasible, node_reasons, pod_asks, resource_reasons
+from .feasible import (
+    Feasibility,
+    NodeIndex,
+    NodeUse,
+    feasible,
+    node_reasons,
+    remembered_asks,
+    resource_reasons,
+)
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
 from .podgroups import group_status
 from .pods import Node, Pod, PodGroup
@@ -487,13 +495,7 @@ class _Context:
 
     def asks(self, pod: Pod) -> dict[str, int]:
         """:func:`bridge.feasible.pod_asks`, parsed once per pod version (the caller's memo)."""
-        memo, key = self.world.asks, (pod.metadata.uid, pod.metadata.resourceVersion)
-        if memo is not None and (known := memo.get(key)) is not None:
-            return known
-        asks = pod_asks(pod)
-        if memo is not None and pod.metadata.resourceVersion:
-            memo[key] = asks
-        return asks
+        return remembered_asks(pod, self.world.asks)
 
     def partition(self, name: str) -> _Partition:
         if (known := self.partitions.get(name)) is None:

@@ -144,13 +144,7 @@ def node_usage(
         if not node or pod.terminal:
             continue
         count[node] += 1
-        key = (pod.metadata.uid, pod.metadata.resourceVersion)
-        asks = memo.get(key) if memo is not None else None
-        if asks is None:
-            asks = pod_asks(pod)
-            if memo is not None and pod.metadata.resourceVersion:
-                memo[key] = asks
-        requested.setdefault(node, Counter()).update(asks)
+        requested.setdefault(node, Counter()).update(remembered_asks(pod, memo))
     return {node: NodeUse(dict(requested.get(node, {})), n) for node, n in count.items()}
 
 
@@ -245,6 +239,18 @@ def node_reasons(
     out += resource_reasons(pod_asks(pod) if asks is None else asks, node, use)
     out += volume_reasons(pod, node, volumes)
     return out
+
+
+def remembered_asks(pod: Pod, memo: MutableMapping[tuple[str, str], dict[str, int]] | None) -> dict[str, int]:
+    """:func:`pod_asks`, from ``memo`` (by uid and resourceVersion, kept by the caller between passes) when it
+    holds this version of the pod, else parsed and remembered."""
+    key = (pod.metadata.uid, pod.metadata.resourceVersion)
+    if memo is not None and (known := memo.get(key)) is not None:
+        return known
+    asks = pod_asks(pod)
+    if memo is not None and pod.metadata.resourceVersion:
+        memo[key] = asks
+    return asks
 
 
 def pod_asks(pod: Pod) -> dict[str, int]:
