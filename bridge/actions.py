@@ -47,9 +47,9 @@ from .feasible import (
     NodeIndex,
     NodeUse,
     feasible,
+    lacks_room,
     node_reasons,
     remembered_asks,
-    resource_reasons,
 )
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
 from .podgroups import group_status
@@ -603,9 +603,8 @@ class _Context:
         reasons = node_reasons(pod, node, use, world.volumes, asks)
         if not reasons:
             return "", ""
-        room = set(resource_reasons(asks, node, use))
-        hard = [r for r in reasons if r not in room]
-        return ", ".join(hard), ", ".join(r for r in reasons if r in room)
+        hard = [r for r in reasons if not lacks_room(r)]
+        return ", ".join(hard), ", ".join(r for r in reasons if lacks_room(r))
 
 
 def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> list[Action]:

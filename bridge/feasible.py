@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .nodeselect import LabelIndex, selector_matches
+from .nodeselect import LabelIndex
 from .pods import MAX_QUANTITY, Node, NodeSelector, Pod, QuantityError, parse_quantity, pod_requests
 from .volumes import Volumes, claim_names, claims_problem, volume_reasons
 
@@ -47,12 +47,11 @@ __all__ = [
     "NOT_READY",
     "Feasibility",
     "NodeUse",
-    "affinity_matches",
     "feasible",
+    "lacks_room",
     "node_reasons",
     "node_usage",
     "tolerates",
-    "untolerated_taint",
 ]
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -151,15 +150,6 @@ def node_usage(
 # -- node affinity ----------------------------------------------------------------------------------
 
 
-def affinity_matches(pod: Pod, node: Node) -> bool:
-    """``nodeSelector`` and the required node affinity of ``pod`` against ``node``."""
-    labels = node.metadata.labels
-    if any(labels.get(k) != v for k, v in pod.spec.nodeSelector.items()):
-        return False
-    required = _required(pod)
-    return required is None or selector_matches(required, node)
-
-
 def _required(pod: Pod) -> NodeSelector | None:
     aff = pod.spec.affinity
     return (
@@ -184,15 +174,6 @@ def tolerates(pod: Pod, key: str, value: str, effect: str) -> bool:
     return False
 
 
-def untolerated_taint(pod: Pod, node: Node) -> str | None:
-    """kube-scheduler's message for the first ``NoSchedule``/``NoExecute`` taint ``pod`` does not
-    tolerate, or None."""
-    for taint in node.spec.taints:
-        if taint.effect in FILTERED_EFFECTS and not tolerates(pod, taint.key, taint.value, taint.effect):
-            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-    return None
-
-
 # -- resources ---------------------------------------------------------------------------------------
 
 
@@ -206,39 +187,23 @@ def _allocatable(node: Node) -> dict[str, int]:
     return out
 
 
-def resource_reasons(asks: Mapping[str, int], node: Node, use: NodeUse) -> list[str]:
-    """``Too many pods`` / ``Insufficient <resource>`` for one node (``noderesources.fitsRequest``)."""
-    free = _allocatable(node)
-    out = []
-    if use.pods + 1 > free.get("pods", 0):
-        out.append(TOO_MANY_PODS)
-    for name, want in sorted(asks.items()):
-        if name == "pods" or want <= 0:
-            continue
-        if want > free.get(name, 0) - use.requested.get(name, 0):
-            out.append(f"Insufficient {name}")
-    return out
-
-
 # -- everything ----------------------------------------------------------------------------------------
 
 
 def node_reasons(
     pod: Pod, node: Node, use: NodeUse, volumes: Volumes, asks: Mapping[str, int] | None = None
 ) -> list[str]:
-    """Why ``pod`` may not be bound to ``node``; empty when it may. ``asks``: :func:`pod_asks` of the pod
-    (computed when None)."""
-    out = []
-    if node.spec.unschedulable and not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
-        out.append(UNSCHEDULABLE)
-    if not affinity_matches(pod, node):
-        out.append(NO_AFFINITY)
-    taint = untolerated_taint(pod, node)
-    if taint is not None:
-        out.append(taint)
-    out += resource_reasons(pod_asks(pod) if asks is None else asks, node, use)
-    out += volume_reasons(pod, node, volumes)
-    return out
+    """Why ``pod`` may not be bound to ``node`` (its bound pods requesting ``use``); empty when it may —
+    :func:`feasible` over that one node. ``asks``: :func:`pod_asks` of the pod (computed when None)."""
+    name = node.metadata.name
+    verdict = feasible([pod], [node], {name: use}, volumes, asks=None if asks is None else [asks])
+    return list(verdict.reasons.get(name, ()))
+
+
+def lacks_room(reason: str) -> bool:
+    """Whether ``reason`` is NodeResourcesFit's (``Too many pods``, ``Insufficient <resource>``): the node
+    may take the pod once pods bound there end, unlike a label, taint or volume reason."""
+    return reason == TOO_MANY_PODS or reason.startswith("Insufficient ")
 
 
 def remembered_asks(pod: Pod, memo: MutableMapping[tuple[str, str], dict[str, int]] | None) -> dict[str, int]:

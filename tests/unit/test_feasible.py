@@ -16,7 +16,6 @@ from bridge.feasible import (
     TOO_MANY_PODS,
     UNSCHEDULABLE,
     NodeUse,
-    affinity_matches,
     feasible,
     node_reasons,
     node_usage,
@@ -37,6 +36,11 @@ from bridge.volumes import (
 )
 
 NO_VOLUMES = Volumes()
+
+
+def affinity_matches(p: Pod, n: Node) -> bool:
+    """Whether ``p``'s node selector and required node affinity let it onto ``n``."""
+    return NO_AFFINITY not in node_reasons(p, n, NodeUse(), NO_VOLUMES)
 
 
 def pod(spec: dict[str, Any] | None = None, name: str = "p", **meta: Any) -> Pod:
