@@ -51,7 +51,7 @@ from .actions import (
     bound_job_id,
     plan,
 )
-from .feasible import node_usage
+from .feasible import NodeUse, usage_split
 from .informer import Informer
 from .kube import Kube, KubeError
 from .pods import Namespace, Node, Pod, PodGroup, created_at
@@ -234,6 +234,9 @@ class Bridge:
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._asks: dict[tuple[str, str], dict[str, int]] = {}
         """(pod uid, resourceVersion) → what a bound pod requests (:func:`bridge.feasible.node_usage`)."""
+        self._usage_of: tuple[int, dict[str, NodeUse], dict[str, NodeUse]] | None = None
+        """(the assigned-pod cache's :attr:`~bridge.informer.Informer.changes`, every bound pod's usage per
+        node, that of the pods not the bridge's): tallied again only when that cache changed."""
         self._labelled: dict[str, str] = {}
         """Pod uid → the job id this process labelled it with (the watch may not have shown it yet)."""
         self._busy: set[str] = set()
@@ -288,6 +291,18 @@ class Bridge:
             await asyncio.gather(*waits, return_exceptions=True)
         await asyncio.sleep(0.05)  # let a burst of changes land in one pass
 
+    def _usage(self) -> tuple[dict[str, NodeUse], dict[str, NodeUse]]:
+        """What the pods bound to each node request — every pod's, and that of the pods not the bridge's
+        (:func:`bridge.feasible.usage_split`) — as of the assigned-pod cache now."""
+        known = self._usage_of
+        if known is None or known[0] != self.assigned.changes:
+            name = self.options.scheduler_name
+            every, others = usage_split(
+                self.assigned.objects.values(), lambda p: p.spec.schedulerName != name, self._asks
+            )
+            known = self._usage_of = (self.assigned.changes, every, others)
+        return known[1], known[2]
+
     async def reconcile(self) -> list[Action]:
         """One pass: plan on the current world and start each action not already in flight. Nothing is
         done before the node, assigned-pod and storage caches are complete and a snapshot exists (a node's
@@ -304,8 +319,7 @@ class Bridge:
         if snap.jobs_as_of < self.since:
             return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
-        assigned = list(self.assigned.objects.values())
-        others = [p for p in assigned if p.spec.schedulerName != self.options.scheduler_name]
+        usage, others_usage = self._usage()
         world = World(
             snap,
             list(self.pods.objects.values()),
@@ -324,8 +338,8 @@ class Bridge:
             else {},
             admissions=self._admissions,
             asks=self._asks,
-            usage=node_usage(assigned, self._asks),
-            others_usage=node_usage(others, self._asks),
+            usage=usage,
+            others_usage=others_usage,
             volumes=Volumes(
                 claims={(c.metadata.namespace, c.metadata.name): c for c in self.claims.objects.values()},
                 volumes=dict(self.volumes.objects),

@@ -35,7 +35,7 @@ import functools
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -52,6 +52,7 @@ __all__ = [
     "node_reasons",
     "node_usage",
     "tolerates",
+    "usage_split",
 ]
 
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
@@ -136,15 +137,31 @@ def node_usage(
     for kube-scheduler's cache). A pod whose quantities Kubernetes would not have accepted counts as one
     pod requesting nothing. ``memo``: each pod's :func:`pod_asks` by (uid, resourceVersion), kept by the
     caller between passes (a pod's requests parsed once per version)."""
-    requested: dict[str, Counter[str]] = {}
-    count: Counter[str] = Counter()
+    return usage_split(pods, lambda _: True, memo)[0]
+
+
+def usage_split(
+    pods: Iterable[Pod],
+    counted: Callable[[Pod], bool],
+    memo: MutableMapping[tuple[str, str], dict[str, int]] | None = None,
+) -> tuple[dict[str, NodeUse], dict[str, NodeUse]]:
+    """:func:`node_usage` of every pod and of those ``counted`` says, in one walk."""
+    tallies: dict[str, tuple[Counter[str], Counter[str], list[int]]] = {}
     for pod in pods:
         node = pod.spec.nodeName
         if not node or pod.terminal:
             continue
-        count[node] += 1
-        requested.setdefault(node, Counter()).update(remembered_asks(pod, memo))
-    return {node: NodeUse(dict(requested.get(node, {})), n) for node, n in count.items()}
+        every, some, count = tallies.setdefault(node, (Counter(), Counter(), [0, 0]))
+        asks = remembered_asks(pod, memo)
+        every.update(asks)
+        count[0] += 1
+        if counted(pod):
+            some.update(asks)
+            count[1] += 1
+    return (
+        {node: NodeUse(dict(every), n) for node, (every, _, (n, _)) in tallies.items()},
+        {node: NodeUse(dict(some), n) for node, (_, some, (_, n)) in tallies.items() if n},
+    )
 
 
 # -- node affinity ----------------------------------------------------------------------------------

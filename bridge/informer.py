@@ -82,6 +82,9 @@ class Informer(Generic[T]):
         """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
         self.ignored_events = 0
         """Watch events of a type the cache does not act on, or without a key: counted, not stored."""
+        self.changes = 0
+        """Changes of :attr:`objects` or :attr:`synced` so far: a caller deriving something from the cache
+        derives it again only when this moved."""
         self._changes = Notifier()
         self._throttle = Throttle(60.0)
 
@@ -90,6 +93,7 @@ class Informer(Generic[T]):
         await self._changes.wait()
 
     def _notify(self) -> None:
+        self.changes += 1
         self._changes.notify()
 
     async def run(self) -> None:

@@ -22,6 +22,7 @@ from bridge.feasible import (
     quantity_units,
     tolerates,
     units,
+    usage_split,
 )
 from bridge.pods import Node, Pod, QuantityError, parse_quantity
 from bridge.volumes import (
@@ -233,6 +234,21 @@ def bound(on: str, requests: dict[str, str], phase: str = "Running") -> Pod:
         "status": {"phase": phase},
     }
     return msgspec.convert(doc, Pod)
+
+
+def test_usage_split_tallies_every_pod_and_the_counted_ones_in_one_walk() -> None:
+    pods = [
+        bound("n1", {"cpu": "1"}),
+        bound("n1", {"cpu": "2", "memory": "1Gi"}),
+        bound("n2", {"cpu": "3"}),
+        bound("n2", {"cpu": "8"}, phase="Succeeded"),  # finished: no longer counts
+    ]
+    theirs = {id(pods[1]), id(pods[2])}
+    every, others = usage_split(pods, lambda p: id(p) in theirs)
+    assert every == node_usage(pods)
+    assert every["n1"] == NodeUse({"cpu": 3000, "memory": 1 << 30}, 2)
+    assert others == {"n1": NodeUse({"cpu": 2000, "memory": 1 << 30}, 1), "n2": NodeUse({"cpu": 3000}, 1)}
+    assert usage_split(pods, lambda p: False)[1] == {}
 
 
 def test_what_bound_pods_request_is_taken_from_allocatable() -> None:
