@@ -32,31 +32,27 @@ submitted twice in between.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-
-import msgspec
 
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
 from .feasible import (
-    Feasibility,
-    NodeIndex,
     NodeUse,
-    feasible,
     lacks_room,
     node_reasons,
     remembered_asks,
 )
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
+from .placement import PartitionNodes, Placement, Placements
 from .podgroups import group_status
 from .pods import Node, Pod, PodGroup
 from .policy import Policy
 from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
-from .volumes import Volumes, VolumeStep, claim_names, claims_problem, volume_steps
+from .volumes import Volumes, VolumeStep, claims_problem, volume_steps
 
 __all__ = [
     "JOB_ID_ANNOTATION",
@@ -167,6 +163,8 @@ class World:
     when they end — excluding a node they fill would keep a job off it for good."""
     volumes: Volumes = field(default_factory=Volumes)
     """The claims, volumes and storage classes (:mod:`bridge.volumes`)."""
+    placements: Placements | None = None
+    """Verdicts the caller keeps between passes (:mod:`bridge.placement`), or None: judged afresh."""
 
     @property
     def jobs_as_of(self) -> float:
@@ -377,7 +375,9 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
         comments,
         {uid for uid, s in world.submitted.items() if s.at > jobs_seen_at},
         group_jobs,
+        world.placements if world.placements is not None else Placements(),
     )
+    ctx.placements.begin()
     groups: dict[GroupKey, list[_Member]] = {}
     seen_uids = set()
     for pod in world.pods:
@@ -457,23 +457,6 @@ class _Member:
 
 
 @dataclass(frozen=True)
-class _Partition:
-    """One partition's nodes as a pass judges them."""
-
-    candidates: list[Node]
-    """The Kubernetes nodes of its Slurm nodes."""
-    usable: list[str]
-    """Those the bridge may use (Ready, labelled, schedulable)."""
-    index: NodeIndex
-    missing: tuple[str, ...]
-    """Its Slurm nodes without a Kubernetes node."""
-    slurm_of: dict[str, list[str]]
-    """Kubernetes node → its Slurm nodes."""
-    one_each: dict[str, str]
-    """Kubernetes node → its Slurm node when each has exactly one (else empty)."""
-
-
-@dataclass(frozen=True)
 class _Context:
     """What one pass knows, shared by the per-pod and per-gang rules."""
 
@@ -486,75 +469,32 @@ class _Context:
     """Pod uids with a submission not yet visible in the snapshot."""
     group_jobs: Mapping[str, list[Job]]
     """A gang's name → its jobs."""
-    verdicts: dict[tuple[str, tuple[Hashable, ...]], Feasibility] = field(default_factory=dict)
-    """This pass's :meth:`placement` answers."""
-    partitions: dict[str, _Partition] = field(default_factory=dict)
+    placements: Placements
+    """Verdicts kept between passes (the caller's), else this pass's."""
+    partitions: dict[str, PartitionNodes] = field(default_factory=dict)
     """Partition → its nodes as this pass judges them."""
-    excluded_memo: dict[int, tuple[str, ...]] = field(default_factory=dict)
-    """id of a verdict of :attr:`verdicts` → its :meth:`excluded` answer."""
 
     def asks(self, pod: Pod) -> dict[str, int]:
         """:func:`bridge.feasible.pod_asks`, parsed once per pod version (the caller's memo)."""
         return remembered_asks(pod, self.world.asks)
 
-    def partition(self, name: str) -> _Partition:
+    def partition(self, name: str) -> PartitionNodes:
         if (known := self.partitions.get(name)) is None:
-            slurm = [n.name for n in self.world.snapshot.nodes if name in n.partitions]
-            k8s = {s: self.nodes.by_slurm.get(s) for s in slurm}
-            candidates = list({n.metadata.name: n for n in k8s.values() if n is not None}.values())
-            slurm_of: dict[str, list[str]] = {}
-            for s, n in k8s.items():
-                if n is not None:
-                    slurm_of.setdefault(n.metadata.name, []).append(s)
-            known = self.partitions[name] = _Partition(
-                candidates=candidates,
-                usable=[n.metadata.name for s in slurm if (n := self.nodes.usable(s)) is not None],
-                index=NodeIndex(candidates, self.world.others_usage),
-                missing=tuple(s for s, n in k8s.items() if n is None),
-                slurm_of=slurm_of,
-                one_each={k: v[0] for k, v in slurm_of.items()}
-                if all(len(v) == 1 for v in slurm_of.values())
-                else {},
-            )
+            nodes = self.nodes
+            slurm = {
+                n.name: nodes.by_slurm.get(n.name) for n in self.world.snapshot.nodes if name in n.partitions
+            }
+            usable = [k8s.metadata.name for s in slurm if (k8s := nodes.usable(s)) is not None]
+            known = self.placements.partition(name, slurm, usable, self.world.others_usage)
+            self.partitions[name] = known
         return known
 
-    def placement(self, pods: Sequence[Pod], partition: str) -> Feasibility:
+    def placement(self, pods: Sequence[Pod], partition: str) -> Placement:
         """Where ``pods`` (one pod, or a gang's members) may run among the Kubernetes nodes of
-        ``partition``'s Slurm nodes (:func:`bridge.feasible.feasible`; a node not usable by the bridge is
-        ruled out as not ready). Remembered for the pass per partition and placement-relevant spec: the
-        pods of one template are judged once."""
+        ``partition``'s Slurm nodes, and which Slurm nodes its job excludes (:mod:`bridge.placement`; a
+        node not usable by the bridge is ruled out as not ready)."""
         asks = [self.asks(p) for p in pods]
-        key = (partition, tuple(_placement_key(p, a) for p, a in zip(pods, asks, strict=True)))
-        if (known := self.verdicts.get(key)) is not None:
-            return known
-        part = self.partition(partition)
-        verdict = feasible(
-            pods,
-            part.candidates,
-            self.world.others_usage,
-            self.world.volumes,
-            eligible=part.usable,
-            index=part.index,
-            asks=asks,
-        )
-        self.verdicts[key] = verdict
-        return verdict
-
-    def excluded(self, verdict: Feasibility, partition: str) -> tuple[str, ...]:
-        """The Slurm nodes of ``partition`` whose Kubernetes node is missing or ruled out by ``verdict``.
-        Slurm nodes that do not exist yet (a NodeSet scaled to zero) are not excluded: the job pends, the
-        demand asks for nodes, and a new node Kubernetes rules out is caught when the job starts there."""
-        if (known := self.excluded_memo.get(id(verdict))) is not None:
-            return known
-        part = self.partition(partition)
-        bad = set().union(*verdict.ruled_out.values())
-        out = set(part.missing)
-        if part.one_each:  # one Slurm node per Kubernetes node (a slurmd pod per node): a map, not a loop
-            out.update(map(part.one_each.__getitem__, bad & part.one_each.keys()))
-        else:
-            out.update(s for k8s in bad for s in part.slurm_of.get(k8s, ()))
-        self.excluded_memo[id(verdict)] = result = tuple(sorted(out))
-        return result
+        return self.placements.place(self.partition(partition), partition, pods, asks, self.world.volumes)
 
     def to_bind(
         self, pod: Pod, job: Job, node: Node, slurm_node: str, what: str, rank: int | None = None
@@ -577,10 +517,10 @@ class _Context:
         """An :class:`Exclude` when the pending ``job``'s excluded nodes are not what ``pods`` need now."""
         if job.state != "PENDING":
             return []
-        verdict = self.placement(pods, partition)
-        if verdict.blocked is not None:  # a claim went missing: the job starts, the binding waits
+        place = self.placement(pods, partition)
+        if place.verdict.blocked is not None:  # a claim went missing: the job starts, the binding waits
             return []
-        wanted = self.excluded(verdict, partition)
+        wanted = place.excluded
         try:
             have: tuple[str, ...] | None = tuple(sorted(hostlist_expand(job.excluded_nodes)))
         except ValueError:
@@ -588,7 +528,7 @@ class _Context:
         if wanted == have:
             return []
         uids = tuple(p.metadata.uid for p in pods)
-        return [Exclude(job.job_id, wanted, key, verdict.summary(), uids)]
+        return [Exclude(job.job_id, wanted, key, place.summary, uids)]
 
     def binding_problem(self, pod: Pod, node: Node) -> tuple[str, str]:
         """Whether ``pod`` may be bound to ``node`` now: ("", "") yes; (why not, "") never on this node
@@ -612,12 +552,10 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
     if job is None:
         if uid in ctx.submitting:
             return []
-        verdict = ctx.placement([pod], request.partition)
-        if verdict.blocked is not None:  # a claim missing or not bound: no node can take it yet
-            return [Waiting(key, uid, verdict.summary(), UNSCHEDULABLE)]
-        return [
-            Submit(key, uid, request, ctx.excluded(verdict, request.partition), placement=verdict.summary())
-        ]
+        place = ctx.placement([pod], request.partition)
+        if place.verdict.blocked is not None:  # a claim missing or not bound: no node can take it yet
+            return [Waiting(key, uid, place.summary, UNSCHEDULABLE)]
+        return [Submit(key, uid, request, place.excluded, placement=place.summary)]
     if job.state in ENDED:
         why = f"Slurm job {job.job_id} ended {job.state} ({job.reason}) before the pod was placed"
         return [DeletePod(key, uid, why)]
@@ -663,15 +601,13 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     request = gang_request([m.request for m in ready[:size]], name)
     if isinstance(request, Refusal):
         return [Refuse(m.pod.key, m.pod.metadata.uid, request.reason) for m in ready]
-    verdict = ctx.placement([m.pod for m in ready[:size]], request.partition)
-    if verdict.blocked is not None:
-        text = f"{name}: {verdict.summary()}"
+    place = ctx.placement([m.pod for m in ready[:size]], request.partition)
+    if place.verdict.blocked is not None:
+        text = f"{name}: {place.summary}"
         return [Waiting(m.pod.key, m.pod.metadata.uid, text, UNSCHEDULABLE) for m in ready]
     leader = ready[0].pod
-    excluded = ctx.excluded(verdict, request.partition)
-    return [
-        Submit(leader.key, leader.metadata.uid, request, excluded, group=name, placement=verdict.summary())
-    ]
+    uid = leader.metadata.uid
+    return [Submit(leader.key, uid, request, place.excluded, group=name, placement=place.summary)]
 
 
 def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) -> list[Action]:
@@ -745,22 +681,6 @@ def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: Bri
     if deleting is not None and world.now >= deleting + options.terminating_grace:
         return [Cancel(job.job_id, f"pod {key} stuck Terminating (its node's kubelet is gone?)", key)]
     return []
-
-
-def _placement_key(pod: Pod, asks: Mapping[str, int]) -> Hashable:
-    """What of ``pod`` decides where Kubernetes lets it run: two pods with equal keys get one verdict."""
-    spec = pod.spec
-    claims = tuple(claim_names(pod))
-    return msgspec.json.encode(
-        [
-            spec.nodeSelector,
-            spec.affinity,
-            spec.tolerations,
-            asks,
-            pod.metadata.namespace if claims else "",
-            claims,
-        ]
-    )
 
 
 def _group_statuses(world: World, group_jobs: Mapping[str, list[Job]]) -> list[Action]:

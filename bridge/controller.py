@@ -54,6 +54,7 @@ from .actions import (
 from .feasible import NodeUse, usage_split
 from .informer import Informer
 from .kube import Kube, KubeError
+from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import JobRequest, Refusal
 from .slurm import cancel_job, exclude_nodes, submit_job
@@ -94,6 +95,8 @@ class BridgeStats:
     """Pods whose binding failed and that wait for their next attempt."""
     released: int = 0
     """Running jobs released (cancelled) because their pod could not be bound within the deadline."""
+    placements_judged: int = 0
+    """Placement verdicts computed rather than kept from an earlier pass (:mod:`bridge.placement`)."""
 
     def families(self) -> Iterable[Metric]:
         pods = GaugeMetricFamily(
@@ -136,6 +139,13 @@ class BridgeStats:
         )
         released.add_metric([], self.released)
         yield released
+        judged = CounterMetricFamily(
+            "slurm_bridge_placement_verdicts",
+            "Where-may-this-pod-run verdicts computed over a partition's nodes (the rest were kept from an "
+            "earlier pass: nothing they depend on changed)",
+        )
+        judged.add_metric([], self.placements_judged)
+        yield judged
         latency = GaugeMetricFamily(
             "slurm_bridge_bind_latency_seconds",
             "Seconds from the Slurm job's start (RUNNING) to the pod's binding, for the last binding",
@@ -234,6 +244,8 @@ class Bridge:
         self._admissions: dict[AdmissionKey, JobRequest | Refusal | None] = {}
         self._asks: dict[tuple[str, str], dict[str, int]] = {}
         """(pod uid, resourceVersion) → what a bound pod requests (:func:`bridge.feasible.node_usage`)."""
+        self._placements = Placements()
+        """Placement verdicts kept between passes (:mod:`bridge.placement`)."""
         self._usage_of: tuple[int, dict[str, NodeUse], dict[str, NodeUse]] | None = None
         """(the assigned-pod cache's :attr:`~bridge.informer.Informer.changes`, every bound pod's usage per
         node, that of the pods not the bridge's): tallied again only when that cache changed."""
@@ -340,6 +352,7 @@ class Bridge:
             asks=self._asks,
             usage=usage,
             others_usage=others_usage,
+            placements=self._placements,
             volumes=Volumes(
                 claims={(c.metadata.namespace, c.metadata.name): c for c in self.claims.objects.values()},
                 volumes=dict(self.volumes.objects),
@@ -348,6 +361,7 @@ class Bridge:
         )
         self.submitted = {uid: s for uid, s in self.submitted.items() if s.at > world.jobs_as_of - 60}
         actions = plan(world, self.options)
+        self.stats.placements_judged = self._placements.judged
         live = {p.metadata.uid for p in world.pods}
         for memo in (self._said, self._refused_until, self._bind_failed, self._labelled):  # pods gone
             for uid in [u for u in memo if u not in live]:

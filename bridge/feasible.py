@@ -246,14 +246,20 @@ def pod_asks(pod: Pod) -> dict[str, int]:
 
 
 class NodeIndex:
-    """The nodes one pass judges pods against, prepared once: labels indexed
+    """The nodes pods are judged against, prepared once: labels indexed
     (:class:`bridge.nodeselect.LabelIndex`), nodes grouped by the taints that filter, each node's room
-    (allocatable less ``usage``) in kube-scheduler's units. :func:`feasible` then judges a pod against all
-    of them with set operations and one loop over the nodes for its resources."""
+    (allocatable less ``usage``) in kube-scheduler's units, and which the bridge may use (``eligible``:
+    Ready, labelled for it; None: all). :meth:`judge` then judges a pod against all of them with set
+    operations."""
 
-    def __init__(self, nodes: Sequence[Node], usage: Mapping[str, NodeUse]) -> None:
+    def __init__(
+        self, nodes: Sequence[Node], usage: Mapping[str, NodeUse], eligible: Iterable[str] | None = None
+    ) -> None:
         self.nodes = {n.metadata.name: n for n in nodes}
         self.labels = LabelIndex(self.nodes.values())
+        every = self.labels.all
+        self.allowed = every if eligible is None else every & frozenset(eligible)
+        """The nodes the bridge may use; the others are ruled out as :data:`NOT_READY`."""
         self.unschedulable = frozenset(name for name, n in self.nodes.items() if n.spec.unschedulable)
         groups: dict[tuple[tuple[str, str, str], ...], set[str]] = {}
         for name, n in self.nodes.items():
@@ -283,6 +289,49 @@ class NodeIndex:
         values, names = ranked
         return names[: bisect.bisect_left(values, want)]
 
+    def judge(
+        self, pods: Sequence[Pod], volumes: Volumes, asks: Sequence[Mapping[str, int]] | None = None
+    ) -> Feasibility:
+        """:func:`feasible` over these nodes (``asks``: :func:`pod_asks` of each pod, when known)."""
+        every, allowed = self.labels.all, self.allowed
+        blocked = next((b for p in pods if (b := claims_problem(p, volumes)) is not None), None)
+        if blocked is not None:
+            return Feasibility((), {blocked: every}, blocked)
+        ruled: dict[str, frozenset[str]] = {}
+
+        def rule(reason: str, names: Iterable[str]) -> None:
+            hit = allowed.intersection(names)
+            if hit:
+                known = ruled.get(reason)
+                ruled[reason] = hit if known is None else known | hit
+
+        for i, pod in enumerate(pods):
+            if not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
+                rule(UNSCHEDULABLE, self.unschedulable)
+            selector = pod.spec.nodeSelector
+            matching = self.labels.labels_nodes(selector) if selector else allowed
+            required = _required(pod)
+            if required is not None:
+                matching = matching & self.labels.selector_nodes(required)
+            rule(NO_AFFINITY, allowed - matching)
+            for taints, names in self.tainted.items():
+                for key, value, effect in taints:
+                    if not tolerates(pod, key, value, effect):
+                        rule(f"node(s) had untolerated taint {{{key}: {value}}}", names)
+                        break
+            rule(TOO_MANY_PODS, self.full)
+            for resource, want in sorted((pod_asks(pod) if asks is None else asks[i]).items()):
+                if resource != "pods" and want > 0:
+                    rule(f"Insufficient {resource}", self.short_of(resource, want))
+            if claim_names(pod):
+                for name in allowed:
+                    for reason in volume_reasons(pod, self.nodes[name], volumes):
+                        rule(reason, (name,))
+        if len(allowed) < len(every):
+            ruled[NOT_READY] = every - allowed
+        out = frozenset().union(*ruled.values())
+        return Feasibility(tuple(sorted(every - out)), ruled)
+
 
 def feasible(
     pods: Sequence[Pod],
@@ -290,51 +339,11 @@ def feasible(
     usage: Mapping[str, NodeUse],
     volumes: Volumes,
     eligible: Iterable[str] | None = None,
-    index: NodeIndex | None = None,
     asks: Sequence[Mapping[str, int]] | None = None,
 ) -> Feasibility:
     """The nodes every one of ``pods`` may be bound to (one pod, or a gang's members: each lands on its
-    own node, and any member may get any of the job's nodes) — for each node the same answer as
-    :func:`node_reasons`. ``eligible``: the node names the bridge may use at all (Ready, labelled for it);
-    the others get :data:`NOT_READY`. ``index``: :class:`NodeIndex` of ``nodes`` and ``usage``, built once
-    per pass by a caller judging many pods; ``asks``: :func:`pod_asks` of each pod, when known."""
-    index = index or NodeIndex(nodes, usage)
-    every = index.labels.all
-    blocked = next((b for p in pods if (b := claims_problem(p, volumes)) is not None), None)
-    if blocked is not None:
-        return Feasibility((), {blocked: every}, blocked)
-    allowed = set(every) if eligible is None else every & set(eligible)
-    ruled: dict[str, set[str]] = {}
-
-    def rule(reason: str, names: Iterable[str]) -> None:
-        hit = allowed.intersection(names)
-        if hit:
-            ruled.setdefault(reason, set()).update(hit)
-
-    for i, pod in enumerate(pods):
-        if not tolerates(pod, UNSCHEDULABLE_TAINT, "", "NoSchedule"):
-            rule(UNSCHEDULABLE, index.unschedulable)
-        matching = index.labels.labels_nodes(pod.spec.nodeSelector) if pod.spec.nodeSelector else allowed
-        required = _required(pod)
-        if required is not None:
-            matching = matching & index.labels.selector_nodes(required)
-        rule(NO_AFFINITY, allowed - matching)
-        for taints, names in index.tainted.items():
-            for key, value, effect in taints:
-                if not tolerates(pod, key, value, effect):
-                    rule(f"node(s) had untolerated taint {{{key}: {value}}}", names)
-                    break
-        rule(TOO_MANY_PODS, index.full)
-        for resource, want in sorted((pod_asks(pod) if asks is None else asks[i]).items()):
-            if resource != "pods" and want > 0:
-                rule(f"Insufficient {resource}", index.short_of(resource, want))
-        if claim_names(pod):
-            for name in allowed:
-                for reason in volume_reasons(pod, index.nodes[name], volumes):
-                    rule(reason, (name,))
-    if every - allowed:
-        ruled[NOT_READY] = set(every - allowed)
-    out = set().union(*ruled.values())
-    return Feasibility(
-        tuple(sorted(every - out)), {reason: frozenset(names) for reason, names in ruled.items()}
-    )
+    own node, and any member may get any of the job's nodes), the pods bound to them requesting ``usage``.
+    ``eligible``: the node names the bridge may use at all (Ready, labelled for it); the others get
+    :data:`NOT_READY`. ``asks``: :func:`pod_asks` of each pod, when known. A caller judging many pods
+    against the same nodes builds one :class:`NodeIndex` and calls its :meth:`~NodeIndex.judge`."""
+    return NodeIndex(nodes, usage, eligible).judge(pods, volumes, asks)

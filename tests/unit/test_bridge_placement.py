@@ -7,11 +7,10 @@ import json
 from typing import Any
 
 import msgspec
-import pytest
 
-import bridge.actions
 from bridge.actions import UNSCHEDULABLE, Bind, Cancel, Exclude, PrepareVolume, Submit, Waiting, plan
-from bridge.feasible import feasible, node_usage
+from bridge.feasible import node_usage
+from bridge.placement import Placements
 from bridge.pods import Pod, decode_pod
 from bridge.volumes import (
     SELECTED_NODE_ANNOTATION,
@@ -146,20 +145,52 @@ def test_a_job_started_where_room_is_still_taken_waits_to_bind() -> None:
     assert isinstance(free, Bind) and free.wait_for == ""
 
 
-def test_pods_of_one_template_are_judged_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    calls: list[int] = []
-
-    def counted(pods: Any, *args: Any, **kw: Any) -> Any:
-        calls.append(len(pods))
-        return feasible(pods, *args, **kw)
-
-    monkeypatch.setattr(bridge.actions, "feasible", counted)
+def test_pods_of_one_template_are_judged_once_per_pass() -> None:
     nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
     pods = [bridge_pod(f"u{i}") for i in range(50)] + [bridge_pod("gpu", nodeSelector={"x": "y"})]
-    actions = plan(world(pods=pods, nodes=nodes), OPTIONS)
+    kept = Placements()
+    actions = plan(world(pods=pods, nodes=nodes, placements=kept), OPTIONS)
     assert all(isinstance(a, Submit) and a.excluded_nodes == ("c2",) for a in actions[:50])
     assert isinstance(actions[50], Submit) and actions[50].excluded_nodes == ("c1", "c2", "c3")
-    assert calls == [1, 1]  # the 50 alike once, the other once
+    assert kept.judged == 2  # the 50 alike once, the other once
+
+
+def pending(uid: str, excluded: str) -> Any:
+    return job(int(uid[1:]) + 100, uid, "PENDING", reason="Resources", excluded_nodes=excluded)
+
+
+def test_verdicts_are_kept_between_passes_until_a_node_or_others_usage_changes() -> None:
+    nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
+    pods = [bridge_pod("u1"), bridge_pod("u2", nodeSelector={"rack": "a"})]
+    kept = Placements()
+    first = plan(world(pods=pods, nodes=nodes, placements=kept), OPTIONS)
+    assert [a.excluded_nodes for a in first if isinstance(a, Submit)] == [("c2",), ("c1", "c2", "c3")]
+    assert kept.judged == 2
+    jobs = (pending("u1", "c2"), pending("u2", "c[1-3]"))  # they pend; each pass checks their exclusions
+    for _ in range(3):
+        assert not any(
+            isinstance(a, Exclude)
+            for a in plan(world(*jobs, pods=pods, nodes=nodes, placements=kept), OPTIONS)
+        )
+    assert kept.judged == 2  # nothing changed: nothing judged again
+    tainted = [nodes[0], nodes[1], k8s_node("c3", taints=[GPU_TAINT])]
+    again = plan(world(*jobs, pods=pods, nodes=tainted, placements=kept), OPTIONS)
+    assert kept.judged == 4
+    excludes = [a for a in again if isinstance(a, Exclude)]
+    assert [(a.job_id, a.nodes) for a in excludes] == [(101, ("c2", "c3"))]  # u2's excludes every node
+    filled = node_usage([other_pod("ds", "c1", "1")])
+    plan(world(*jobs, pods=pods, nodes=tainted, placements=kept, others_usage=filled), OPTIONS)
+    assert kept.judged == 6  # another pod's requests on a node: judged again
+
+
+def test_the_same_verdicts_whether_kept_or_judged_afresh() -> None:
+    nodes = [k8s_node("c1", rack="a"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3", rack="b")]
+    pods = [bridge_pod(f"u{i}", nodeSelector={"rack": "ab"[i % 2]}) for i in range(6)]
+    kept = Placements()
+    for _ in range(2):
+        assert plan(world(pods=pods, nodes=nodes, placements=kept), OPTIONS) == plan(
+            world(pods=pods, nodes=nodes), OPTIONS
+        )
 
 
 def claim_doc(annotations: dict[str, str] | None = None, **spec: Any) -> Claim:
@@ -224,6 +255,21 @@ def test_a_claim_to_be_provisioned_gets_the_node_slurm_chose_before_the_pod_is_b
     )
     (bind,) = plan(world(running, pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=bound), OPTIONS)
     assert isinstance(bind, Bind) and bind.wait_for == ""
+
+
+def test_a_pod_with_claims_is_judged_again_every_pass() -> None:
+    volumes = Volumes(claims={("team-a", "data"): claim_doc()}, classes={"local": wffc("csi.example.com")})
+    kept = Placements()
+    for n in (1, 2):
+        (submit,) = plan(
+            world(pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=volumes, placements=kept), OPTIONS
+        )
+        assert isinstance(submit, Submit) and kept.judged == n
+    gone = Volumes(classes=volumes.classes)  # the claim deleted: not in the fingerprint, seen all the same
+    (waiting,) = plan(
+        world(pods=[bridge_pod(**MOUNTING)], nodes=HOSTS, volumes=gone, placements=kept), OPTIONS
+    )
+    assert isinstance(waiting, Waiting) and waiting.reason == UNSCHEDULABLE
 
 
 def test_an_available_local_volume_on_that_node_is_pre_bound_the_smallest_that_fits() -> None:
