@@ -60,7 +60,8 @@ GONE_CODES = frozenset({2017, 2021})
 already ended (``Job/step already completing or completed``) — slurmrestd says so with HTTP 200."""
 NOT_PENDING_CODES = GONE_CODES | {2073}
 """slurmctld's answers to updating a job's excluded nodes when it is unknown, done, or no longer pending
-(2073, ``Job is no longer pending execution``: slurmrestd 26.05 says it with HTTP 422, seen in the lab)."""
+(2073, ``Job is no longer pending execution``: slurmrestd 26.05 says it with HTTP 422, 24.11 with HTTP 500;
+seen in the labs)."""
 NOT_PENDING = "no longer pending"
 
 
@@ -142,12 +143,14 @@ async def exclude_nodes(client: SlurmClient, version: str, job_id: int, nodes: S
     """Set the nodes a pending job may not use (its ``ExcNodeList``, all of them: an empty list clears
     it). False when there was nothing to update: Slurm does not know the job, or it is no longer pending
     (it started meanwhile: the binding checks its node). Raises for any other refusal."""
-    # a comma-separated string: an empty list leaves ExcNodeList as it was, "" clears it (26.05, the lab)
+    # a comma-separated string: an empty list leaves ExcNodeList as it was, "" clears it (26.05, the lab;
+    # 24.11 takes the string as well, with a warning that it expected an array, and "" clears it too)
     body = json.dumps({"excluded_nodes": ",".join(nodes)}).encode()
     try:
         answer = await client.send("POST", f"/slurm/{version}/job/{job_id}", endpoint="job/update", body=body)
     except HTTPStatusError as e:
-        # 26.05: a job that started meanwhile is HTTP 422 "Job is no longer pending execution" (2073)
+        # a job that started meanwhile: "Job is no longer pending execution" (2073), HTTP 422 (26.05) or 500
+        # (24.11; POSTs are never retried, so the 500 comes straight here)
         if e.unknown_job or any(NOT_PENDING in t for t in e.errors):
             return False
         raise

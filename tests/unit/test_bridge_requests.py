@@ -456,7 +456,7 @@ def test_required_pod_affinity_is_refused_and_hostname_anti_affinity_honoured_on
     request(pod(affinity=preferred))
 
 
-# -- a pending job's excluded nodes, answered as slurmrestd 26.05 answered in the lab ---------------------
+# -- a pending job's excluded nodes, answered as slurmrestd 26.05 and 24.11 answered in the labs -------------
 
 _META = {"plugin": {"type": "openapi/slurmctld", "data_parser": "data_parser/v0.0.45"}}
 UPDATE_ANSWERS = {
@@ -512,25 +512,76 @@ UPDATE_ANSWERS = {
 }
 
 
-async def test_a_pending_jobs_excluded_nodes_are_updated_as_slurmrestd_answers() -> None:
+_META_42 = {"plugin": {"type": "openapi/slurmctld", "data_parser": "data_parser/v0.0.42"}}
+_STRING_WARNING = {
+    "description": "Expected OpenAPI type=array (Slurm type=list) but got OpenAPI type=string (Slurm "
+    'type=string): "c2"',
+    "source": "#/excluded_nodes/",
+}
+UPDATE_ANSWERS_2411 = {
+    # 24.11 (v0.0.42; v0.0.40 and v0.0.41 alike): the string is taken, with a warning; "" clears too
+    1: (200, {"results": None, "meta": _META_42, "errors": [], "warnings": [_STRING_WARNING]}),
+    # a job that started meanwhile: HTTP 500 (26.05: 422), the same error 2073
+    2: (
+        500,
+        {
+            "results": None,
+            "meta": _META_42,
+            "errors": [
+                {
+                    "description": "Job update requested failed",
+                    "error_number": 2073,
+                    "error": "Job is no longer pending execution",
+                    "source": "slurm_update_job2()",
+                }
+            ],
+            "warnings": [_STRING_WARNING],
+        },
+    ),
+    3: (
+        404,
+        {
+            "results": None,
+            "meta": _META_42,
+            "errors": [
+                {
+                    "description": "Job update requested failed",
+                    "error_number": 2017,
+                    "error": "Invalid job id specified",
+                    "source": "slurm_update_job2()",
+                }
+            ],
+            "warnings": [_STRING_WARNING],
+        },
+    ),
+    4: UPDATE_ANSWERS[4],
+}
+
+
+@pytest.mark.parametrize(
+    ("version", "answers"), [("v0.0.45", UPDATE_ANSWERS), ("v0.0.42", UPDATE_ANSWERS_2411)]
+)
+async def test_a_pending_jobs_excluded_nodes_are_updated_as_slurmrestd_answers(
+    version: str, answers: dict[int, tuple[int, dict[str, Any]]]
+) -> None:
     sent: list[dict[str, Any]] = []
 
     async def update(request: web.Request) -> web.Response:
         sent.append(await request.json())
-        status, body = UPDATE_ANSWERS[int(request.match_info["job"])]
+        status, body = answers[int(request.match_info["job"])]
         return web.json_response(body, status=status)
 
     app = web.Application()
-    app.router.add_post("/slurm/v0.0.45/job/{job}", update)
+    app.router.add_post(f"/slurm/{version}/job/{{job}}", update)
     async with (
         serve_app(app) as url,
         SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="t"), retries=0)) as client,
     ):
-        assert await exclude_nodes(client, "v0.0.45", 1, ["c2", "c3"]) is True
-        assert await exclude_nodes(client, "v0.0.45", 1, []) is True
-        assert await exclude_nodes(client, "v0.0.45", 2, ["c2"]) is False  # started: nothing to update
-        assert await exclude_nodes(client, "v0.0.45", 3, ["c2"]) is False  # gone
+        assert await exclude_nodes(client, version, 1, ["c2", "c3"]) is True
+        assert await exclude_nodes(client, version, 1, []) is True
+        assert await exclude_nodes(client, version, 2, ["c2"]) is False  # started: nothing to update
+        assert await exclude_nodes(client, version, 3, ["c2"]) is False  # gone
         with pytest.raises(SlurmError, match="permission denied"):
-            await exclude_nodes(client, "v0.0.45", 4, ["c2"])
+            await exclude_nodes(client, version, 4, ["c2"])
     # a comma-separated string: "" clears ExcNodeList, where an empty list would leave it as it was
     assert sent[:2] == [{"excluded_nodes": "c2,c3"}, {"excluded_nodes": ""}]
