@@ -231,3 +231,79 @@ async def test_a_wait_for_first_consumer_claim_gets_its_node_before_the_pod_is_b
         selected = [e for e in fake.events_for("team-a", "writer") if e["reason"] == "SlurmVolumeSelected"]
         assert selected and node in selected[0]["message"]
         assert not bridge.stats.errors, bridge.stats.errors  # the binding waited: not an error
+
+
+def local_volume(name: str, node: str, size: str) -> dict[str, Any]:
+    term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "storageClassName": "local",
+            "capacity": {"storage": size},
+            "accessModes": ["ReadWriteOnce"],
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [term]}},
+        },
+        "status": {"phase": "Available"},
+    }
+
+
+async def test_a_local_volume_is_pre_bound_on_the_node_slurm_chose(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """Static local volumes (no provisioner): pl-2 has none, so Slurm may not use it; on the node Slurm
+    chose, the volume that fits is pre-bound to the claim (its claimRef) before the pod is bound, as
+    kube-scheduler's VolumeBinding does; the PersistentVolume controller (played here) completes it."""
+    fake = cluster()
+    fake.put(
+        "storageclasses",
+        {
+            "metadata": {"name": "local"},
+            "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer",
+        },
+        STORAGE,
+    )
+    fake.put("persistentvolumes", local_volume("pv-pl-1", "pl-1", "5Gi"))
+    fake.put("persistentvolumes", local_volume("pv-pl-3", "pl-3", "5Gi"))
+    fake.put("persistentvolumes", local_volume("pv-pl-2-tiny", "pl-2", "100Mi"))  # too small for the claim
+    fake.put(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": "cache", "namespace": "team-a"},
+            "spec": {
+                "storageClassName": "local",
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+            "status": {"phase": "Pending"},
+        },
+    )
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=fake) as (fake, bridge):
+        fake.put(
+            "pods", pod("reader", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "cache"}}])
+        )
+
+        def pre_bound() -> str | None:
+            for name in ("pv-pl-1", "pv-pl-3"):
+                pv = fake.get("persistentvolumes", "", name) or {}
+                if (pv.get("spec", {}).get("claimRef") or {}).get("name") == "cache":
+                    return name
+            return None
+
+        volume = await eventually(pre_bound, 60.0, "a volume to be pre-bound to the claim", 0.2)
+        assert placed(fake, "reader") is None  # the binding waits for the claim to be bound
+        tiny = fake.get("persistentvolumes", "", "pv-pl-2-tiny") or {}
+        assert not tiny["spec"].get("claimRef")
+        submitted = next(e for e in fake.events_for("team-a", "reader") if e["reason"] == "SlurmSubmitted")
+        job_id = submitted["message"].split()[2]
+        assert "pl-2" in hostlist_expand(exc_nodes(lab_2605, job_id))
+        fake.update(  # the PersistentVolume controller binds the claim to the volume
+            "persistentvolumeclaims",
+            "team-a",
+            "cache",
+            {"spec": {"volumeName": volume}, "status": {"phase": "Bound"}},
+        )
+        fake.update("persistentvolumes", "", volume, {"status": {"phase": "Bound"}})
+        got = await bound_to(fake, "reader")
+        assert got["spec"]["nodeName"] == volume.removeprefix("pv-")
+        assert not bridge.stats.errors, bridge.stats.errors
