@@ -45,6 +45,25 @@ def pod(name: str, **spec: Any) -> dict[str, Any]:
     return p
 
 
+def wffc_claim(fake: FakeKube, name: str, storage_class: str, provisioner: str) -> None:
+    """A WaitForFirstConsumer storage class and a 1 GiB claim of it in team-a, not bound yet."""
+    doc = {"metadata": {"name": storage_class}, "volumeBindingMode": "WaitForFirstConsumer"}
+    fake.put("storageclasses", {**doc, "provisioner": provisioner}, STORAGE)
+    spec = {"storageClassName": storage_class, "accessModes": ["ReadWriteOnce"]}
+    fake.put(
+        "persistentvolumeclaims",
+        {
+            "metadata": {"name": name, "namespace": "team-a"},
+            "spec": {**spec, "resources": {"requests": {"storage": "1Gi"}}},
+            "status": {"phase": "Pending"},
+        },
+    )
+
+
+def mounting(name: str, claim: str) -> dict[str, Any]:
+    return pod(name, volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": claim}}])
+
+
 def exc_nodes(lab: Lab, job_id: str) -> str:
     for field in lab.run(["scontrol", "show", "job", job_id]).split():
         if field.startswith("ExcNodeList="):
@@ -171,31 +190,9 @@ async def test_a_wait_for_first_consumer_claim_gets_its_node_before_the_pod_is_b
     lab_2605: Lab, nodes: list[str], tmp_path: Path
 ) -> None:
     fake = cluster()
-    fake.put(
-        "storageclasses",
-        {
-            "metadata": {"name": "zonal"},
-            "provisioner": "csi.example.com",
-            "volumeBindingMode": "WaitForFirstConsumer",
-        },
-        STORAGE,
-    )
-    fake.put(
-        "persistentvolumeclaims",
-        {
-            "metadata": {"name": "scratch", "namespace": "team-a"},
-            "spec": {
-                "storageClassName": "zonal",
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-            "status": {"phase": "Pending"},
-        },
-    )
+    wffc_claim(fake, "scratch", "zonal", "csi.example.com")
     async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=fake) as (fake, bridge):
-        fake.put(
-            "pods", pod("writer", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "scratch"}}])
-        )
+        fake.put("pods", mounting("writer", "scratch"))
 
         def chosen() -> str | None:
             claim = fake.get("persistentvolumeclaims", "team-a", "scratch") or {}
@@ -254,34 +251,12 @@ async def test_a_local_volume_is_pre_bound_on_the_node_slurm_chose(
     chose, the volume that fits is pre-bound to the claim (its claimRef) before the pod is bound, as
     kube-scheduler's VolumeBinding does; the PersistentVolume controller (played here) completes it."""
     fake = cluster()
-    fake.put(
-        "storageclasses",
-        {
-            "metadata": {"name": "local"},
-            "provisioner": "kubernetes.io/no-provisioner",
-            "volumeBindingMode": "WaitForFirstConsumer",
-        },
-        STORAGE,
-    )
+    wffc_claim(fake, "cache", "local", "kubernetes.io/no-provisioner")
     fake.put("persistentvolumes", local_volume("pv-pl-1", "pl-1", "5Gi"))
     fake.put("persistentvolumes", local_volume("pv-pl-3", "pl-3", "5Gi"))
     fake.put("persistentvolumes", local_volume("pv-pl-2-tiny", "pl-2", "100Mi"))  # too small for the claim
-    fake.put(
-        "persistentvolumeclaims",
-        {
-            "metadata": {"name": "cache", "namespace": "team-a"},
-            "spec": {
-                "storageClassName": "local",
-                "accessModes": ["ReadWriteOnce"],
-                "resources": {"requests": {"storage": "1Gi"}},
-            },
-            "status": {"phase": "Pending"},
-        },
-    )
     async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=fake) as (fake, bridge):
-        fake.put(
-            "pods", pod("reader", volumes=[{"name": "d", "persistentVolumeClaim": {"claimName": "cache"}}])
-        )
+        fake.put("pods", mounting("reader", "cache"))
 
         def pre_bound() -> str | None:
             for name in ("pv-pl-1", "pv-pl-3"):
