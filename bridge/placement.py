@@ -90,9 +90,16 @@ class PartitionNodes:
         """Placement keys (one per pod of a gang) → the answer, while the fingerprint holds."""
         self._excluded_by: dict[frozenset[str], tuple[str, ...]] = {}
         """Kubernetes nodes ruled out → the Slurm nodes to exclude (pods of different specs often rule out
-        the same nodes): one pass's, cleared by :meth:`Placements.begin`."""
+        the same nodes): one pass's, cleared by :meth:`begin`."""
         self.used: set[Hashable] = set()
-        """The keys asked for since the last :meth:`Placements.begin`."""
+        """The keys asked for since the last :meth:`begin`."""
+
+    def begin(self) -> None:
+        """A new pass: forget the verdicts the last pass did not ask for, and its exclusion lists."""
+        for key in self.placements.keys() - self.used:
+            del self.placements[key]
+        self.used.clear()
+        self._excluded_by.clear()
 
     def judge(self, pods: Sequence[Pod], asks: Sequence[Mapping[str, int]], volumes: Volumes) -> Placement:
         """:func:`bridge.feasible.feasible` of ``pods`` over these nodes (:meth:`NodeIndex.judge`), and
@@ -147,17 +154,20 @@ class Placements:
         self._partitions: dict[str, PartitionNodes] = {}
         self._this_pass: dict[tuple[str, Hashable], Placement] = {}
         """Verdicts for pods with volume claims: this pass only."""
+        self._visited: set[str] = set()
+        """Partitions looked at since the last :meth:`begin`."""
         self.judged = 0
         """Verdicts computed (not remembered) since this was made."""
 
     def begin(self) -> None:
-        """A new pass: forget what the last pass did not ask for, and every verdict involving volumes."""
+        """A new pass: forget the partitions and verdicts the last pass did not ask for, and every verdict
+        involving volumes."""
         self._this_pass.clear()
+        for name in self._partitions.keys() - self._visited:
+            del self._partitions[name]
+        self._visited.clear()
         for part in self._partitions.values():
-            for key in part.placements.keys() - part.used:
-                del part.placements[key]
-            part.used.clear()
-            part._excluded_by.clear()
+            part.begin()
 
     def partition(
         self,
@@ -168,6 +178,7 @@ class Placements:
     ) -> PartitionNodes:
         """Partition ``name``'s nodes (see :class:`PartitionNodes`): those of the last pass when nothing
         they are judged on changed."""
+        self._visited.add(name)
         mark = fingerprint(slurm, usable, others_usage)
         known = self._partitions.get(name)
         if known is None or known.fingerprint != mark:

@@ -183,6 +183,17 @@ def test_verdicts_are_kept_between_passes_until_a_node_or_others_usage_changes()
     assert kept.judged == 6  # another pod's requests on a node: judged again
 
 
+def test_a_verdict_no_pass_asked_for_is_forgotten() -> None:
+    nodes = [k8s_node("c1", rack="a"), k8s_node("c2", rack="b")]
+    a, b = bridge_pod("u1", nodeSelector={"rack": "a"}), bridge_pod("u2", nodeSelector={"rack": "b"})
+    kept = Placements()
+    plan(world(pods=[a, b], nodes=nodes, placements=kept), OPTIONS)
+    plan(world(pods=[a], nodes=nodes, placements=kept), OPTIONS)  # u2 gone
+    assert kept.judged == 2
+    plan(world(pods=[a, b], nodes=nodes, placements=kept), OPTIONS)
+    assert kept.judged == 3  # u2's spec was forgotten: judged again (memory follows the pods)
+
+
 def test_the_same_verdicts_whether_kept_or_judged_afresh() -> None:
     nodes = [k8s_node("c1", rack="a"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3", rack="b")]
     pods = [bridge_pod(f"u{i}", nodeSelector={"rack": "ab"[i % 2]}) for i in range(6)]
