@@ -15,6 +15,7 @@ import random
 import statistics
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import Metric
@@ -83,12 +84,12 @@ def synthetic(jobs: int = 100_000, nodes: int = 5000, seed: int = 1) -> Snapshot
 class Exposition(Collector):
     """/metrics of one snapshot: the health block (an empty poller status), then the Slurm families."""
 
-    def __init__(self, snap: Snapshot, flags: dict[str, bool]) -> None:
+    def __init__(self, snap: Snapshot, flags: dict[str, Any]) -> None:
         self.snap, self.flags = snap, flags
 
     def collect(self) -> Iterable[Metric]:
         yield from collector.health_families(self.snap, PollStatus(), time.time())
-        yield from collector.snapshot_families(self.snap, **self.flags)
+        yield from collector.snapshot_families(self.snap, collector.Cardinality(**self.flags))
 
 
 def timed(f: Callable[[], object], runs: int) -> str:

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
 
 from .aggregate import Sums, aggregate_jobs
-from .model import Diag, License, Node, Reservation, Snapshot
+from .ctldstats import DEFAULT_RPC_TOP_USERS, diag_families, rpc_families
+from .model import License, Node, Reservation, Snapshot
 from .pollstate import PollStatus
 
 
@@ -517,91 +519,6 @@ def node_reason_families(snap: Snapshot) -> Iterable[Metric]:
 
 # ------------------------------------------------------------------------------------ scheduler, rest
 
-_RESET_NOTE = "; slurmctld resets it (at midnight and on sdiag --reset), so it is a gauge, not a counter"
-
-
-def diag_families(diag: Diag) -> Iterable[Metric]:
-    """Scheduler statistics (``sdiag``)."""
-    specs: tuple[tuple[str, str, float], ...] = (
-        (
-            "slurm_scheduler_cycle_last_seconds",
-            "Duration of the last main scheduling cycle",
-            diag.schedule_cycle_last_seconds,
-        ),
-        (
-            "slurm_scheduler_cycle_mean_seconds",
-            "Mean main scheduling cycle duration" + _RESET_NOTE,
-            diag.schedule_cycle_mean_seconds,
-        ),
-        (
-            "slurm_scheduler_cycle_max_seconds",
-            "Longest main scheduling cycle" + _RESET_NOTE,
-            diag.schedule_cycle_max_seconds,
-        ),
-        ("slurm_scheduler_cycles", "Main scheduling cycles run" + _RESET_NOTE, diag.schedule_cycle_count),
-        (
-            "slurm_scheduler_mean_depth",
-            "Mean jobs examined per main scheduling cycle" + _RESET_NOTE,
-            diag.schedule_cycle_mean_depth,
-        ),
-        (
-            "slurm_scheduler_queue_length",
-            "Jobs pending in the main scheduler's queue",
-            diag.schedule_queue_length,
-        ),
-        (
-            "slurm_backfill_cycle_last_seconds",
-            "Duration of the last backfill cycle",
-            diag.backfill_cycle_last_seconds,
-        ),
-        (
-            "slurm_backfill_cycle_mean_seconds",
-            "Mean backfill cycle duration" + _RESET_NOTE,
-            diag.backfill_cycle_mean_seconds,
-        ),
-        (
-            "slurm_backfill_cycle_max_seconds",
-            "Longest backfill cycle" + _RESET_NOTE,
-            diag.backfill_cycle_max_seconds,
-        ),
-        ("slurm_backfill_cycles", "Backfill cycles run" + _RESET_NOTE, diag.backfill_cycle_count),
-        ("slurm_backfill_last_depth", "Jobs examined in the last backfill cycle", diag.backfill_last_depth),
-        (
-            "slurm_backfill_mean_depth",
-            "Mean jobs examined per backfill cycle" + _RESET_NOTE,
-            diag.backfill_mean_depth,
-        ),
-        (
-            "slurm_backfill_queue_length",
-            "Jobs pending in the backfill scheduler's queue",
-            diag.backfill_queue_length,
-        ),
-        ("slurm_backfill_jobs", "Jobs started by backfill" + _RESET_NOTE, diag.backfilled_jobs),
-        ("slurm_scheduler_jobs_submitted", "Jobs submitted" + _RESET_NOTE, diag.jobs_submitted),
-        ("slurm_scheduler_jobs_started", "Jobs started" + _RESET_NOTE, diag.jobs_started),
-        ("slurm_scheduler_jobs_completed", "Jobs completed" + _RESET_NOTE, diag.jobs_completed),
-        ("slurm_scheduler_jobs_canceled", "Jobs canceled" + _RESET_NOTE, diag.jobs_canceled),
-        ("slurm_scheduler_jobs_failed", "Jobs failed" + _RESET_NOTE, diag.jobs_failed),
-        ("slurm_scheduler_server_threads", "slurmctld server threads in use", diag.server_thread_count),
-        (
-            "slurm_scheduler_agent_queue_size",
-            "RPCs queued for slurmctld's agent threads",
-            diag.agent_queue_size,
-        ),
-        ("slurm_scheduler_dbd_agent_queue_size", "Messages queued for slurmdbd", diag.dbd_agent_queue_size),
-    )
-    for name, doc, value in specs:
-        fam = GaugeMetricFamily(name, doc)
-        fam.add_metric([], float(value))
-        yield fam
-    fam = GaugeMetricFamily(
-        "slurm_scheduler_stats_reset_timestamp_seconds",
-        "When slurmctld last reset its scheduler statistics (epoch seconds)",
-    )
-    if diag.stats_reset_time is not None:
-        fam.add_metric([], diag.stats_reset_time)
-    yield fam
-
 
 def license_families(licenses: Iterable[License]) -> Iterable[Metric]:
     """Licenses configured, in use, free and reserved, by license name."""
@@ -659,18 +576,31 @@ def reservation_families(reservations: Iterable[Reservation]) -> Iterable[Metric
     yield from (info, nodes, cores, start, end)
 
 
-def snapshot_families(
-    snap: Snapshot,
-    *,
-    per_node: bool = True,
-    per_user: bool = False,
-    per_account: bool = False,
-    node_reasons: bool = False,
-) -> Iterable[Metric]:
-    """Every Slurm family of one snapshot (health families aside)."""
+@dataclass(frozen=True)
+class Cardinality:
+    """Which optional series /metrics carries (the cardinality guards; ``--metrics-*`` settings)."""
+
+    per_node: bool = True
+    per_user: bool = False
+    """Job counts and resources per user, and RPCs per user (the busiest ``rpc_top_users``)."""
+    per_account: bool = False
+    node_reasons: bool = False
+    rpc_top_users: int = DEFAULT_RPC_TOP_USERS
+
+
+DEFAULTS = Cardinality()
+"""The default series: per node on, everything per user or account and node reasons off."""
+
+
+def snapshot_families(snap: Snapshot, cardinality: Cardinality = DEFAULTS) -> Iterable[Metric]:
+    """Every Slurm family of one snapshot (health families aside), the optional series as
+    ``cardinality`` says."""
+    c = cardinality
+    per_user, per_account, per_node, node_reasons = c.per_user, c.per_account, c.per_node, c.node_reasons
     yield from job_families(snap, per_account=per_account, per_user=per_user)
     yield from node_families(snap, per_node=per_node, node_reasons=node_reasons)
     if snap.diag is not None:
         yield from diag_families(snap.diag)
+        yield from rpc_families(snap.diag, per_user=per_user, top_users=c.rpc_top_users)
     yield from license_families(snap.licenses)
     yield from reservation_families(snap.reservations)

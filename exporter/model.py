@@ -221,6 +221,14 @@ class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Seconds slurmctld spent serving them, by message type."""
     rpc_user_counts: Mapping[str, int] = msgspec.field(default_factory=dict)
     """RPCs slurmctld served since ``stats_reset_time``, by the user who sent them (every type)."""
+    rpc_user_seconds: Mapping[str, float] = msgspec.field(default_factory=dict)
+    """Seconds slurmctld spent serving them, by user."""
+    rpc_queued: Mapping[str, int] | None = None
+    """RPCs waiting in slurmctld's RPC queue now, by message type (None: the API does not say, 22.05)."""
+    rpc_dropped: Mapping[str, int] | None = None
+    """RPCs slurmctld dropped from that queue since ``stats_reset_time``, by message type (None: not said)."""
+    agent_pending_rpcs: Mapping[str, int] | None = None
+    """Outgoing RPCs (to slurmd) waiting in the agent's queue now, by message type (None: not said)."""
     stats_time: float | None = None
     """When slurmctld produced these statistics (``req_time``)."""
     stats_reset_time: float | None = None

@@ -41,7 +41,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from . import __version__
-from .collector import health_families, snapshot_families
+from .collector import DEFAULTS, Cardinality, health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
 from .model import Snapshot, wall_time
@@ -160,10 +160,7 @@ class MetricsRenderer:
         poller: ServedSource,
         clock: Callable[[], float] = wall_time,
         *,
-        per_node: bool = True,
-        per_user: bool = False,
-        per_account: bool = False,
-        node_reasons: bool = False,
+        cardinality: Cardinality = DEFAULTS,
         on_render: Callable[[str], None] | None = None,
         extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
         extra_health: Callable[[float], Iterable[Metric]] | None = None,
@@ -172,12 +169,7 @@ class MetricsRenderer:
         self.extra_families = extra_families
         self.extra_health = extra_health
         self.clock = clock
-        self.flags = {
-            "per_node": per_node,
-            "per_user": per_user,
-            "per_account": per_account,
-            "node_reasons": node_reasons,
-        }
+        self.cardinality = cardinality
         self.on_render = on_render
         self.renders: Counter[str] = Counter()
         self.last_render_seconds = 0.0
@@ -191,7 +183,7 @@ class MetricsRenderer:
 
     def _render(self, snap: Snapshot, fmt: _Format) -> bytes:
         t0 = time.perf_counter()
-        families = snapshot_families(snap, **self.flags)
+        families = snapshot_families(snap, self.cardinality)
         if self.extra_families is not None:
             families = itertools.chain(families, self.extra_families(snap))
         body = fmt.render(families)
@@ -309,10 +301,7 @@ def make_app(
     poller: ServedSource,
     *,
     clock: Callable[[], float] = wall_time,
-    per_node: bool = True,
-    per_user: bool = False,
-    per_account: bool = False,
-    node_reasons: bool = False,
+    cardinality: Cardinality = DEFAULTS,
     web_config: WebConfig | None = None,
     on_render: Callable[[str], None] | None = None,
     extra_families: Callable[[Snapshot], Iterable[Metric]] | None = None,
@@ -320,7 +309,7 @@ def make_app(
     status_lines: Callable[[float], Iterable[str]] | None = None,
     listen_limits: ListenLimits | None = None,
 ) -> web.Application:
-    """The app; the keyword flags are the collector's cardinality guards (see SnapshotCollector).
+    """The app; ``cardinality``: which optional series /metrics carries (:class:`Cardinality`).
 
     ``web_config`` adds basic auth and response headers (TLS is the site's: see :func:`start`);
     ``on_render`` is called with the content type whenever the Slurm families are rendered;
@@ -343,10 +332,7 @@ def make_app(
     app[RENDERER] = MetricsRenderer(
         poller,
         clock,
-        per_node=per_node,
-        per_user=per_user,
-        per_account=per_account,
-        node_reasons=node_reasons,
+        cardinality=cardinality,
         on_render=on_render,
         extra_families=extra_families,
         extra_health=health,

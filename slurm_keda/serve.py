@@ -36,6 +36,7 @@ from bridge.pods import Namespace
 from bridge.policy import PolicyError, load_policy
 from bridge.webhook import CertificateFiles, WebhookOptions, WebhookServer
 from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.collector import Cardinality
 from exporter.errors import ConfigError
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
 from exporter.model import Snapshot
@@ -174,10 +175,13 @@ class MetricsHttp(Runnable):
         m = settings.metrics
         self.app = make_app(
             poller,
-            per_node=m.per_node,
-            per_user=m.per_user,
-            per_account=m.per_account,
-            node_reasons=m.node_reasons,
+            cardinality=Cardinality(
+                per_node=m.per_node,
+                per_user=m.per_user,
+                per_account=m.per_account,
+                node_reasons=m.node_reasons,
+                rpc_top_users=m.rpc_top_users,
+            ),
             web_config=web_config,
             extra_families=manager.snapshot_families,
             extra_health=manager.health_families,

@@ -30,6 +30,7 @@ from pydantic import (
 )
 from pydantic.fields import FieldInfo
 
+from exporter.ctldstats import DEFAULT_RPC_TOP_USERS
 from exporter.errors import ConfigError
 
 ENV_PREFIX = "SLURM_KEDA_"
@@ -272,6 +273,13 @@ class MetricsSettings(_Group):
         False,
         alias="metrics_node_reasons",
         description="export each node's drain/down reason as an info series",
+    )
+    rpc_top_users: int = Field(
+        DEFAULT_RPC_TOP_USERS,
+        alias="metrics_rpc_top_users",
+        ge=0,
+        le=1000,
+        description="with --metrics-per-user: the per-user RPC series kept, the busiest users first",
     )
 
 

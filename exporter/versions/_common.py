@@ -259,12 +259,23 @@ class RawRpcType(Struct, gc=False):
     message_type: str = ""
     count: int = 0
     total_time: int = 0
+    queued: int | None = None
+    """24.11+ (v0.0.40+); absent on 22.05."""
+    dropped: int | None = None
 
 
 class RawRpcUser(Struct, gc=False):
-    """One entry of ``rpcs_by_user`` (the same in every generation)."""
+    """One entry of ``rpcs_by_user`` (the same in every generation; times in microseconds)."""
 
     user: str = ""
+    count: int = 0
+    total_time: int = 0
+
+
+class RawPendingRpc(Struct, gc=False):
+    """One entry of ``pending_rpcs`` (24.11+): outgoing RPCs the agent still has to send."""
+
+    message_type: str = ""
     count: int = 0
 
 
@@ -304,9 +315,19 @@ class RawStats(Struct, Generic[Num], gc=False):
     bf_active: bool = False
     rpcs_by_message_type: list[RawRpcType] | None = None
     rpcs_by_user: list[RawRpcUser] | None = None
+    pending_rpcs: list[RawPendingRpc] | None = None
+
+
+def _per_type(types: list[RawRpcType], field: str) -> dict[str, int] | None:
+    """``field`` (``queued``/``dropped``) of each message type; None when the API has no such field."""
+    values = {r.message_type: getattr(r, field) for r in types if r.message_type}
+    if not values or any(v is None for v in values.values()):
+        return None
+    return values
 
 
 def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> Diag:
+    types = s.rpcs_by_message_type or []
     return Diag(
         server_thread_count=s.server_thread_count,
         agent_queue_size=s.agent_queue_size,
@@ -342,6 +363,12 @@ def convert_diag(s: RawStats[Num], num: Callable[[Num | None], int | None]) -> D
             r.message_type: usec(r.total_time) for r in s.rpcs_by_message_type or () if r.message_type
         },
         rpc_user_counts={r.user: r.count for r in s.rpcs_by_user or () if r.user},
+        rpc_user_seconds={r.user: usec(r.total_time) for r in s.rpcs_by_user or () if r.user},
+        rpc_queued=_per_type(types, "queued"),
+        rpc_dropped=_per_type(types, "dropped"),
+        agent_pending_rpcs=None
+        if s.pending_rpcs is None
+        else {r.message_type: r.count for r in s.pending_rpcs if r.message_type},
         stats_time=epoch(num(s.req_time)),
         stats_reset_time=epoch(num(s.req_time_start)),
     )

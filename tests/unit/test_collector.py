@@ -68,16 +68,16 @@ def ok_status() -> PollStatus:
 class _Exposition(Collector):
     """What /metrics serves for one snapshot and status at :data:`NOW`: health, then the Slurm families."""
 
-    def __init__(self, snap: Snapshot | None, status: PollStatus, flags: dict[str, bool]) -> None:
+    def __init__(self, snap: Snapshot | None, status: PollStatus, flags: dict[str, Any]) -> None:
         self.snap, self.status, self.flags = snap, status, flags
 
     def collect(self) -> Any:
         yield from col.health_families(self.snap, self.status, NOW)
         if self.snap is not None:
-            yield from col.snapshot_families(self.snap, **self.flags)
+            yield from col.snapshot_families(self.snap, col.Cardinality(**self.flags))
 
 
-def registry_for(snap: Snapshot | None, status: PollStatus | None = None, **flags: bool) -> CollectorRegistry:
+def registry_for(snap: Snapshot | None, status: PollStatus | None = None, **flags: Any) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(_Exposition(snap, status if status is not None else ok_status(), flags))
     return reg

@@ -13,7 +13,7 @@ import pytest
 from dashboards.build import generated, stale
 from dashboards.definitions import DASHBOARDS
 from dashboards.render import Window, interpolate, legend, queries, repeat_queries
-from exporter.collector import snapshot_families
+from exporter.collector import Cardinality, snapshot_families
 from testkit.paths import RECORDED_2605, ROOT
 from testkit.tools import recorded_snapshot
 
@@ -44,7 +44,7 @@ def exported_names() -> set[str]:
         for source in (ROOT / package).rglob("*.py"):
             names |= set(re.findall(r'"(slurm_[a-z_]+)"', source.read_text()))
     snap = recorded_snapshot(RECORDED_2605, "v0.0.45")
-    families = snapshot_families(snap, per_user=True, per_account=True, node_reasons=True)
+    families = snapshot_families(snap, Cardinality(per_user=True, per_account=True, node_reasons=True))
     return names | {f.name for f in families}
 
 

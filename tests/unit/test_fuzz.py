@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from autoscaler.demand import Target, compute_demand
 from autoscaler.targets import MetadataError, target_from_metadata
-from exporter.collector import snapshot_families
+from exporter.collector import Cardinality, snapshot_families
 from exporter.errors import ConfigError, SlurmError
 from exporter.jsonsplit import StreamingArrayDecoder
 from exporter.model import Snapshot
@@ -152,8 +152,7 @@ def _decode(folder: Path, endpoint: str, body: bytes) -> Any:
 def _use(folder: Path, endpoint: str, data: Any) -> None:
     """What a decoded answer feeds: every metric family and the demand of every partition."""
     snap = msgspec.structs.replace(_base_snapshot(folder), **{endpoint: data})
-    flags = dict.fromkeys(("per_node", "per_user", "per_account", "node_reasons"), True)
-    assert list(snapshot_families(snap, **flags))
+    assert list(snapshot_families(snap, Cardinality(per_user=True, per_account=True, node_reasons=True)))
     compute_demand(snap, [Target(p.name, p.name) for p in snap.partitions])
 
 

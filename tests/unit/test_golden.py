@@ -31,6 +31,7 @@ from autoscaler.targets import target_from_metadata
 from bridge.actions import BridgeOptions, World, plan
 from bridge.pods import decode_node, decode_pod
 from bridge.policy import parse_policy
+from exporter.collector import Cardinality
 from exporter.model import Snapshot
 from exporter.pollstate import EndpointState, PollStatus
 from exporter.server import make_app
@@ -177,10 +178,7 @@ async def _metrics_and_snapshot(snap: Snapshot) -> tuple[bytes, bytes, bytes]:
     app = make_app(
         _Source(snap, _status(snap)),  # type: ignore[arg-type]
         clock=lambda: now,
-        per_node=True,
-        per_user=True,
-        per_account=True,
-        node_reasons=True,
+        cardinality=Cardinality(per_node=True, per_user=True, per_account=True, node_reasons=True),
         extra_families=lambda s: demand_families(demand.demands_on(s), demand.label, demand.source),
         extra_health=demand.health_families,
     )

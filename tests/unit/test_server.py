@@ -26,6 +26,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_openmetrics
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from exporter.collector import Cardinality
 from exporter.errors import ConfigError
 from exporter.server import RENDERER, make_app
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
@@ -239,10 +240,10 @@ async def test_warm_renders_ahead_of_the_first_scrape() -> None:
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed")
 @pytest.mark.parametrize(
     "app_kw",
-    [{}, {"per_user": True, "per_account": True, "node_reasons": True}],
+    [{}, {"cardinality": Cardinality(per_user=True, per_account=True, node_reasons=True)}],
     ids=["defaults", "all-flags"],
 )
-async def test_promtool_check_metrics_on_a_real_scrape(app_kw: dict[str, bool]) -> None:
+async def test_promtool_check_metrics_on_a_real_scrape(app_kw: dict[str, Any]) -> None:
     async with served(**app_kw) as s:
         await s.poller.poll_once()
         s.fake.faults = {"diag": "status:500"}  # an error counter series too
