@@ -27,6 +27,7 @@ from .aggregate import Sums, aggregate_jobs
 from .ctldstats import DEFAULT_RPC_TOP_USERS, diag_families, rpc_families
 from .model import License, Node, Reservation, Snapshot
 from .pollstate import PollStatus
+from .queueage import queue_age_families
 
 
 def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> Iterable[Metric]:
@@ -598,6 +599,7 @@ def snapshot_families(snap: Snapshot, cardinality: Cardinality = DEFAULTS) -> It
     c = cardinality
     per_user, per_account, per_node, node_reasons = c.per_user, c.per_account, c.per_node, c.node_reasons
     yield from job_families(snap, per_account=per_account, per_user=per_user)
+    yield from queue_age_families(snap)
     yield from node_families(snap, per_node=per_node, node_reasons=node_reasons)
     if snap.diag is not None:
         yield from diag_families(snap.diag)

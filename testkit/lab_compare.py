@@ -694,3 +694,33 @@ def compare_partitions(
         members = [n for n in nodes if p.name in n.partitions]
         eq(where, "total nodes = nodes naming it", len(members), p.total_nodes)
         eq(where, "total cpus = sum of its nodes' cpus", sum(n.cpus for n in members), p.total_cpus)
+
+
+_SDIAG_RPC = re.compile(r"^\s+(\S+)\s+\(\s*\d+\)\s+count:(\d+)\s.*?total_time:(\d+)", re.M)
+
+
+@dataclass(frozen=True)
+class SdiagRpcs:
+    """The RPC sections of ``sdiag``'s output: name → (count, total microseconds)."""
+
+    by_type: dict[str, tuple[int, int]]
+    by_user: dict[str, tuple[int, int]]
+
+
+def parse_sdiag_rpcs(text: str) -> SdiagRpcs:
+    """``Remote Procedure Call statistics by message type`` and ``... by user`` of ``sdiag``: lines like
+    ``REQUEST_JOB_INFO ( 2003) count:14 ave_time:165 total_time:2316`` and
+    ``root ( 0) count:86 ave_time:192 total_time:16544``."""
+    by_type_start = text.find("by message type")
+    by_user_start = text.find("by user")
+    if by_type_start < 0 or by_user_start < 0:
+        raise ValueError("sdiag printed no RPC statistics")
+    end = text.find("\n\n", by_user_start)
+    types = text[by_type_start:by_user_start]
+    users = text[by_user_start : end if end > 0 else len(text)]
+
+    def rows(section: str) -> dict[str, tuple[int, int]]:
+        return {m[1]: (int(m[2]), int(m[3])) for m in _SDIAG_RPC.finditer(section)}
+
+    return SdiagRpcs(rows(types), rows(users))
+

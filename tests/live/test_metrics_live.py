@@ -23,6 +23,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -38,6 +39,7 @@ from testkit.lab_compare import (
     gres_gpus,
     is_null,
     mb_to_bytes,
+    parse_sdiag_rpcs,
     parse_tres,
     scontrol_node_state,
     time_limit_seconds,
@@ -286,6 +288,7 @@ def expected_metrics(view: CliView) -> Expected:
             out.add("slurm_jobs", series(partition=p, state=state.lower()), 1)
             if state == "PENDING":
                 out.add("slurm_jobs_pending", series(partition=p, reason=row["reason"]), 1)
+                out.add("slurm_jobs_pending_age_seconds_gcount", lv, 1)
                 # squeue %m: memory per node (the demo asks with --mem); 0 = the whole node
                 per_node = mb_to_bytes(row["min_memory"]) or largest.get(p, 0)
                 out.add("slurm_jobs_pending_cpus", lv, cpus)
@@ -413,6 +416,18 @@ def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: Se
     assert got["slurm_partition_max_nodes_per_job"][series(partition="cpu")] == 2
     assert "gpu_one" in jobs
     assert got["slurm_licenses_used"][series(license="matlab")] >= 2  # the demo's license job
+
+    # the oldest pending job per partition and reason: scontrol's SubmitTime in the lab's time zone
+    offset = lab.run(["date", "+%z"]).strip()
+    oldest: dict[Labels, float] = {}
+    for row in view.jobs:
+        if row["JobState"] != "PENDING":
+            continue
+        at = datetime.strptime(row["SubmitTime"] + offset, "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        for p in row["Partition"].split(","):
+            key = series(partition=p, reason=row["Reason"])
+            oldest[key] = min(oldest.get(key, math.inf), at)
+    assert oldest and got["slurm_jobs_pending_oldest_submit_timestamp_seconds"] == oldest
 
     # reservations: node list and flags, and end - start = scontrol's Duration (no time zone involved)
     assert view.reservations, "the demo creates a reservation"
@@ -580,6 +595,52 @@ def test_slurm_up_stays_1_while_a_poll_runs(lab: Lab, serves: ServePool) -> None
         assert values["slurm_up"] == {(): 1.0}, (
             f"scrape {scrapes}: slurm_up 0 with a snapshot {age:.2f} s old"
         )
+
+
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_rpc_counters_lie_between_two_sdiag_runs(lab: Lab, tmp_path: Path) -> None:
+    """slurmctld's RPC counters as served (per message type, and per user with --metrics-per-user) lie
+    between what ``sdiag`` printed just before the snapshot's /diag fetch and just after the scrape:
+    the counters only grow, so the bracket holds however many RPCs land in between."""
+    serve = start_serve(lab.url, lab.token_file, tmp_path, "--metrics-per-user")
+    try:
+        serve.wait_status("/readyz", 200)
+        before = parse_sdiag_rpcs(lab.run(["sdiag"]))
+        # a fetch's timestamp is when it finished: the first one finished after sdiag may have been
+        # answered before it; the one after that was sent after it (polls run one after the other)
+        since, seen = time.time(), 0
+        deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+        while True:
+            values = parse_scrape(serve.get("/metrics")[1])
+            fetched = values.get("slurm_exporter_endpoint_fetched_timestamp_seconds", {})
+            at = fetched.get(series(endpoint="diag"), 0.0)
+            if at >= since:
+                if seen and at > since:
+                    break
+                seen, since = 1, at
+            assert time.monotonic() < deadline, "no /diag sent after the first sdiag"
+            time.sleep(0.1)
+        after = parse_sdiag_rpcs(lab.run(["sdiag"]))
+    finally:
+        serve.proc.stop()
+    checked = 0
+    for family, key, low, high in (
+        ("slurm_rpc", "type", before.by_type, after.by_type),
+        ("slurm_rpc_user", "user", before.by_user, after.by_user),
+    ):
+        calls, seconds = values[f"{family}_calls_total"], values[f"{family}_time_seconds_total"]
+        served = {dict(labels)[key] for labels in calls}
+        assert set(low) <= served <= set(high), f"{family}: {sorted(served)} vs sdiag {sorted(high)}"
+        for labels, count in calls.items():
+            name = dict(labels)[key]
+            lo_count, lo_us = low.get(name, (0, 0))
+            hi_count, hi_us = high[name]
+            assert lo_count <= count <= hi_count, (family, name, lo_count, count, hi_count)
+            assert lo_us <= round(seconds[labels] * 1e6) <= hi_us, (family, name, seconds[labels])
+            checked += 1
+    assert checked >= 10
+    assert values["slurm_rpc_users_omitted"] == {(): 0.0}
+    assert values["slurm_rpc_calls_total"][series(type="REQUEST_STATS_INFO")] >= 1  # our own /diag reads
 
 
 # ----- 4. serve's own behaviour -------------------------------------------------------------------------
