@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from .aggregate import Sums, aggregate_jobs
 from .ctldstats import DEFAULT_RPC_TOP_USERS, diag_families, rpc_families
+from .gresfamilies import gres_families
 from .model import License, Node, Reservation, Snapshot
 from .pollstate import PollStatus
 from .queueage import queue_age_families
@@ -587,6 +588,8 @@ class Cardinality:
     per_account: bool = False
     node_reasons: bool = False
     rpc_top_users: int = DEFAULT_RPC_TOP_USERS
+    gres_types: bool = True
+    """Generic resources by type (``gpu:a100``, MIG profiles), else summed per name."""
 
 
 DEFAULTS = Cardinality()
@@ -601,6 +604,7 @@ def snapshot_families(snap: Snapshot, cardinality: Cardinality = DEFAULTS) -> It
     yield from job_families(snap, per_account=per_account, per_user=per_user)
     yield from queue_age_families(snap)
     yield from node_families(snap, per_node=per_node, node_reasons=node_reasons)
+    yield from gres_families(snap, per_node=per_node, by_type=c.gres_types)
     if snap.diag is not None:
         yield from diag_families(snap.diag)
         yield from rpc_families(snap.diag, per_user=per_user, top_users=c.rpc_top_users)

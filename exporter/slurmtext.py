@@ -7,7 +7,7 @@ Pure functions, no I/O, no dependency on any API version:
   (``mem`` and other size TRES in **bytes**; Slurm's K/M/G/T/P suffixes are powers of 1024,
   a size without suffix is MiB)
 * GRES strings: ``gpu:2``, ``gpu:tesla:2(S:0-1)``, ``gres/gpu:2``, ``gres:gpu:2``,
-  ``gpu:a100:2(IDX:0-1),mps:100`` → :func:`gres_gpus` (the GPU count)
+  ``gpu:a100:2(IDX:0-1),mps:100`` → :func:`gres_gpus` (the GPU count), :func:`gres_by_type`
 * job-array task strings: ``1-100%5``, ``3,5,7-9``, ``1-20:2`` → :func:`parse_array_tasks`
 * state lists: :func:`node_state`, :func:`job_state` split Slurm's states into one base state and
   a tuple of flags.
@@ -254,6 +254,34 @@ def gres_count(text: str, name: str = "gpu") -> int:
         n = _gres_count(fields[-1])
         total += 1 if n < 0 else n
     return total
+
+
+def gres_by_type(text: str) -> dict[tuple[str, str], int]:
+    """(name, type) → count of every GRES in a node's ``gres`` / ``gres_used`` string: ``gpu:a100:2(S:0-1)``
+    → ``{("gpu", "a100"): 2}``, ``gpu:2`` → ``{("gpu", ""): 2}`` (untyped: empty type), ``mps:100``,
+    ``gpu:1g.5gb:7`` (a MIG profile is a type), ``gpu:(null):0(IDX:N/A)`` (``(null)``: untyped), comma lists
+    of those. A trailing ``(...)`` (socket or index list) is ignored; a count with a K/M/G/T/P suffix is
+    multiplied out; an entry without a count counts 1. ``N/A``/``(null)``/empty → empty."""
+    out: dict[tuple[str, str], int] = {}
+    if not text or text in ("N/A", "(null)"):
+        return out
+    for entry in _split_top(text):
+        paren = entry.rfind("(")
+        if paren > 0 and entry[paren - 1] != ":":  # "gpu:a100:2(S:0-1)", not the type "(null)"
+            entry = entry[:paren]
+        if entry.startswith("gres/") or entry.startswith("gres:"):
+            entry = entry[5:]
+        fields = entry.replace("=", ":").split(":")
+        name = fields[0]
+        if not name:
+            continue
+        count = _gres_count(fields[-1]) if len(fields) > 1 else -1
+        kind = ":".join(fields[1:-1] if count >= 0 else fields[1:])
+        if kind == "(null)":
+            kind = ""
+        key = (name, kind)
+        out[key] = out.get(key, 0) + (1 if count < 0 else count)
+    return out
 
 
 def gres_gpus(text: str) -> int:

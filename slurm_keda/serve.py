@@ -181,6 +181,7 @@ class MetricsHttp(Runnable):
                 per_account=m.per_account,
                 node_reasons=m.node_reasons,
                 rpc_top_users=m.rpc_top_users,
+                gres_types=m.gres_types,
             ),
             web_config=web_config,
             extra_families=manager.snapshot_families,

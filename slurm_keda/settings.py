@@ -281,6 +281,11 @@ class MetricsSettings(_Group):
         le=1000,
         description="with --metrics-per-user: the per-user RPC series kept, the busiest users first",
     )
+    gres_types: bool = Field(
+        True,
+        alias="metrics_gres_types",
+        description="generic resources by type (gpu:a100, MIG profiles); off: summed per name",
+    )
 
 
 def _host_port(v: str | None, example: str) -> str | None:

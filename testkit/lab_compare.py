@@ -723,4 +723,3 @@ def parse_sdiag_rpcs(text: str) -> SdiagRpcs:
         return {m[1]: (int(m[2]), int(m[3])) for m in _SDIAG_RPC.finditer(section)}
 
     return SdiagRpcs(rows(types), rows(users))
-
