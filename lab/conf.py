@@ -13,6 +13,9 @@ NODE_CPUS = 8
 NODE_MEMORY_MB = 16000
 GPU_NODE = "g1"
 GPU_COUNT = 2
+GPU_TYPE = "a100"
+"""g1's GPUs are typed (``Gres=gpu:a100:2``): jobs asking for untyped GPUs get them all the same, and the
+GRES families show the type."""
 CLOUD_NODES = "p[1-12]"
 CLOUD_GPU_NODES = "q[1-4]"
 """State=CLOUD nodes with GPUs, in no partition: a test makes one of them (slurmctld refuses GRES on nodes
@@ -163,7 +166,7 @@ def slurm_conf(cfg: LabConfig) -> str:
         lines += [f"MaxNodeCount={MAX_NODE_COUNT}", ""]
     for i, name in enumerate(cfg.cpu_node_names, start=1):
         lines.append(node_line(name, cfg.ports.cpu_node(i)))
-    lines.append(node_line(GPU_NODE, cfg.ports.gpu_node, extra=f"Gres=gpu:{GPU_COUNT}"))
+    lines.append(node_line(GPU_NODE, cfg.ports.gpu_node, extra=f"Gres=gpu:{GPU_TYPE}:{GPU_COUNT}"))
     lines.append(node_line(CLOUD_NODES, cfg.ports.cloud_nodes, extra="State=CLOUD"))
     lines.append(
         node_line(CLOUD_GPU_NODES, cfg.ports.cloud_nodes, extra=f"Gres=gpu:{CLOUD_GPU_COUNT} State=CLOUD")
@@ -201,7 +204,8 @@ def gres_conf(cfg: LabConfig, gpu_nodes: dict[str, int]) -> str:
     for name, count in sorted(gpu_nodes.items()):
         if count > 0:
             files = cfg.path("dev", f"fakegpu[0-{count - 1}]") if count > 1 else cfg.path("dev", "fakegpu0")
-            lines.append(f"NodeName={name} Name=gpu File={files}")
+            typed = f" Type={GPU_TYPE}" if name == GPU_NODE else ""
+            lines.append(f"NodeName={name} Name=gpu{typed} File={files}")
     return "\n".join(lines) + "\n"
 
 

@@ -180,6 +180,21 @@ def gres_gpus(text: str) -> int:
     return total
 
 
+def gres_by_name_type(text: str) -> dict[tuple[str, str], int]:
+    """A node's ``Gres``/``GresUsed`` by (name, type): ``gpu:a100:2(S:0-1)`` → ``{("gpu", "a100"): 2}``,
+    ``gpu:2`` → ``{("gpu", ""): 2}``, ``gpu:(null):0(IDX:N/A)`` → ``{("gpu", ""): 0}``."""
+    out: dict[tuple[str, str], int] = {}
+    if is_null(text):
+        return out
+    for item in re.split(r",(?![^(]*\))", text):
+        parts = re.sub(r"\([^()]*\)$", "", item.strip()).split(":")
+        count = int(parts[-1]) if len(parts) > 1 and parts[-1].isdigit() else None
+        kind = ":".join(parts[1:-1] if count is not None else parts[1:])
+        key = (parts[0], "" if kind == "(null)" else kind)
+        out[key] = out.get(key, 0) + (1 if count is None else count)
+    return out
+
+
 def tres_per_node_gpus(text: str) -> int:
     """GPUs per node in squeue ``%b`` / scontrol ``TresPerNode`` (``gres/gpu:2``, ``gres:gpu:1``, N/A)."""
     if is_null(text):

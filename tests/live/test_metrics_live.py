@@ -36,6 +36,7 @@ from testkit.lab_compare import (
     CliView,
     Diffs,
     cli_view,
+    gres_by_name_type,
     gres_gpus,
     is_null,
     mb_to_bytes,
@@ -214,6 +215,13 @@ def expected_metrics(view: CliView) -> Expected:
             out.set("slurm_node_free_memory_bytes", lv, free)
         out.set("slurm_node_gpus", lv, gpus)
         out.set("slurm_node_allocated_gpus", lv, gpus_used)
+        gres, gres_used = gres_by_name_type(ctl["Gres"]), gres_by_name_type(ctl.get("GresUsed", ""))
+        for gname, gtype in gres.keys() | gres_used.keys():
+            values = (("", gres.get((gname, gtype), 0)), ("_used", gres_used.get((gname, gtype), 0)))
+            for suffix, n in values:
+                out.set(f"slurm_node_gres{suffix}", series(node=name, name=gname, type=gtype), n)
+                for p in node_partitions(ctl):
+                    out.add(f"slurm_partition_gres{suffix}", series(partition=p, name=gname, type=gtype), n)
         out.set("slurm_node_state", series(node=name, state=base.lower()), 1)
         for f in flags:
             out.set("slurm_node_flag", series(node=name, flag=f.lower()), 1)
@@ -408,6 +416,7 @@ def test_scrape_matches_slurm_tools(demo: tuple[Lab, dict[str, int]], serves: Se
     # the sample really covers the interesting cases: GPUs in use on g1, array tasks, pending reasons
     g1 = next(row for row in view.nodes if row["NodeName"] == "g1")
     assert gres_gpus(g1["Gres"]) == 2, g1["Gres"]
+    assert got["slurm_node_gres"][series(node="g1", name="gpu", type="a100")] == 2  # the lab's typed GPUs
     assert got["slurm_node_gpus"][series(node="g1")] == 2
     assert got["slurm_node_allocated_gpus"][series(node="g1")] == gres_gpus(g1["GresUsed"]) >= 1
     assert got["slurm_jobs_allocated_gpus"][series(partition="gpu")] >= 1
