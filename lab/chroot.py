@@ -54,11 +54,12 @@ def is_built(root: Path) -> bool:
 def ensure_chroot(suite: str, progress: bool = False) -> Path:
     """Return the cached chroot for ``suite``, debootstrapping it first if needed (~50 s, ~290 MB)."""
     root = cache_dir() / suite
-    if is_built(root):
+    if is_built(root) and not missing_packages(root):
         prepare(root)
         return root
     with locked(cache_dir() / f".{suite}.lock"):
         if is_built(root):
+            install_missing(root, progress)
             prepare(root)
             return root
         if shutil.which("debootstrap") is None:
@@ -95,6 +96,46 @@ def ensure_chroot(suite: str, progress: bool = False) -> Path:
         )
     prepare(root)
     return root
+
+
+PACKAGE_FILES = {"slurmdbd": "usr/sbin/slurmdbd", "mariadb-server": "usr/sbin/mariadbd"}
+"""A file each package of a chroot built before it was added installs."""
+
+
+def missing_packages(root: Path) -> list[str]:
+    """Packages of :data:`PACKAGE_FILES` a cached chroot lacks (it was built before they were added)."""
+    return [name for name, path in PACKAGE_FILES.items() if not (root / path).exists()]
+
+
+def install_missing(root: Path, progress: bool = False) -> None:
+    """apt-get install what :func:`missing_packages` names into the built chroot (services not started:
+    a policy-rc.d refuses every start while it runs)."""
+    missing = missing_packages(root)
+    if not missing:
+        return
+    if progress:
+        print(f"adding {', '.join(missing)} to the {root.name} chroot ...", flush=True)
+    policy = root / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\nexit 101\n")
+    policy.chmod(0o755)
+    log = cache_dir() / f"{root.name}.install.log"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive"}
+    try:
+        with open(log, "wb") as out:
+            for argv in (
+                ["apt-get", "update"],
+                ["apt-get", "install", "-y", "--no-install-recommends", *missing],
+            ):
+                result = subprocess.run(
+                    ["chroot", str(root), *argv], stdout=out, stderr=subprocess.STDOUT, env=env, check=False
+                )
+                if result.returncode != 0:
+                    raise LabError(
+                        f"{' '.join(argv)} in the {root.name} chroot failed (exit {result.returncode}); see "
+                        f"{log}: " + tail(log, 3).replace("\n", " | ")
+                    )
+    finally:
+        policy.unlink(missing_ok=True)
 
 
 def prepare(root: Path) -> None:

@@ -36,6 +36,7 @@ from typing import Any
 
 from lab import chroot, munge, procs
 from lab.conf import (
+    ACCOUNTS,
     DYN_FEATURE,
     GPU_COUNT,
     GPU_NODE,
@@ -45,8 +46,10 @@ from lab.conf import (
     Ports,
     cgroup_conf,
     gres_conf,
+    mariadb_argv,
     power_script,
     slurm_conf,
+    slurmdbd_conf,
 )
 from lab.errors import LabError, LabNotRunningError
 from lab.flavors import DEFAULT_FLAVOR, HOST_PACKAGES, Flavor, get_flavor, host_packages_missing
@@ -223,6 +226,12 @@ class Lab:
         """What the command line of this lab's ``component`` contains (its slurm.conf, or munged's socket)."""
         if component == MUNGED:
             return f"--socket={munge.socket_path(self.state_dir)}"
+        if component == "mariadbd":
+            return f"--datadir={self.inner / 'mysql'}"
+        if component == "slurmdbd":
+            return (
+                "slurmdbd"  # no config argument (it reads slurmdbd.conf beside $SLURM_CONF); the root decides
+            )
         return self.slurm_conf_inner
 
     def _components(self) -> list[str]:
@@ -362,7 +371,13 @@ class Lab:
             cpu_nodes=self.nodes,
             legacy_munge=release < (23, 11),
             openmetrics=release >= OPENMETRICS_SINCE,
+            accounting=self.has_accounting,
         )
+
+    @property
+    def has_accounting(self) -> bool:
+        """slurmdbd and MariaDB run beside slurmctld (chroot labs, whose chroot holds them)."""
+        return not self.flavor.is_host and (self.root / "usr/sbin/slurmdbd").exists()
 
     def _static_nodes(self) -> list[NodeRecord]:
         nodes = [NodeRecord(name=f"c{i}", port=self.ports.cpu_node(i)) for i in range(1, self.nodes + 1)]
@@ -385,6 +400,10 @@ class Lab:
                 path.write_bytes(secrets.token_bytes(size))
             path.chmod(0o600)
         (sd / "etc/slurm.conf").write_text(slurm_conf(cfg))
+        if cfg.accounting:
+            dbd = sd / "etc/slurmdbd.conf"
+            dbd.write_text(slurmdbd_conf(cfg))
+            dbd.chmod(0o600)  # slurmdbd refuses a readable one
         (sd / "etc/cgroup.conf").write_text(cgroup_conf(cfg))
         self._write_gres(cfg)
         for i in range(GPU_COUNT):
@@ -432,7 +451,7 @@ class Lab:
                 chroot.mount_all(self.root, self.state_dir)
             cfg = self._config()
             # A fresh start is a fresh cluster: no jobs, no dynamic nodes from an earlier run.
-            for stale in ("state/ctld", "state/slurmd", "nodes", "log"):
+            for stale in ("state/ctld", "state/slurmd", "nodes", "log", "mysql"):
                 _clear_dir(self.state_dir / stale)
             for name in ("demo.json", "token"):
                 (self.state_dir / name).unlink(missing_ok=True)
@@ -441,6 +460,9 @@ class Lab:
         if self.flavor.is_host:
             # before slurmctld (auth/munge); while the lab runs, this restarts a munged that died
             self._start_munged(deadline)
+        cfg = self._config()
+        if cfg.accounting:
+            self._start_accounting(cfg, deadline)
         self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
         self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
         for node in self._static_nodes() + self._runtime_nodes():
@@ -470,6 +492,35 @@ class Lab:
             munge.prepare(self.state_dir)
             self._start(MUNGED, munge.argv(self.state_dir))
         self._wait("munged to answer on its socket", deadline, self._munge_ready, MUNGED)
+
+    def _start_accounting(self, cfg: LabConfig, deadline: float) -> None:
+        """MariaDB (a fresh database each fresh start), slurmdbd, then the cluster, its accounts and users
+        (:data:`lab.conf.ACCOUNTS`) — before slurmctld, which registers with slurmdbd as it starts."""
+        if self._pid("mariadbd") is None and not (self.state_dir / "mysql" / "mysql").is_dir():
+            install = ["mariadb-install-db", "--user=root", f"--datadir={cfg.path('mysql')}"]
+            self.run([*install, "--auth-root-authentication-method=normal", "--skip-test-db"], timeout=120)
+        self._start("mariadbd", mariadb_argv(cfg))
+        self._wait("MariaDB to answer", deadline, lambda: self._mariadb_ready(cfg), "mariadbd")
+        self._start("slurmdbd", ["slurmdbd", "-D"], env={"SLURM_CONF": self.slurm_conf_inner})
+        self._wait("slurmdbd to answer `sacctmgr`", deadline, self._dbd_ready, "slurmdbd")
+        sacctmgr = ["sacctmgr", "-i"]
+        if self.flavor.cluster_name not in self.run(
+            ["sacctmgr", "-n", "-P", "list", "cluster", "format=cluster"]
+        ):
+            self.run([*sacctmgr, "add", "cluster", self.flavor.cluster_name])
+        self.run(
+            [*sacctmgr, "add", "account", ",".join(ACCOUNTS), f"cluster={self.flavor.cluster_name}"],
+            check=False,
+        )
+        for account, users in ACCOUNTS.items():
+            self.run([*sacctmgr, "add", "user", ",".join(users), f"account={account}"], check=False)
+
+    def _mariadb_ready(self, cfg: LabConfig) -> bool:
+        argv = ["mariadb", "-h", "127.0.0.1", "-P", str(cfg.ports.mariadb), "-u", "root", "-e", "select 1"]
+        return self.run_raw(argv, timeout=10).returncode == 0
+
+    def _dbd_ready(self) -> bool:
+        return self.run_raw(["sacctmgr", "-n", "list", "cluster"], timeout=10).returncode == 0
 
     def _munge_ready(self) -> bool:
         sock = munge.socket_path(self.state_dir)
@@ -610,6 +661,8 @@ class Lab:
         user, uid, gid = self._restd_ids()
         release = self.release()
         plugins = "openapi/slurmctld" if _version_tuple(release) >= (23, 11) else "openapi/v0.0.38"
+        if self.has_accounting:
+            plugins += ",openapi/slurmdbd"
 
         def argv(auth: str, listen: str) -> list[str]:
             conf = self.slurm_conf_inner

@@ -17,10 +17,13 @@ DEFAULT_CACHE = Path("/var/cache/slurm-keda/chroots")
 DEFAULT_STATE_ROOT = Path("/var/lib/slurm-keda/lab")
 """Parent of every lab's state directory (env ``SLURM_KEDA_LAB_STATE`` overrides)."""
 
-CHROOT_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
-"""Installed into each chroot by ``debootstrap --include``."""
+SLURM_PACKAGES = ("slurmctld", "slurmd", "slurmrestd", "slurm-client", "slurm-wlm-jwt-plugin")
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server")
+"""Accounting: slurmdbd on a real MariaDB (chroot labs only)."""
+CHROOT_PACKAGES = (*SLURM_PACKAGES, *ACCOUNTING_PACKAGES)
+"""Installed into each chroot by ``debootstrap --include`` (or into an older cached chroot with apt)."""
 
-HOST_PACKAGES = (*CHROOT_PACKAGES, "munge")
+HOST_PACKAGES = (*SLURM_PACKAGES, "munge")
 """Needed on the host for the ``host`` flavor (22.05 on Debian 12 uses munge)."""
 
 
