@@ -25,6 +25,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoM
 
 from .aggregate import Sums, aggregate_jobs
 from .ctldstats import DEFAULT_RPC_TOP_USERS, diag_families, rpc_families
+from .fairshare import fairshare_families
 from .gresfamilies import gres_families
 from .model import License, Node, Reservation, Snapshot
 from .pollstate import PollStatus
@@ -590,6 +591,8 @@ class Cardinality:
     rpc_top_users: int = DEFAULT_RPC_TOP_USERS
     gres_types: bool = True
     """Generic resources by type (``gpu:a100``, MIG profiles), else summed per name."""
+    fairshare: bool = False
+    """Fair share per association (``/shares``, :mod:`exporter.fairshare`)."""
 
 
 DEFAULTS = Cardinality()
@@ -608,5 +611,7 @@ def snapshot_families(snap: Snapshot, cardinality: Cardinality = DEFAULTS) -> It
     if snap.diag is not None:
         yield from diag_families(snap.diag)
         yield from rpc_families(snap.diag, per_user=per_user, top_users=c.rpc_top_users)
+    if c.fairshare:
+        yield from fairshare_families(snap)
     yield from license_families(snap.licenses)
     yield from reservation_families(snap.reservations)

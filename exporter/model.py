@@ -235,6 +235,33 @@ class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """When the counters were last reset (``req_time_start``)."""
 
 
+class Share(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One association's fair-share standing (a row of ``sshare -l``; ``/shares``, v0.0.40+)."""
+
+    account: str
+    """The account (for a user's row: the account the user is in)."""
+    user: str = ""
+    """The user; empty on an account's row."""
+    parent: str = ""
+    """The account's parent account (empty for ``root``)."""
+    partition: str = ""
+    """Set only for a per-partition association."""
+    raw_shares: int | None = None
+    """Shares configured (``RawShares``); None when unset (``root``)."""
+    normalized_shares: float | None = None
+    """Its fraction of the parent's shares among its siblings (``NormShares``)."""
+    raw_usage: float = 0.0
+    """Decayed usage in billing-TRES-seconds (``RawUsage``)."""
+    normalized_usage: float | None = None
+    """``RawUsage`` over the cluster's (``NormUsage``)."""
+    effective_usage: float | None = None
+    """``EffectvUsage``."""
+    fairshare: float | None = None
+    """The fair-share factor, 0–1 (``FairShare``); None on an account's row with the classic algorithm."""
+    level_fs: float | None = None
+    """Fair Tree's level fair share (``LevelFS``); ``inf`` for an association without usage."""
+
+
 class License(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     name: str
     total: int = 0
@@ -270,6 +297,8 @@ class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
+OPTIONAL_ENDPOINTS = ("shares",)
+"""Fetched only when a setting asks for their data (``--metrics-fairshare``)."""
 """The endpoints one poll reads, in the order the snapshot lists them."""
 
 
@@ -288,6 +317,8 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     diag: Diag | None = None
     licenses: tuple[License, ...] = ()
     reservations: tuple[Reservation, ...] = ()
+    shares: tuple[Share, ...] = ()
+    """Fair share by association (only with ``--metrics-fairshare``; fetched every ``--shares-interval``)."""
     fetched_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
     requested_at: Mapping[str, float] = msgspec.field(default_factory=dict)

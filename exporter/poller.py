@@ -77,6 +77,8 @@ class Poller:
             endpoints={e: EndpointState(e) for e in self.config.endpoints}, up_max_age=self.config.up_max_age
         )
         self._latest = LatestSnapshot()
+        self._attempted: dict[str, float] = {}
+        """Endpoint with an interval → when it was last fetched (or tried)."""
         self._early = asyncio.Event()
         self.standby = False
         """A replica that does not hold the bridge's Lease: its jobs are kept from ``/jobs/state`` like the
@@ -169,6 +171,7 @@ class Poller:
                     return None
             paths = negotiated.paths
             wanted = [e for e in self.config.endpoints if not paths or e in paths]
+            due = [e for e in wanted if self._due(e, started)]
             first: list[bool] = []
             if "jobs" in wanted and "diag" in wanted and self._jobs.applies(negotiated):
                 # /diag first (a few ms): its RPC counters tell whether a job changed without its state
@@ -177,7 +180,7 @@ class Poller:
                     diag = self.status.endpoints["diag"].data
                     self._jobs.note_job_updates(diag if isinstance(diag, Diag) else None)
                 wanted = ["diag", *(e for e in wanted if e != "diag")]
-            rest = wanted[len(first) :]
+            rest = [e for e in due if not (first and e == "diag")]
             results = [*first, *await asyncio.gather(*(self._fetch(e, negotiated) for e in rest))]
             if not any(results):
                 if all(self.status.endpoints[e].last_error_kind == "http_404" for e in wanted):
@@ -191,6 +194,18 @@ class Poller:
             self.status.last_poll_ok = ok
             self.status.last_poll_finished = self._clock()
             self.status.last_poll_duration = time.perf_counter() - t0
+
+    def _due(self, endpoint: str, now: float) -> bool:
+        """Whether ``endpoint`` is fetched in this poll: always, unless :attr:`PollerConfig.intervals`
+        gives it an interval that has not passed since its last attempt (success or not)."""
+        every = self.config.intervals.get(endpoint)
+        if every is None:
+            return True
+        last = self._attempted.get(endpoint)
+        if last is not None and now - last < every:
+            return False
+        self._attempted[endpoint] = now
+        return True
 
     def _swap(self, snap: Snapshot) -> None:
         self.status.last_success = snap.taken_at
@@ -225,6 +240,7 @@ class Poller:
             diag=diag if isinstance(diag, Diag) else None,
             licenses=items("licenses"),
             reservations=items("reservations"),
+            shares=items("shares"),
             fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
             requested_at={e: st.requested_at for e, st in eps.items() if st.requested_at is not None},
             listed_at=self._listed_at(),
@@ -435,6 +451,7 @@ def _parse(adapter: versions.Adapter, name: str, body: bytes) -> tuple[Any, Enve
         "diag": adapter.diag,
         "licenses": adapter.licenses,
         "reservations": adapter.reservations,
+        "shares": adapter.shares,
         "jobs": adapter.jobs,
     }
     return parsers[name](body)

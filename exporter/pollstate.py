@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,10 @@ class PollerConfig:
     """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
     :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
     endpoints: tuple[str, ...] = ENDPOINTS
+    intervals: Mapping[str, float] = field(default_factory=lambda: {"shares": 60.0})
+    """Seconds between fetches of endpoints whose data moves slowly (fair share is recomputed every
+    ``PriorityCalcPeriod``, 5 minutes by default): fetched when due, their last data reused in between.
+    The others are fetched every poll."""
     up_max_age: float = 30.0
     """Seconds the data of every :data:`REQUIRED_ENDPOINTS` endpoint may be old and Slurm still count as
     up (``slurm_up``): a poll stuck on a frozen slurmrestd, or jobs and nodes failing while licenses answer,

@@ -108,7 +108,7 @@ async def run_snapshot(s: Settings) -> Snapshot:
     """One poll; raises the first endpoint error if no snapshot could be built."""
     async with SlurmClient(client_config(s.slurm)) as client:
         session = SlurmSession(client, api_version=s.slurm.api_version)
-        poller = Poller(session, poller_config(s.poll))
+        poller = Poller(session, poller_config(s.poll, fairshare=s.metrics.fairshare))
         snap = await poller.poll_once()
         if snap is None:
             raise SlurmError(poller.status.last_error or "no data")

@@ -39,7 +39,7 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import Cardinality
 from exporter.errors import ConfigError
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
-from exporter.model import Snapshot
+from exporter.model import ENDPOINTS, Snapshot
 from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.server import RENDERER, HttpServer, make_app, start
@@ -71,8 +71,11 @@ def client_config(s: SlurmSettings) -> ClientConfig:
     )
 
 
-def poller_config(s: PollSettings) -> PollerConfig:
+def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
+    """The poller's configuration; ``fairshare``: /shares is fetched too (every ``--shares-interval``)."""
     return PollerConfig(
+        endpoints=(*ENDPOINTS, "shares") if fairshare else ENDPOINTS,
+        intervals={"shares": s.shares_interval},
         interval=s.interval,
         standby_interval=s.standby_interval,
         use_update_time=s.use_update_time,
@@ -182,6 +185,7 @@ class MetricsHttp(Runnable):
                 node_reasons=m.node_reasons,
                 rpc_top_users=m.rpc_top_users,
                 gres_types=m.gres_types,
+                fairshare=m.fairshare,
             ),
             web_config=web_config,
             extra_families=manager.snapshot_families,
@@ -383,7 +387,7 @@ def build(
     parts: BridgeParts | None,
 ) -> Manager:
     """The manager of ``serve``: every runnable over one session and one poller."""
-    poller = Poller(session, poller_config(s.poll))
+    poller = Poller(session, poller_config(s.poll, fairshare=s.metrics.fairshare))
     demand = DemandService(poller, targets=targets, stale_after=s.demand.stale_after)
     elector = None
     if parts is not None and parts.lease is not None:

@@ -205,6 +205,14 @@ class PollSettings(_Group):
         "scontrol update) — the jobs of the users whose RPCs moved with it first, then newest first — until "
         "as many changed jobs were found",
     )
+    shares_interval: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        alias="shares_interval",
+        description="with --metrics-fairshare: seconds between /shares fetches (Slurm recomputes fair share "
+        "every PriorityCalcPeriod, 5 minutes by default)",
+    )
     jobs_changes_limit: int = Field(
         1000,
         ge=1,
@@ -280,6 +288,12 @@ class MetricsSettings(_Group):
         ge=0,
         le=1000,
         description="with --metrics-per-user: the per-user RPC series kept, the busiest users first",
+    )
+    fairshare: bool = Field(
+        False,
+        alias="metrics_fairshare",
+        description="fair share per account and user from /shares (what sshare -l says; Slurm 23.11+, "
+        "accounting on); fetched every --shares-interval",
     )
     gres_types: bool = Field(
         True,

@@ -48,6 +48,8 @@ class FakeSlurmrestd:
     fault_times: dict[str, int] = field(default_factory=dict)
     """Endpoint → how many more requests get its fault (then it answers ok); missing = always."""
     hang_seconds: float = 1.0
+    offered: tuple[str, ...] = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
+    """The endpoints /openapi/v3 lists for every version."""
     jobs_table: JobTable | None = None
     """When set, ``/jobs``, ``/jobs/state/`` and ``/job/{id}`` answer from this table (faults still apply, by
     the endpoint names ``jobs``, ``jobs/state`` and ``job``)."""
@@ -80,11 +82,7 @@ class FakeSlurmrestd:
         fault = self.faults.get("openapi", "ok")
         if fault != "ok":
             return await self._fault(request, fault, b"{}")
-        paths = {
-            f"/slurm/{v}/{e}/": {"get": {}}
-            for v in self.versions
-            for e in ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
-        }
+        paths = {f"/slurm/{v}/{e}/": {"get": {}} for v in self.versions for e in self.offered}
         return web.json_response({"openapi": "3.0.2", "paths": paths})
 
     async def _job_states(self, request: web.Request) -> web.StreamResponse:

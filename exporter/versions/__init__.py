@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from exporter import errors
-from exporter.model import Diag, Envelope, Job, License, Node, Partition, Reservation
+from exporter.model import Diag, Envelope, Job, License, Node, Partition, Reservation, Share
 
 from . import v0038, v0040
 
@@ -61,6 +61,10 @@ class Adapter(Protocol):
     def licenses(self, body: bytes) -> tuple[list[License], Envelope]: ...
 
     def reservations(self, body: bytes) -> tuple[list[Reservation], Envelope]: ...
+
+    def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
+        """``/shares`` (v0.0.40+)."""
+        ...
 
 
 SUPPORTED_VERSIONS: tuple[str, ...] = (*v0038.VERSIONS, *v0040.VERSIONS)

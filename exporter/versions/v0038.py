@@ -23,8 +23,8 @@ from __future__ import annotations
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
-from exporter import slurmtext
-from exporter.model import MIB, Envelope, Job, Node, Partition
+from exporter import errors, slurmtext
+from exporter.model import MIB, Envelope, Job, Node, Partition, Share
 
 from . import _common as c
 
@@ -345,6 +345,10 @@ class RawReservations(RawEnvelope, gc=False):
 
 class Adapter038(c.Adapter):
     """Translator for v0.0.38."""
+
+    def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
+        """v0.0.38 has no ``/shares`` (slurmrestd 22.05 does not offer it)."""
+        raise errors.VersionError(f"{self.version} has no /shares (v0.0.40 and later have)")
 
     schema = c.Schema(
         versions=VERSIONS,

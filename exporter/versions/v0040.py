@@ -27,9 +27,10 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import slurmtext
-from exporter.model import MIB, Envelope, Job, Node, Partition
+from exporter.model import MIB, Envelope, Job, Node, Partition, Share
 
 from . import _common as c
+from .shares import decode_shares
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 
@@ -433,6 +434,10 @@ def _count(x: int | None) -> int | None:
 
 class Adapter040(c.Adapter):
     """Translator for one of :data:`VERSIONS` (the generations share one shape)."""
+
+    def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
+        """``/shares`` (:mod:`.shares`)."""
+        return decode_shares(body)
 
     schema = c.Schema(
         versions=VERSIONS,

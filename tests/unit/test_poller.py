@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.model import ENDPOINTS
 from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.versions import adapter_for
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
-from testkit.paths import RECORDED
+from testkit.paths import RECORDED, ROOT
 from testkit.tools import Clock, no_sleep
 
 DATA = RECORDED / "slurm-26.05.5"
@@ -375,3 +376,38 @@ async def test_jobs_are_listed_with_v0044_where_v0045_hides_exclusivity(
         async with p.client:
             assert await p.poll_once() is not None
         assert {path for path, _, _ in fake.requests if path.endswith("/jobs/")} == {"/slurm/v0.0.45/jobs/"}
+
+
+async def test_shares_are_fetched_only_when_asked_and_at_their_own_interval(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    fake, url = fake_url
+    fake.offered = (*fake.offered, "shares")
+    fake.override["shares"] = (ROOT / "tests/data/accounting/slurm-26.05.5/v0.0.45/shares.json").read_bytes()
+    clock = Clock(1000.0)
+
+    def shares_requests() -> int:
+        return sum(1 for path, _, _ in fake.requests if path.rstrip("/").endswith("/shares"))
+
+    plain = _poller(url, clock)
+    async with plain.client:  # the default endpoints: no /shares
+        assert (await plain.poll_once()) is not None
+    assert shares_requests() == 0
+    p = _poller(url, clock, endpoints=(*ENDPOINTS, "shares"), intervals={"shares": 60.0})
+    async with p.client:
+        first = await p.poll_once()
+        assert first is not None and len(first.shares) == 7
+        for _ in range(3):
+            clock.now += 20.0
+            snap = await p.poll_once()
+            assert snap is not None and snap.shares == first.shares  # held between fetches
+        assert shares_requests() == 2  # at 1000 s, then at 1060 s
+        fake.faults["shares"] = "500"
+        clock.now += 60.0
+        failed = await p.poll_once()
+        assert failed is not None and failed.shares == first.shares  # the last good data stays
+        assert p.status.endpoints["shares"].last_ok is False
+        assert shares_requests() == 3  # tried once, not again at every poll
+        clock.now += 1.0
+        await p.poll_once()
+        assert shares_requests() == 3
