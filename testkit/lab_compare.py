@@ -738,3 +738,32 @@ def parse_sdiag_rpcs(text: str) -> SdiagRpcs:
         return {m[1]: (int(m[2]), int(m[3])) for m in _SDIAG_RPC.finditer(section)}
 
     return SdiagRpcs(rows(types), rows(users))
+
+
+SSHARE = ("sshare", "-a", "-l", "-P")
+"""Every association, long format, ``|``-separated (the account column indented one space per level)."""
+
+
+def parse_sshare(text: str) -> dict[tuple[str, str, str], dict[str, str]]:
+    """``sshare -a -l -P`` → (account, user, parent account) → its columns (``RawShares``, ``NormShares``,
+    ``RawUsage``, ``NormUsage``, ``EffectvUsage``, ``FairShare``, ``LevelFS``...), the parent (of the account;
+    for a user's row, of the user's account) found from the account column's indentation (one space per
+    level below ``root``)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    header = lines[0].split("|")
+    out: dict[tuple[str, str, str], dict[str, str]] = {}
+    path: list[str] = []  # the accounts from root down to the current depth
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("|"), strict=False))
+        raw = row["Account"]
+        depth = len(raw) - len(raw.lstrip(" "))
+        account, user = raw.strip(), row.get("User", "").strip()
+        if user:  # one level below its account: the account's parent is two levels up
+            parent = path[depth - 2] if depth >= 2 else ""
+        else:
+            del path[depth:]
+            parent = path[depth - 1] if depth >= 1 else ""
+            path.append(account)
+        out[(account, user, parent)] = row
+    return out
+

@@ -33,6 +33,7 @@ from lab import Lab, LabError
 from testkit.lab_compare import (
     DERIVED_NODE_FLAGS,
     JOB_FLAG_PRECEDENCE,
+    SSHARE,
     CliView,
     Diffs,
     cli_view,
@@ -41,6 +42,7 @@ from testkit.lab_compare import (
     is_null,
     mb_to_bytes,
     parse_sdiag_rpcs,
+    parse_sshare,
     parse_tres,
     scontrol_node_state,
     time_limit_seconds,
@@ -650,6 +652,50 @@ def test_rpc_counters_lie_between_two_sdiag_runs(lab: Lab, tmp_path: Path) -> No
     assert checked >= 10
     assert values["slurm_rpc_users_omitted"] == {(): 0.0}
     assert values["slurm_rpc_calls_total"][series(type="REQUEST_STATS_INFO")] >= 1  # our own /diag reads
+
+
+SHARE_COLUMNS = {
+    "slurm_share_raw_shares": "RawShares",
+    "slurm_share_normalized_shares": "NormShares",
+    "slurm_share_raw_usage": "RawUsage",
+    "slurm_share_normalized_usage": "NormUsage",
+    "slurm_share_effective_usage": "EffectvUsage",
+    "slurm_share_fairshare_factor": "FairShare",
+    "slurm_share_level_fs": "LevelFS",
+}
+
+
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_fair_share_is_what_sshare_prints(lab: Lab, tmp_path: Path) -> None:
+    """--metrics-fairshare against ``sshare -a -l -P``: one series per association, its place in the tree
+    as labels, every column to sshare's six decimals; what sshare leaves empty is absent."""
+    serve = start_serve(lab.url, lab.token_file, tmp_path, "--metrics-fairshare", "--shares-interval", "1")
+    try:
+        serve.wait_status("/readyz", 200)
+        want = parse_sshare(lab.run(list(SSHARE)))
+        deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+        while True:
+            values = parse_scrape(serve.get("/metrics")[1])
+            if values.get("slurm_share_raw_usage") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    finally:
+        serve.proc.stop()
+    assert len(want) >= 7, want  # root, its accounts and the lab's users (lab.conf.ACCOUNTS)
+    for name, column in SHARE_COLUMNS.items():
+        got = {
+            (d["account"], d["user"], d["parent"]): v
+            for k, v in values.get(name, {}).items()
+            if (d := dict(k))
+        }
+        expected = {}
+        for key, row in want.items():
+            text = row.get(column, "").strip()
+            if text:
+                expected[key] = math.inf if text == "inf" else float(text)
+        assert set(got) == set(expected), (name, sorted(got), sorted(expected))
+        for key, v in expected.items():
+            assert got[key] == pytest.approx(v, abs=5e-7), (name, key, got[key], v)
 
 
 # ----- 4. serve's own behaviour -------------------------------------------------------------------------
