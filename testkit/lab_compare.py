@@ -766,4 +766,3 @@ def parse_sshare(text: str) -> dict[tuple[str, str, str], dict[str, str]]:
             path.append(account)
         out[(account, user, parent)] = row
     return out
-

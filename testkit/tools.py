@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -16,6 +16,9 @@ from typing import TypeVar
 import msgspec
 import pytest
 from aiohttp import web
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 
 from exporter.errors import NotJSONError, TruncatedError
 from exporter.model import Snapshot
@@ -151,3 +154,18 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class _Families(Collector):
+    def __init__(self, metrics: Iterable[Metric]) -> None:
+        self.metrics = list(metrics)
+
+    def collect(self) -> list[Metric]:
+        return self.metrics
+
+
+def registry_of(metrics: Iterable[Metric]) -> CollectorRegistry:
+    """A registry serving ``metrics`` (families built once), for ``get_sample_value`` in tests."""
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(_Families(metrics))
+    return reg

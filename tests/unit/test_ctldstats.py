@@ -7,41 +7,24 @@ import json
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from exporter.collector import Cardinality, snapshot_families
 from exporter.ctldstats import rpc_families
 from exporter.model import Diag
 from exporter.versions import SUPPORTED_VERSIONS
 from testkit.paths import RECORDED
-from testkit.tools import recorded_snapshot
+from testkit.tools import recorded_snapshot, registry_of
 
 VERSION_DIRS = sorted(
     d for d in RECORDED.glob("slurm-*/v0.0.*") if d.name in SUPPORTED_VERSIONS and (d / "diag.json").is_file()
 )
 
 
-class _Families(Collector):
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self.metrics
-
-
-def registry(metrics: list[Metric]) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(metrics))
-    return reg
-
-
 @pytest.mark.parametrize("vdir", VERSION_DIRS, ids=[f"{d.parent.name}/{d.name}" for d in VERSION_DIRS])
 def test_rpc_counters_are_what_slurmctld_answered(vdir: Path) -> None:
     stats = json.loads((vdir / "diag.json").read_bytes())["statistics"]
     snap = recorded_snapshot(vdir, vdir.name, taken_at=1_800_000_000.0)
-    reg = registry(list(snapshot_families(snap, Cardinality(per_user=True))))
+    reg = registry_of(snapshot_families(snap, Cardinality(per_user=True)))
     for raw in stats["rpcs_by_message_type"]:
         labels = {"type": raw["message_type"]}
         assert reg.get_sample_value("slurm_rpc_calls_total", labels) == raw["count"]
@@ -71,7 +54,7 @@ def test_per_user_series_are_opt_in_and_capped_to_the_busiest() -> None:
         rpc_user_seconds={"alice": 0.1, "bob": 2.0, "carol": 0.4, "dave": 0.3},
     )
     assert not any(m.name.startswith("slurm_rpc_user") for m in rpc_families(diag))
-    reg = registry(list(rpc_families(diag, per_user=True, top_users=2)))
+    reg = registry_of(rpc_families(diag, per_user=True, top_users=2))
     users = {
         s.labels["user"]: s.value
         for m in reg.collect()
@@ -81,5 +64,5 @@ def test_per_user_series_are_opt_in_and_capped_to_the_busiest() -> None:
     assert users == {"bob": 500, "carol": 50}  # dave ties with carol: the name decides, so the set is stable
     assert reg.get_sample_value("slurm_rpc_user_time_seconds_total", {"user": "bob"}) == 2.0
     assert reg.get_sample_value("slurm_rpc_users_omitted") == 2
-    none = registry(list(rpc_families(diag, per_user=True, top_users=0)))
+    none = registry_of(rpc_families(diag, per_user=True, top_users=0))
     assert none.get_sample_value("slurm_rpc_users_omitted") == 4

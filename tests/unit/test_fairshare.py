@@ -10,15 +10,13 @@ from typing import Any
 
 import msgspec
 import pytest
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from exporter.collector import Cardinality, snapshot_families
 from exporter.errors import ShapeError, SlurmError, SlurmReportedError
 from exporter.model import Share, Snapshot
 from exporter.versions import adapter_for
 from testkit.paths import ROOT
+from testkit.tools import registry_of
 
 ACCOUNTING = ROOT / "tests" / "data" / "accounting"
 SHARES = sorted(ACCOUNTING.glob("slurm-*/v0.0.*/shares.json"))
@@ -75,14 +73,6 @@ def test_v0040s_bare_infinity_is_read_and_other_bad_input_fails_typed() -> None:
         adapter_for("v0.0.38").shares(body)
 
 
-class _Families(Collector):
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self.metrics
-
-
 def test_fairshare_families_are_opt_in_and_labelled_with_the_tree() -> None:
     snap = Snapshot(
         taken_at=0.0,
@@ -96,8 +86,7 @@ def test_fairshare_families_are_opt_in_and_labelled_with_the_tree() -> None:
         ),
     )
     assert not any(m.name.startswith("slurm_share") for m in snapshot_families(snap))
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(list(snapshot_families(snap, Cardinality(fairshare=True)))))
+    reg = registry_of(snapshot_families(snap, Cardinality(fairshare=True)))
     ann = {"account": "physics", "user": "ann", "parent": "root", "partition": ""}
     assert reg.get_sample_value("slurm_share_fairshare_factor", ann) == 0.25
     assert reg.get_sample_value("slurm_share_level_fs", ann) == math.inf

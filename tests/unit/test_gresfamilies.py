@@ -5,13 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from exporter.gresfamilies import gres_families
 from exporter.model import Node, Snapshot
 from exporter.slurmtext import gres_by_type, gres_gpus
+from testkit.tools import registry_of
 
 
 @pytest.mark.parametrize(
@@ -51,20 +49,6 @@ def test_the_gpus_by_type_add_up_to_the_gpu_count(entries: list[tuple[str, str, 
     assert sum(c for (name, _), c in by_type.items() if name == "gpu") == gres_gpus(text)
 
 
-class _Families(Collector):
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self.metrics
-
-
-def registry(metrics: list[Metric]) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(metrics))
-    return reg
-
-
 SNAP = Snapshot(
     taken_at=0.0,
     api_version="v0.0.45",
@@ -89,7 +73,7 @@ SNAP = Snapshot(
 
 
 def test_gres_per_node_and_partition_by_type() -> None:
-    reg = registry(list(gres_families(SNAP)))
+    reg = registry_of(gres_families(SNAP))
     assert reg.get_sample_value("slurm_node_gres", {"node": "g1", "name": "gpu", "type": "a100"}) == 4
     assert reg.get_sample_value("slurm_node_gres_used", {"node": "g2", "name": "gpu", "type": "1g.5gb"}) == 2
     assert reg.get_sample_value("slurm_node_gres", {"node": "c1", "name": "gpu", "type": ""}) is None
@@ -103,7 +87,7 @@ def test_gres_per_node_and_partition_by_type() -> None:
 
 
 def test_without_types_one_series_per_name_and_without_per_node_no_node_series() -> None:
-    reg = registry(list(gres_families(SNAP, per_node=False, by_type=False)))
+    reg = registry_of(gres_families(SNAP, per_node=False, by_type=False))
     assert reg.get_sample_value("slurm_partition_gres", {"partition": "gpu", "name": "gpu", "type": ""}) == 12
     assert (
         reg.get_sample_value("slurm_partition_gres_used", {"partition": "gpu", "name": "gpu", "type": ""})

@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
 
 from exporter.model import Job, Snapshot
 from exporter.queueage import queue_age_families
+from testkit.tools import registry_of
 
 NOW = 1_800_000_000.0
 
 
-class _Families(Collector):
-    def __init__(self, metrics: list[Metric]) -> None:
-        self.metrics = metrics
-
-    def collect(self) -> list[Metric]:
-        return self.metrics
-
-
 def registry(snap: Snapshot) -> CollectorRegistry:
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(_Families(list(queue_age_families(snap))))
-    return reg
+    return registry_of(queue_age_families(snap))
 
 
 def pending(
