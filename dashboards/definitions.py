@@ -479,6 +479,62 @@ def scheduler() -> db.Dashboard:
                 width=8,
             )
         )
+        .with_row(db.Row("RPC load"))
+        .with_panel(
+            graph(
+                "RPCs per second, by type",
+                "The ten message types slurmctld served most over the range (slurm_rpc_calls_total).",
+                "reqps",
+                Query(
+                    f"topk(10, sum by (type) (max without (instance, pod) "
+                    f"(rate({series('slurm_rpc_calls_total')}[$__rate_interval]))))",
+                    "{{type}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "slurmctld busy serving RPCs, by type",
+                "Seconds slurmctld spent per second serving each type (several threads: can pass 1).",
+                "s",
+                Query(
+                    f"topk(10, sum by (type) (max without (instance, pod) "
+                    f"(rate({series('slurm_rpc_time_seconds_total')}[$__rate_interval]))))",
+                    "{{type}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "RPCs per second, by user",
+                "The ten users who sent most RPCs (needs --metrics-per-user; slurm-keda's own token user is "
+                "one of them).",
+                "reqps",
+                Query(
+                    f"topk(10, sum by (user) (max without (instance, pod) "
+                    f"(rate({series('slurm_rpc_user_calls_total')}[$__rate_interval]))))",
+                    "{{user}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "RPCs waiting and dropped",
+                "RPCs queued in slurmctld (enable_rpc_queue), dropped from that queue per minute, and "
+                "outgoing RPCs the agent still has to send to slurmd (24.11+).",
+                "short",
+                Query(f"sum (max without (instance, pod) ({series('slurm_rpc_queued')}))", "queued"),
+                Query(
+                    f"sum (max without (instance, pod) "
+                    f"(rate({series('slurm_rpc_dropped_total')}[$__rate_interval]))) * 60",
+                    "dropped per minute",
+                ),
+                Query(
+                    f"sum (max without (instance, pod) ({series('slurm_agent_pending_rpcs')}))",
+                    "agent pending",
+                ),
+            )
+        )
         .with_panel(
             single(
                 "Since the statistics reset",

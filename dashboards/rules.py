@@ -211,6 +211,15 @@ ALERTS = (
         "10 minutes (RPCs wait while it runs).",
     ),
     Alert(
+        "SlurmRPCUserBusy",
+        "rate(slurm_rpc_user_calls_total[5m]) > 100",
+        "10m",
+        "warning",
+        "One user sends slurmctld more than 100 RPCs a second.",
+        "{{ $labels.user }} sent slurmctld {{ $value | humanize }} RPCs a second for 15 minutes "
+        "({{ $labels.instance }}; needs --metrics-per-user).",
+    ),
+    Alert(
         "SlurmBackfillNotRunning",
         "changes(slurm_backfill_cycles[30m]) == 0"
         " and max_over_time(slurm_backfill_cycles[1d]) > 0"
