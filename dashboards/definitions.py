@@ -166,6 +166,27 @@ def overview() -> db.Dashboard:
         )
         .with_panel(
             graph(
+                "How long pending jobs have waited",
+                "Seconds since the oldest pending job of the selected partitions was submitted, by reason, "
+                "and the median and 90th percentile wait of every pending job now (array tasks one by one).",
+                "s",
+                Query(
+                    "time() - min by (reason) "
+                    f"({series('slurm_jobs_pending_oldest_submit_timestamp_seconds', PARTITION)})",
+                    "oldest, {{reason}}",
+                ),
+                *(
+                    Query(
+                        f"histogram_quantile({q}, sum by (le) (max without (instance, pod) "
+                        f"({series('slurm_jobs_pending_age_seconds_bucket', PARTITION)})))",
+                        f"p{int(q * 100)}",
+                    )
+                    for q in (0.5, 0.9)
+                ),
+            )
+        )
+        .with_panel(
+            graph(
                 "Pending CPUs and GPUs",
                 "CPUs and GPUs requested by pending jobs in the selected partitions.",
                 "short",
