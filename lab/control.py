@@ -37,6 +37,8 @@ from typing import Any
 from lab import chroot, munge, procs
 from lab.conf import (
     ACCOUNTS,
+    DB_PASSWORD,
+    DB_USER,
     DYN_FEATURE,
     GPU_COUNT,
     GPU_NODE,
@@ -501,6 +503,11 @@ class Lab:
             self.run([*install, "--auth-root-authentication-method=normal", "--skip-test-db"], timeout=120)
         self._start("mariadbd", mariadb_argv(cfg))
         self._wait("MariaDB to answer", deadline, lambda: self._mariadb_ready(cfg), "mariadbd")
+        grant = (
+            f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}'; "
+            f"GRANT ALL ON *.* TO '{DB_USER}'@'127.0.0.1'"
+        )
+        self.run(self._mariadb(cfg, grant))
         self._start("slurmdbd", ["slurmdbd", "-D"], env={"SLURM_CONF": self.slurm_conf_inner})
         self._wait("slurmdbd to answer `sacctmgr`", deadline, self._dbd_ready, "slurmdbd")
         sacctmgr = ["sacctmgr", "-i"]
@@ -515,9 +522,21 @@ class Lab:
         for account, users in ACCOUNTS.items():
             self.run([*sacctmgr, "add", "user", ",".join(users), f"account={account}"], check=False)
 
+    @staticmethod
+    def _mariadb(cfg: LabConfig, sql: str) -> list[str]:
+        """The mariadb client as root over the server's unix socket, running ``sql``."""
+        return [
+            "mariadb",
+            "--skip-ssl",
+            f"--socket={cfg.path('run', 'mysqld.sock')}",
+            "-u",
+            "root",
+            "-e",
+            sql,
+        ]
+
     def _mariadb_ready(self, cfg: LabConfig) -> bool:
-        argv = ["mariadb", "-h", "127.0.0.1", "-P", str(cfg.ports.mariadb), "-u", "root", "-e", "select 1"]
-        return self.run_raw(argv, timeout=10).returncode == 0
+        return self.run_raw(self._mariadb(cfg, "select 1"), timeout=10).returncode == 0
 
     def _dbd_ready(self) -> bool:
         return self.run_raw(["sacctmgr", "-n", "list", "cluster"], timeout=10).returncode == 0
