@@ -262,6 +262,31 @@ class Share(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Fair Tree's level fair share (``LevelFS``); ``inf`` for an association without usage."""
 
 
+class EndedJob(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """A job as slurmdbd recorded it (``/slurmdb/.../jobs``, what ``sacct -X`` shows), for accounting."""
+
+    job_id: int
+    state: str
+    """Base state: COMPLETED, FAILED, TIMEOUT, CANCELLED, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED, ... (or
+    PENDING/RUNNING for a job not ended yet)."""
+    partition: str = ""
+    account: str = ""
+    user: str = ""
+    submit_time: float | None = None
+    start_time: float | None = None
+    """None when it never started."""
+    end_time: float | None = None
+    elapsed_seconds: int = 0
+    cpus: int = 0
+    """CPUs allocated."""
+    memory_bytes: int = 0
+    """Memory allocated."""
+    gpus: int = 0
+    """GPUs allocated (``gres/gpu`` TRES)."""
+    cpu_seconds_used: float = 0.0
+    """CPU time its steps used, user and system (sacct's ``TotalCPU``)."""
+
+
 class License(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     name: str
     total: int = 0
