@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 TOKEN_HEADER = "X-SLURM-USER-TOKEN"
 USER_HEADER = "X-SLURM-USER-NAME"
 _VERSION_IN_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/([a-z_]+)/?$")
+_SLURMDB_PATH = re.compile(r"^/slurmdb/(v\d+\.\d+\.\d+)/(jobs)/?$")
+SLURMDB_ENDPOINTS = {"jobs": "slurmdb_jobs"}
+"""slurmdbd's collections read (``openapi/slurmdbd``) → the endpoint name they are known by."""
 
 
 # -- pure parts --------------------------------------------------------------------------------
@@ -62,7 +65,8 @@ ApiPaths = dict[str, dict[str, str]]
 
 def versions_from_openapi(document: Mapping[str, object]) -> ApiPaths:
     """Map each ``/slurm/vX`` API version in an OpenAPI document to its plain collection paths
-    (``jobs``, ``nodes``, ...; trailing slash kept as the server wrote it)."""
+    (``jobs``, ``nodes``, ...; trailing slash kept as the server wrote it), and ``slurmdb_jobs`` where
+    slurmrestd also serves slurmdbd's ``/slurmdb/vX/jobs``."""
     paths = document.get("paths")
     if not isinstance(paths, Mapping):
         return {}
@@ -71,6 +75,10 @@ def versions_from_openapi(document: Mapping[str, object]) -> ApiPaths:
         m = _VERSION_IN_PATH.match(str(path))
         if m:
             found.setdefault(m.group(1), {})[m.group(2)] = str(path)
+    for path in paths:  # slurmdbd's, only beside a version's slurmctld paths (it alone is no API to poll)
+        m = _SLURMDB_PATH.match(str(path))
+        if m and m.group(1) in found:
+            found[m.group(1)][SLURMDB_ENDPOINTS[m.group(2)]] = str(path)
     return found
 
 

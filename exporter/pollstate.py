@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .accounting import Accounting
 from .errors import SlurmError
 from .jobsync import JobSig
 from .model import ENDPOINTS, Envelope, Job, Node
@@ -60,10 +61,14 @@ class PollerConfig:
     """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
     :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
     endpoints: tuple[str, ...] = ENDPOINTS
-    intervals: Mapping[str, float] = field(default_factory=lambda: {"shares": 60.0})
+    intervals: Mapping[str, float] = field(default_factory=lambda: {"shares": 60.0, "slurmdb_jobs": 30.0})
     """Seconds between fetches of endpoints whose data moves slowly (fair share is recomputed every
     ``PriorityCalcPeriod``, 5 minutes by default): fetched when due, their last data reused in between.
     The others are fetched every poll."""
+    accounting_overlap: float = 120.0
+    """Seconds each read of slurmdbd's ended jobs reaches back before the last one: slurmctld hands a job's
+    end to slurmdbd through a queue (``sdiag``'s DBD agent queue), so a job may appear there late; each job
+    is still counted once (:mod:`exporter.accounting`)."""
     up_max_age: float = 30.0
     """Seconds the data of every :data:`REQUIRED_ENDPOINTS` endpoint may be old and Slurm still count as
     up (``slurm_up``): a poll stuck on a frozen slurmrestd, or jobs and nodes failing while licenses answer,
@@ -254,6 +259,11 @@ class PollStatus:
     last_success: float | None = None
     """When the last snapshot was swapped in."""
     endpoints: dict[str, EndpointState] = field(default_factory=dict)
+    accounting: Accounting | None = None
+    """The ended jobs counted since the start (:mod:`exporter.accounting`); None while slurmdbd's jobs are
+    not read (off, or slurmrestd does not serve ``openapi/slurmdbd``)."""
+    accounting_note: str = "off"
+    """What the status page says of accounting: ``off``, ``not offered by slurmrestd``, ``on``."""
     negotiation: EndpointState = field(default_factory=lambda: EndpointState("openapi"))
     last_error: str = ""
     up_max_age: float = 30.0

@@ -41,6 +41,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.registry import Collector
 
 from . import __version__
+from .accounting import accounting_families
 from .collector import DEFAULTS, Cardinality, health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
@@ -259,7 +260,12 @@ class MetricsRenderer:
 
     def health(self, snap: Snapshot | None, fmt: _Format) -> bytes:
         now = self.clock()
-        families = health_families(snap, self.poller.status, now)
+        status = self.poller.status
+        families = health_families(snap, status, now)
+        if status.accounting is not None:  # moves with each read of slurmdbd, not with the snapshot
+            c = self.cardinality
+            more = accounting_families(status.accounting, per_account=c.per_account, per_user=c.per_user)
+            families = itertools.chain(families, more)
         if self.extra_health is not None:
             families = itertools.chain(families, self.extra_health(now))
         return fmt.render(families)
@@ -511,6 +517,7 @@ async def _index(request: web.Request) -> web.Response:
         else "no poll finished yet"
     )
     error = f"<p>{html.escape(jobs_freshness(st, now))}</p>"
+    error += f"<p>accounting (slurmdbd's ended jobs): {html.escape(st.accounting_note)}</p>"
     error += f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
     error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>

@@ -74,8 +74,12 @@ def client_config(s: SlurmSettings) -> ClientConfig:
 def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
     """The poller's configuration; ``fairshare``: /shares is fetched too (every ``--shares-interval``)."""
     return PollerConfig(
-        endpoints=(*ENDPOINTS, "shares") if fairshare else ENDPOINTS,
-        intervals={"shares": s.shares_interval},
+        endpoints=(
+            *ENDPOINTS,
+            *(("shares",) if fairshare else ()),
+            *(("slurmdb_jobs",) if s.accounting else ()),
+        ),
+        intervals={"shares": s.shares_interval, "slurmdb_jobs": s.accounting_interval},
         interval=s.interval,
         standby_interval=s.standby_interval,
         use_update_time=s.use_update_time,

@@ -205,6 +205,19 @@ class PollSettings(_Group):
         "scontrol update) — the jobs of the users whose RPCs moved with it first, then newest first — until "
         "as many changed jobs were found",
     )
+    accounting: bool = Field(
+        True,
+        alias="accounting",
+        description="read slurmdbd's ended jobs (jobs ended per state, wait and run times, CPU efficiency, "
+        "CPU/GPU-seconds) where slurmrestd serves openapi/slurmdbd; the status page says when it does not",
+    )
+    accounting_interval: float = Field(
+        30.0,
+        ge=1.0,
+        le=3600.0,
+        alias="accounting_interval",
+        description="seconds between reads of the jobs that ended since the last one",
+    )
     shares_interval: float = Field(
         60.0,
         ge=1.0,

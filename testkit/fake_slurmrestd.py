@@ -69,6 +69,7 @@ class FakeSlurmrestd:
         app.router.add_get(r"/slurm/{version}/jobs/state/", self._job_states)
         app.router.add_get(r"/slurm/{version}/job/{job_id}", self._job)
         app.router.add_get(r"/slurm/{version}/{endpoint:[a-z]+}{slash:/?}", self._endpoint)
+        app.router.add_get(r"/slurmdb/{version}/jobs{slash:/?}", self._slurmdb_jobs)
         return app
 
     def _auth(self, request: web.Request) -> web.Response | None:
@@ -82,8 +83,15 @@ class FakeSlurmrestd:
         fault = self.faults.get("openapi", "ok")
         if fault != "ok":
             return await self._fault(request, fault, b"{}")
-        paths = {f"/slurm/{v}/{e}/": {"get": {}} for v in self.versions for e in self.offered}
+        paths = {
+            (f"/slurmdb/{v}/jobs/" if e == "slurmdb_jobs" else f"/slurm/{v}/{e}/"): {"get": {}}
+            for v in self.versions
+            for e in self.offered
+        }
         return web.json_response({"openapi": "3.0.2", "paths": paths})
+
+    async def _slurmdb_jobs(self, request: web.Request) -> web.StreamResponse:
+        return await self._endpoint(request, "slurmdb_jobs")
 
     async def _job_states(self, request: web.Request) -> web.StreamResponse:
         return await self._endpoint(request, "jobs/state")

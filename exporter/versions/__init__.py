@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from exporter import errors
-from exporter.model import Diag, Envelope, Job, License, Node, Partition, Reservation, Share
+from exporter.model import Diag, EndedJob, Envelope, Job, License, Node, Partition, Reservation, Share
 
 from . import v0038, v0040
 
@@ -64,6 +64,10 @@ class Adapter(Protocol):
 
     def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
         """``/shares`` (v0.0.40+)."""
+        ...
+
+    def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
+        """slurmdbd's job records (``/slurmdb/.../jobs``, v0.0.40+)."""
         ...
 
 

@@ -24,7 +24,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import errors, slurmtext
-from exporter.model import MIB, Envelope, Job, Node, Partition, Share
+from exporter.model import MIB, EndedJob, Envelope, Job, Node, Partition, Share
 
 from . import _common as c
 
@@ -349,6 +349,10 @@ class Adapter038(c.Adapter):
     def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
         """v0.0.38 has no ``/shares`` (slurmrestd 22.05 does not offer it)."""
         raise errors.VersionError(f"{self.version} has no /shares (v0.0.40 and later have)")
+
+    def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
+        """Slurm 22.05's slurmdbd answers (``dbv0.0.38``) are not read."""
+        raise errors.VersionError(f"{self.version}: slurmdbd's jobs are read from v0.0.40 on")
 
     schema = c.Schema(
         versions=VERSIONS,

@@ -27,10 +27,11 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import slurmtext
-from exporter.model import MIB, Envelope, Job, Node, Partition, Share
+from exporter.model import MIB, EndedJob, Envelope, Job, Node, Partition, Share
 
 from . import _common as c
 from .shares import decode_shares
+from .slurmdb import decode_slurmdb_jobs
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 
@@ -438,6 +439,10 @@ class Adapter040(c.Adapter):
     def shares(self, body: bytes) -> tuple[list[Share], Envelope]:
         """``/shares`` (:mod:`.shares`)."""
         return decode_shares(body)
+
+    def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
+        """slurmdbd's ``/slurmdb/.../jobs`` (:mod:`.slurmdb`)."""
+        return decode_slurmdb_jobs(body)
 
     schema = c.Schema(
         versions=VERSIONS,

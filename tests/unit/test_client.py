@@ -50,10 +50,15 @@ def test_versions_from_openapi_keeps_server_paths() -> None:
             "/slurm/v0.0.42/job/{job_id}": {},
             "/slurm/v0.0.38/nodes": {},
             "/slurmdb/v0.0.42/jobs/": {},
+            "/slurmdb/v0.0.41/jobs/": {},  # slurmdbd's alone is no version to poll
+            "/slurmdb/v0.0.42/qos/": {},
         }
     }
     got = versions_from_openapi(doc)
-    assert got == {"v0.0.42": {"jobs": "/slurm/v0.0.42/jobs/"}, "v0.0.38": {"nodes": "/slurm/v0.0.38/nodes"}}
+    assert got == {
+        "v0.0.42": {"jobs": "/slurm/v0.0.42/jobs/", "slurmdb_jobs": "/slurmdb/v0.0.42/jobs/"},
+        "v0.0.38": {"nodes": "/slurm/v0.0.38/nodes"},
+    }
 
 
 def test_choose_version_highest_common_and_forced() -> None:

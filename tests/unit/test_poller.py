@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -411,3 +412,32 @@ async def test_shares_are_fetched_only_when_asked_and_at_their_own_interval(
         clock.now += 1.0
         await p.poll_once()
         assert shares_requests() == 3
+
+
+async def test_ended_jobs_are_read_in_a_moving_window_and_counted_once(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    fake, url = fake_url
+    recorded = ROOT / "tests/data/accounting/slurm-26.05.5/v0.0.45/slurmdb_jobs.json"
+    ends = sorted(j["time"]["end"] for j in json.loads(recorded.read_bytes())["jobs"] if j["time"]["end"])
+    fake.override["slurmdb_jobs"] = recorded.read_bytes()
+    clock = Clock(ends[3] - 0.5)  # the exporter starts before the fourth end: those before are history
+    p = _poller(url, clock, endpoints=(*ENDPOINTS, "slurmdb_jobs"), intervals={"slurmdb_jobs": 30.0})
+    async with p.client:
+        await p.poll_once()
+        assert p.status.accounting is None
+        assert p.status.accounting_note == "not offered by slurmrestd (no openapi/slurmdbd)"
+        fake.offered = (*fake.offered, "slurmdb_jobs")  # slurmrestd restarted with openapi/slurmdbd
+        p.session.forget()
+        await p.poll_once()
+        acc = p.status.accounting
+        assert acc is not None and p.status.accounting_note == "on"
+        assert sum(acc.ended.values()) == sum(1 for e in ends if e >= clock.now) >= 5
+        (query,) = [q for path, q, _ in fake.requests if path.startswith("/slurmdb/")]
+        assert query["start_time"] == str(int(clock.now - 120)) and "state" not in query
+        for _ in range(3):  # the same records answered again, every 30 s: nothing counted twice
+            clock.now += 30.0
+            await p.poll_once()
+        assert p.status.accounting is not None and p.status.accounting.ended == acc.ended
+        windows = [int(q["start_time"]) for path, q, _ in fake.requests if path.startswith("/slurmdb/")]
+        assert len(windows) == 4 and windows == sorted(windows)  # the window moves
