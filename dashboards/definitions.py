@@ -18,6 +18,8 @@ TARGET = 'target=~"$target"'
 MANAGED = 'source!="default"'
 """Targets that something scales (configured, or asked for by a KEDA trigger)."""
 PENDING = 'state="pending"'
+ACCOUNT_ROWS = 'user=""'
+"""Fair-share rows of accounts (a user's row names the user)."""
 TAGS = ["slurm", "slurm-keda"]
 
 
@@ -743,10 +745,129 @@ def health() -> db.Dashboard:
     return dash
 
 
+def accounting() -> db.Dashboard:
+    dash = _dashboard(
+        "slurm-keda-accounting",
+        "Slurm / Accounting & fair share",
+        "Jobs that ended (from slurmdbd, counted from each slurm-keda's start: read rates, not totals), how "
+        "long they waited and ran, how well they used their CPUs, and fair share by account and user "
+        "(--metrics-fairshare).",
+    )
+    for v in common_variables():
+        dash = dash.with_variable(v)
+    dash = dash.with_variable(_partition_variable())
+
+    def rate(metric: str, by: str = "", matchers: str = PARTITION) -> str:
+        grouping = f" by ({by})" if by else ""
+        inner = f"rate({series(metric, matchers)}[$__rate_interval])"
+        return f"sum{grouping} (max without (instance, pod) ({inner}))"
+
+    def quantiles(metric: str, *qs: float) -> list[Query]:
+        return [
+            Query(f"histogram_quantile({q}, {rate(f'{metric}_bucket', 'le')})", f"p{int(q * 100)}")
+            for q in qs
+        ]
+
+    failed = 'state=~"FAILED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL"'
+    return (
+        dash.with_row(db.Row("Jobs that ended"))
+        .with_panel(
+            graph(
+                "Jobs ended per hour, by final state",
+                "Jobs of the selected partitions that ended, by state, per hour.",
+                "short",
+                Query(f"{rate('slurm_jobs_ended_total', 'state')} * 3600", "{{state}}"),
+                stacked=True,
+            )
+        )
+        .with_panel(
+            graph(
+                "Share of ended jobs that failed",
+                "FAILED, NODE_FAIL, OUT_OF_MEMORY and BOOT_FAIL over every ended job (SlurmJobsFailing fires "
+                "over one half).",
+                "percentunit",
+                Query(
+                    f"{rate('slurm_jobs_ended_total', matchers=PARTITION + ', ' + failed)}"
+                    f" / {rate('slurm_jobs_ended_total')}",
+                    "failed",
+                ),
+            )
+        )
+        .with_row(db.Row("Waiting, running, efficiency"))
+        .with_panel(
+            graph(
+                "Wait before start",
+                "Submit to start of the jobs that ended (median and 90th percentile).",
+                "s",
+                *quantiles("slurm_job_wait_seconds", 0.5, 0.9),
+                width=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "Run time",
+                "Run time of the jobs that ended (median and 90th percentile).",
+                "s",
+                *quantiles("slurm_job_run_seconds", 0.5, 0.9),
+                width=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "CPU efficiency",
+                "CPU time used over run time x CPUs held, of the jobs that ended (10th percentile, median).",
+                "percentunit",
+                *quantiles("slurm_job_cpu_efficiency", 0.1, 0.5),
+                width=8,
+            )
+        )
+        .with_panel(
+            graph(
+                "CPUs and GPUs held and used by ended jobs",
+                "CPU- and GPU-seconds per second: the average number of CPUs and GPUs the ended jobs held, "
+                "and of CPUs they kept busy.",
+                "short",
+                Query(rate("slurm_jobs_cpu_seconds_allocated_total"), "CPUs held"),
+                Query(rate("slurm_jobs_cpu_seconds_used_total"), "CPUs busy"),
+                Query(rate("slurm_jobs_gpu_seconds_allocated_total"), "GPUs held"),
+            )
+        )
+        .with_row(db.Row("Fair share"))
+        .with_panel(
+            graph(
+                "Fair-share factor, by user",
+                "Each user's fair-share factor (1: under their share, 0: far over it).",
+                "short",
+                Query(
+                    f"min by (account, user) ({series('slurm_share_fairshare_factor')})",
+                    "{{account}}/{{user}}",
+                ),
+            )
+        )
+        .with_panel(
+            graph(
+                "Usage against shares, by account",
+                "Each account's normalised usage and normalised shares: usage above shares lowers its users' "
+                "fair share.",
+                "percentunit",
+                Query(
+                    f"max by (account) ({series('slurm_share_normalized_usage', ACCOUNT_ROWS)})",
+                    "{{account}} usage",
+                ),
+                Query(
+                    f"max by (account) ({series('slurm_share_normalized_shares', ACCOUNT_ROWS)})",
+                    "{{account}} shares",
+                ),
+            )
+        )
+    )
+
+
 DASHBOARDS: dict[str, Callable[[], db.Dashboard]] = {
     "slurm-overview": overview,
     "slurm-autoscaling": autoscaling,
     "slurm-scheduler": scheduler,
     "slurm-keda-health": health,
+    "slurm-accounting": accounting,
 }
 """File stem (``dashboards/<stem>.json``) → builder."""

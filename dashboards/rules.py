@@ -20,6 +20,8 @@ JOB = 'job="slurm-keda"'
 """How the rules find slurm-keda's own scrape targets (the ServiceMonitor's job label; change with it)."""
 RUNBOOK = "https://github.com/slurm-keda/slurm-keda/blob/main/docs/runbook.md"
 BY = "cluster, job, instance"
+FAILURES = "FAILED|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL"
+"""Final states that say a job failed (not TIMEOUT, CANCELLED or PREEMPTED: a user's or a policy's doing)."""
 MANAGED = f'on ({BY}, target) group_left slurm_autoscaler_target_info{{source!="default"}}'
 """Join keeping targets that something scales (configured or asked for by a KEDA trigger)."""
 
@@ -218,6 +220,17 @@ ALERTS = (
         "One user sends slurmctld more than 100 RPCs a second.",
         "{{ $labels.user }} sent slurmctld {{ $value | humanize }} RPCs a second for 15 minutes "
         "({{ $labels.instance }}; needs --metrics-per-user).",
+    ),
+    Alert(
+        "SlurmJobsFailing",
+        f'sum by ({BY}, partition) (increase(slurm_jobs_ended_total{{state=~"{FAILURES}"}}[1h])) > 10'
+        f' and sum by ({BY}, partition) (increase(slurm_jobs_ended_total{{state=~"{FAILURES}"}}[1h]))'
+        f" / sum by ({BY}, partition) (increase(slurm_jobs_ended_total[1h])) > 0.5",
+        "15m",
+        "warning",
+        "Most jobs ending in a partition fail.",
+        "{{ $labels.partition }}: more than half of the jobs that ended in the last hour failed "
+        "(FAILED, NODE_FAIL, OUT_OF_MEMORY or BOOT_FAIL), and more than 10 of them.",
     ),
     Alert(
         "SlurmBackfillNotRunning",

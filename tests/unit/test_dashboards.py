@@ -53,7 +53,7 @@ def exported_names() -> set[str]:
 def test_the_committed_files_are_what_the_code_generates() -> None:
     assert stale() == [], "run `make dashboards`"
     assert {f"dashboards/{p.name}" for p in FILES} == {n for n in generated() if n.endswith(".json")}
-    assert len(FILES) == len(DASHBOARDS) == 4
+    assert len(FILES) == len(DASHBOARDS) == 5
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.stem)
@@ -154,6 +154,14 @@ def test_the_four_dashboards_cover_what_the_issue_asks_for() -> None:
         "slurm_bridge_pods",
     ):
         assert name in health
+    for name in (
+        "slurm_jobs_ended_total",
+        "slurm_job_wait_seconds_bucket",
+        "slurm_job_cpu_efficiency_bucket",
+        "slurm_jobs_gpu_seconds_allocated_total",
+        "slurm_share_fairshare_factor",
+    ):
+        assert name in text["slurm-accounting"]
     # supply and demand of one target on one panel, repeated per target
     (supply,) = [p for p in panels(load(ROOT / "dashboards/slurm-autoscaling.json")) if p.get("repeat")]
     assert supply["repeat"] == "target" and len(supply["targets"]) == 4
