@@ -250,6 +250,23 @@ def envelope(
     )
 
 
+class RawMeta(Struct, gc=False):
+    """``meta`` of an answer whose envelope has no ``last_update`` (``/shares``, ``/slurmdb/...``)."""
+
+    slurm: RawSlurm | None = None
+
+
+def answer_data(raw: Any, endpoint: str, field: str) -> tuple[Any, Envelope]:
+    """(``raw``'s ``field``, its envelope) of an answer decoded with ``meta``/``errors``/``warnings`` and
+    ``field`` (UNSET when absent: :func:`missing`)."""
+    slurm = raw.meta.slurm if raw.meta is not None else None
+    env = envelope(slurm, None, raw.errors, raw.warnings)
+    data = getattr(raw, field)
+    if data is UNSET:
+        raise missing(endpoint, field, env)
+    return data, env
+
+
 # ----------------------------------------------------------------------------------------- diag
 
 

@@ -75,13 +75,9 @@ class RawShareList(Struct, gc=False):
     shares: list[RawShare] | None = None
 
 
-class RawMeta(Struct, gc=False):
-    slurm: c.RawSlurm | None = None
-
-
 class RawSharesAnswer(Struct, gc=False):
     shares: RawShareList | UnsetType = UNSET
-    meta: RawMeta | None = None
+    meta: c.RawMeta | None = None
     errors: list[c.RawError] | None = None
     warnings: list[c.RawWarning] | None = None
 
@@ -95,12 +91,7 @@ def decode_shares(body: bytes) -> tuple[list[Share], Envelope]:
     other endpoints (a missing ``shares`` field with ``errors[]`` says why)."""
     if b"Infinity" in body:
         body = _BARE_INFINITY.sub(rb'\1{"infinite": true}', body)
-    raw = c.decode(_DECODER, body, "shares")
-    slurm = raw.meta.slurm if raw.meta is not None else None
-    env = c.envelope(slurm, None, raw.errors, raw.warnings)
-    listed = raw.shares
-    if isinstance(listed, UnsetType):
-        raise c.missing("shares", "shares", env)
+    listed, env = c.answer_data(c.decode(_DECODER, body, "shares"), "shares", "shares")
     return c.guarded("shares", "share", lambda: convert_shares(listed.shares or [])), env
 
 

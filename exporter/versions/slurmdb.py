@@ -63,13 +63,9 @@ class RawDbJob(Struct, gc=False):
     steps: list[RawStep] | None = None
 
 
-class RawMeta(Struct, gc=False):
-    slurm: c.RawSlurm | None = None
-
-
 class RawDbJobs(Struct, gc=False):
     jobs: list[RawDbJob] | UnsetType = UNSET
-    meta: RawMeta | None = None
+    meta: c.RawMeta | None = None
     errors: list[c.RawError] | None = None
     warnings: list[c.RawWarning] | None = None
 
@@ -79,12 +75,7 @@ _DECODER = msgspec.json.Decoder(RawDbJobs)
 
 def decode_slurmdb_jobs(body: bytes) -> tuple[list[EndedJob], Envelope]:
     """slurmdbd's job records of any v0.0.40+ answer; typed :mod:`exporter.errors` on bad input."""
-    raw = c.decode(_DECODER, body, "slurmdb/jobs")
-    slurm = raw.meta.slurm if raw.meta is not None else None
-    env = c.envelope(slurm, None, raw.errors, raw.warnings)
-    jobs = raw.jobs
-    if isinstance(jobs, UnsetType):
-        raise c.missing("slurmdb/jobs", "jobs", env)
+    jobs, env = c.answer_data(c.decode(_DECODER, body, "slurmdb/jobs"), "slurmdb/jobs", "jobs")
     return c.guarded("slurmdb/jobs", "job", lambda: [convert(j) for j in jobs]), env
 
 

@@ -58,8 +58,8 @@ EXPECTED_EMPTY: dict[str, str] = {
 MAYBE_EMPTY: dict[str, str] = {
     "Poll errors": NO_ERROR_YET + "; a poll slower than the test's 2 s timeout on a loaded machine makes one",
     "Bridge errors": NO_ERROR_YET,
-    "RPCs waiting and dropped": "the agent's pending RPCs are listed only while some wait (a node ping, a job "
-    "launch in flight): empty in a quiet moment",
+    "RPCs waiting and dropped": "the agent's pending RPCs are listed only while some wait (a node ping, a "
+    "job launch in flight): empty in a quiet moment",
 }
 """Panels empty unless something failed before the faults: either answer passes."""
 """Panel title → why its queries return nothing here. Checked both ways: a listed panel must be empty."""
