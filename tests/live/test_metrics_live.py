@@ -30,6 +30,7 @@ from typing import TypeVar
 import pytest
 
 from lab import Lab, LabError
+from testkit.bridge_lab import reserved_node
 from testkit.lab_compare import (
     DERIVED_NODE_FLAGS,
     JOB_FLAG_PRECEDENCE,
@@ -654,6 +655,9 @@ def test_rpc_counters_lie_between_two_sdiag_runs(lab: Lab, tmp_path: Path) -> No
     assert values["slurm_rpc_calls_total"][series(type="REQUEST_STATS_INFO")] >= 1  # our own /diag reads
 
 
+ACCOUNTING_NODE = "acct-1"
+"""The dynamic node (and reservation) the accounting test's jobs run on."""
+
 SHARE_COLUMNS = {
     "slurm_share_raw_shares": "RawShares",
     "slurm_share_normalized_shares": "NormShares",
@@ -700,54 +704,46 @@ def test_fair_share_is_what_sshare_prints(lab: Lab, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("lab", LABS, indirect=True)
 def test_ended_jobs_are_counted_as_sacct_lists_them(lab: Lab, tmp_path: Path) -> None:
-    """Accounting from slurmdbd: jobs of user bob (whom no other test of this module runs as) that end
-    while ``serve`` reads slurmdbd are counted per final state exactly as ``sacct`` lists them, once each
-    however many overlapping reads see them."""
-    serve = start_serve(lab.url, lab.token_file, tmp_path, "--metrics-per-user", "--accounting-interval", "1")
+    """Accounting from slurmdbd: jobs of account physics (which no other test of this module uses), run on a
+    dynamic node of their own (the demo fills cpu and gpu), that end while ``serve`` reads slurmdbd are
+    counted per final state exactly as ``sacct`` lists them, once each however many overlapping reads see
+    them."""
+    serve = start_serve(
+        lab.url, lab.token_file, tmp_path, "--metrics-per-account", "--accounting-interval", "1"
+    )
     try:
         serve.wait_status("/readyz", 200)
         deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
         while "accounting (slurmdbd's ended jobs): on" not in serve.get("/")[1]:
             assert time.monotonic() < deadline, serve.get("/")[1]
             time.sleep(0.2)
-        common = [
-            "-p",
-            "cpu",
-            "-n1",
-            "--mem=100",
-            "-A",
-            "biology",
-            "--uid=bob",
-            "-o",
-            "/dev/null",
-            "--chdir=/tmp",
-        ]
-        ids = [
-            lab.sbatch(*common, "-J", "acct-ok", command="sleep 1"),
-            lab.sbatch(*common, "-J", "acct-bad", command="sleep 1; exit 3"),
-            lab.sbatch(*common, "-J", "acct-cancel", command="sleep 300"),
-        ]
-        time.sleep(2.0)
-        lab.run(["scancel", str(ids[2])])
-        want: dict[str, float] = {}
-        deadline = time.monotonic() + 60.0
-        while True:
-            rows = lab.run(
-                ["sacct", "-n", "-X", "-P", "-j", ",".join(map(str, ids)), "-o", "JobID,State"]
-            ).split()
-            states = [r.split("|")[1].split()[0] for r in rows if "|" in r]
-            if len(states) == 3 and all(s in ("COMPLETED", "FAILED", "CANCELLED") for s in states):
-                for state in states:
-                    want[state] = want.get(state, 0) + 1
-                break
-            assert time.monotonic() < deadline, rows
-            time.sleep(0.5)
+        with reserved_node(lab, ACCOUNTING_NODE):
+            common = ["-p", "dyn", f"--reservation={ACCOUNTING_NODE}", "-n1", "--mem=100", "-A", "physics"]
+            ids = [
+                lab.sbatch(*common, "-J", "acct-ok", command="sleep 1"),
+                lab.sbatch(*common, "-J", "acct-bad", command="sleep 1; exit 3"),
+                lab.sbatch(*common, "-J", "acct-cancel", command="sleep 300"),
+            ]
+            time.sleep(2.0)
+            lab.run(["scancel", str(ids[2])])
+            want: dict[str, float] = {}
+            deadline = time.monotonic() + 60.0
+            while True:
+                listing = ["sacct", "-n", "-X", "-P", "-j", ",".join(map(str, ids)), "-o", "JobID,State"]
+                rows = lab.run(listing).splitlines()
+                states = [r.split("|")[1].split()[0] for r in rows if "|" in r]
+                if len(states) == 3 and all(s in ("COMPLETED", "FAILED", "CANCELLED") for s in states):
+                    for state in states:
+                        want[state] = want.get(state, 0) + 1
+                    break
+                assert time.monotonic() < deadline, rows
+                time.sleep(0.5)
         while True:
             values = parse_scrape(serve.get("/metrics")[1])
             got = {
                 dict(k)["state"]: v
-                for k, v in values.get("slurm_user_jobs_ended_total", {}).items()
-                if dict(k)["user"] == "bob"
+                for k, v in values.get("slurm_account_jobs_ended_total", {}).items()
+                if dict(k)["account"] == "physics"
             }
             if got == want or time.monotonic() > deadline:
                 break
@@ -758,13 +754,11 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(lab: Lab, tmp_path: Path) ->
         serve.proc.stop()
     assert want == {"COMPLETED": 1, "FAILED": 1, "CANCELLED": 1}
     assert got == want
-    bob = {
-        dict(k)["state"]: v
-        for k, v in again["slurm_user_jobs_ended_total"].items()
-        if dict(k)["user"] == "bob"
-    }
-    assert bob == want  # counted once
-    assert again["slurm_job_run_seconds_count"][series(partition="cpu")] >= 3
+    physics = again["slurm_account_jobs_ended_total"]
+    assert {
+        dict(k)["state"]: v for k, v in physics.items() if dict(k)["account"] == "physics"
+    } == want  # once
+    assert again["slurm_job_run_seconds_count"][series(partition="dyn")] >= 2
 
 
 # ----- 4. serve's own behaviour -------------------------------------------------------------------------
