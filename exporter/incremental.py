@@ -200,11 +200,8 @@ class IncrementalJobs:
         sync.incremental_fetches += 1
         sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
         st.last_bytes = 0
-        st.successes += 1
-        st.fetched_at = self._clock()
-        if not sync.backlog:  # with jobs left unread, the data holds all Slurm accepted only as of before
-            st.requested_at = now
-        st.last_ok = True
+        # with jobs left unread, the data holds all Slurm accepted only as of before
+        st.record_ok(self._clock(), None if sync.backlog else now)
         return True
 
     def _follow(

@@ -48,9 +48,9 @@ from .validate import check_jobs, check_nodes
 log = logging.getLogger(__name__)
 
 STREAMED_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "licenses", "reservations"})
+"""Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
 OFFERED_ONLY = frozenset({"slurmdb_jobs"})
 """Endpoints fetched only when slurmrestd's OpenAPI document lists them (no path to guess)."""
-"""Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
 
 INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"})
 """Endpoints whose GET takes ``update_time``; "no change" is HTTP 304 (24.11+) or an empty list."""
@@ -81,11 +81,10 @@ class Poller:
         )
         self._latest = LatestSnapshot()
         self._attempted: dict[str, float] = {}
-        self._accounting_since: float | None = None
-        """When the last read of slurmdbd's jobs was sent (its window's end)."""
-        self._accounting_started: float | None = None
-        """When the first one was: jobs that ended before are history, not counted."""
         """Endpoint with an interval → when it was last fetched (or tried)."""
+        self._accounting_started: float | None = None
+        """When the first read of slurmdbd's jobs was sent: jobs that ended before are history, not counted
+        (the last read's time is its endpoint's ``requested_at``)."""
         self._early = asyncio.Event()
         self.standby = False
         """A replica that does not hold the bridge's Lease: its jobs are kept from ``/jobs/state`` like the
@@ -304,7 +303,7 @@ class Poller:
         the totals once each. The first read starts at this process's start: history is not counted."""
         st = self.status.endpoints["slurmdb_jobs"]
         now = self._clock()
-        since = self._accounting_since if self._accounting_since is not None else now
+        since = now if st.requested_at is None else st.requested_at  # the last read's window end
         overlap = self.config.accounting_overlap
         # no ``state`` filter: slurmrestd 24.11/26.05 answered a list of states with HTTP 500 ("Unspecified
         # error") and one state with no job at all (seen in the labs); the ended ones are picked here
@@ -315,26 +314,18 @@ class Poller:
                 "slurmdb_jobs", negotiated.paths["slurmdb_jobs"], params, negotiated
             )
         except SlurmError as e:
-            st.record_error(e, self._clock())
-            self.status.last_error = str(e)
-            log.warning("poll slurmdb_jobs failed: %s", e)
-            return False
+            return self._failed(st, e)
         finally:
             st.last_duration = time.perf_counter() - t0
-        if self._accounting_since is None:
-            self._accounting_since = now
         started = self._accounting_started = self._accounting_started or now
         fresh = [j for j in jobs if j.end_time is not None and j.end_time >= started]
         self.status.accounting = record_ended(
             self.status.accounting or Accounting(), fresh, keep_after=now - overlap
         )
         self.status.accounting_note = "on"
-        self._accounting_since = now
         st.last_bytes = nbytes
         st.envelope = env
-        st.successes += 1
-        st.fetched_at = st.requested_at = now
-        st.last_ok = True
+        st.record_ok(now, now)
         return True
 
     # -- any endpoint, listed -------------------------------------------------------------------------
@@ -373,18 +364,12 @@ class Poller:
                 log.warning("%s: %s with update_time; fetching in full from now on", name, e)
         except NotModified:
             st.unchanged += 1
-            st.successes += 1
             st.last_duration = time.perf_counter() - t0
             st.last_bytes = 0
-            st.fetched_at = self._clock()
-            st.requested_at = now
-            st.last_ok = True
+            st.record_ok(self._clock(), now)
             return True
         except SlurmError as e:
-            st.record_error(e, self._clock())
-            self.status.last_error = str(e)
-            log.warning("poll %s failed: %s", name, e)
-            return False
+            return self._failed(st, e)
         finally:
             st.last_duration = time.perf_counter() - t0
         st.last_bytes = nbytes
@@ -398,11 +383,15 @@ class Poller:
             st.envelope = env
             if name == "jobs":
                 self._jobs.listed(now, finished, time.perf_counter() - t0)
-        st.successes += 1
-        st.fetched_at = finished
-        st.requested_at = now
-        st.last_ok = True
+        st.record_ok(finished, now)
         return True
+
+    def _failed(self, st: EndpointState, err: SlurmError) -> bool:
+        """Record a failed fetch of ``st``'s endpoint (its data is kept); False."""
+        st.record_error(err, self._clock())
+        self.status.last_error = str(err)
+        log.warning("poll %s failed: %s", st.name, err)
+        return False
 
     async def _get_parsed(
         self, name: str, path: str, params: dict[str, str], negotiated: Negotiated

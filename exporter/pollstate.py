@@ -117,6 +117,15 @@ class EndpointState:
     _fetch_dropped: frozenset[str] = frozenset()
     """The same for the fetch in progress (moved to ``dropped_partitions`` when its data is taken)."""
 
+    def record_ok(self, fetched_at: float, requested_at: float | None) -> None:
+        """A fetch succeeded (or confirmed no change): its data is as of ``fetched_at``, and holds all
+        Slurm accepted before ``requested_at`` (None: that stays as it was)."""
+        self.successes += 1
+        self.fetched_at = fetched_at
+        if requested_at is not None:
+            self.requested_at = requested_at
+        self.last_ok = True
+
     def record_error(self, err: SlurmError, now: float) -> None:
         self.last_ok = False
         self.errors[err.kind] += 1
