@@ -40,12 +40,7 @@ from typing import Any
 from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
-from .feasible import (
-    NodeUse,
-    lacks_room,
-    node_reasons,
-    remembered_asks,
-)
+from .feasible import NodeUse, lacks_room, node_reasons, remembered_asks
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
 from .placement import PartitionNodes, Placement, Placements
 from .podgroups import group_status
@@ -494,7 +489,7 @@ class _Context:
         ``partition``'s Slurm nodes, and which Slurm nodes its job excludes (:mod:`bridge.placement`; a
         node not usable by the bridge is ruled out as not ready)."""
         asks = [self.asks(p) for p in pods]
-        return self.placements.place(self.partition(partition), partition, pods, asks, self.world.volumes)
+        return self.placements.place(self.partition(partition), pods, asks, self.world.volumes)
 
     def to_bind(
         self, pod: Pod, job: Job, node: Node, slurm_node: str, what: str, rank: int | None = None

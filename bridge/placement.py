@@ -88,6 +88,9 @@ class PartitionNodes:
         """Kubernetes node → its Slurm node when each has exactly one (else empty)."""
         self.placements: dict[Hashable, Placement] = {}
         """Placement keys (one per pod of a gang) → the answer, while the fingerprint holds."""
+        self.this_pass: dict[Hashable, Placement] = {}
+        """The same for pods with volume claims (their claims and volumes are not in the fingerprint):
+        cleared by :meth:`begin`."""
         self._excluded_by: dict[frozenset[str], tuple[str, ...]] = {}
         """Kubernetes nodes ruled out → the Slurm nodes to exclude (pods of different specs often rule out
         the same nodes): one pass's, cleared by :meth:`begin`."""
@@ -99,6 +102,7 @@ class PartitionNodes:
         for key in self.placements.keys() - self.used:
             del self.placements[key]
         self.used.clear()
+        self.this_pass.clear()
         self._excluded_by.clear()
 
     def judge(self, pods: Sequence[Pod], asks: Sequence[Mapping[str, int]], volumes: Volumes) -> Placement:
@@ -152,8 +156,6 @@ class Placements:
 
     def __init__(self) -> None:
         self._partitions: dict[str, PartitionNodes] = {}
-        self._this_pass: dict[tuple[str, Hashable], Placement] = {}
-        """Verdicts for pods with volume claims: this pass only."""
         self._visited: set[str] = set()
         """Partitions looked at since the last :meth:`begin`."""
         self.judged = 0
@@ -161,8 +163,7 @@ class Placements:
 
     def begin(self) -> None:
         """A new pass: forget the partitions and verdicts the last pass did not ask for, and every verdict
-        involving volumes."""
-        self._this_pass.clear()
+        involving volumes (:meth:`PartitionNodes.begin`)."""
         for name in self._partitions.keys() - self._visited:
             del self._partitions[name]
         self._visited.clear()
@@ -186,25 +187,15 @@ class Placements:
         return known
 
     def place(
-        self,
-        part: PartitionNodes,
-        partition: str,
-        pods: Sequence[Pod],
-        asks: Sequence[Mapping[str, int]],
-        volumes: Volumes,
+        self, part: PartitionNodes, pods: Sequence[Pod], asks: Sequence[Mapping[str, int]], volumes: Volumes
     ) -> Placement:
         """Where ``pods`` (one pod, or a gang's members) may run in ``part``: remembered per placement
-        key (the pods of one template are judged once)."""
+        key (the pods of one template are judged once) — for this pass only when they claim volumes."""
         key = tuple(placement_key(p, a) for p, a in zip(pods, asks, strict=True))
-        volatile = any(claim_names(p) for p in pods)
-        known = self._this_pass.get((partition, key)) if volatile else part.placements.get(key)
+        memo = part.this_pass if any(claim_names(p) for p in pods) else part.placements
+        known = memo.get(key)
         if known is None:
-            known = part.judge(pods, asks, volumes)
+            known = memo[key] = part.judge(pods, asks, volumes)
             self.judged += 1
-            if volatile:
-                self._this_pass[(partition, key)] = known
-            else:
-                part.placements[key] = known
-        if not volatile:
-            part.used.add(key)
+        part.used.add(key)
         return known
