@@ -131,19 +131,20 @@ def rpc_families(
         seconds.add_metric([name], diag.rpc_seconds.get(name, 0.0))
     yield calls
     yield seconds
-    yield from _per_type_gauge(
-        "slurm_rpc_queued", "RPCs waiting in slurmctld's RPC queue, by message type", diag.rpc_queued
+    yield from _per_type(
+        GaugeMetricFamily,
+        "slurm_rpc_queued",
+        "RPCs waiting in slurmctld's RPC queue, by message type",
+        diag.rpc_queued,
     )
-    if diag.rpc_dropped is not None:
-        dropped = CounterMetricFamily(
-            "slurm_rpc_dropped",
-            "RPCs slurmctld dropped from its RPC queue since it started or sdiag --reset, by message type",
-            labels=["type"],
-        )
-        for name, n in sorted(diag.rpc_dropped.items()):
-            dropped.add_metric([name], float(n))
-        yield dropped
-    yield from _per_type_gauge(
+    yield from _per_type(
+        CounterMetricFamily,
+        "slurm_rpc_dropped",
+        "RPCs slurmctld dropped from its RPC queue since it started or sdiag --reset, by message type",
+        diag.rpc_dropped,
+    )
+    yield from _per_type(
+        GaugeMetricFamily,
         "slurm_agent_pending_rpcs",
         "Outgoing RPCs to slurmd that slurmctld's agent still has to send, by message type",
         diag.agent_pending_rpcs,
@@ -174,10 +175,16 @@ def rpc_families(
     )
 
 
-def _per_type_gauge(name: str, doc: str, values: Mapping[str, int] | None) -> Iterable[Metric]:
+def _per_type(
+    family: type[GaugeMetricFamily | CounterMetricFamily],
+    name: str,
+    doc: str,
+    values: Mapping[str, int] | None,
+) -> Iterable[Metric]:
+    """One ``family`` of ``values`` by message type; nothing when the API does not say (None)."""
     if values is None:
         return
-    fam = GaugeMetricFamily(name, doc, labels=["type"])
+    fam = family(name, doc, labels=["type"])
     for key, n in sorted(values.items()):
         fam.add_metric([key], float(n))
     yield fam
