@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from exporter.collector import Cardinality
 from exporter.errors import ConfigError
-from exporter.server import RENDERER, make_app
+from exporter.server import RENDERER, make_app, negotiate
 from exporter.webconfig import BasicAuth, WebConfig, load_web_config, ssl_context
 from slurm_keda import cli
 from testkit.paths import RECORDED
@@ -173,7 +173,13 @@ async def test_slurm_families_rendered_once_per_snapshot_and_format() -> None:
         assert second is not None and second is not first
         await get(s.url + "/metrics")
         await get(s.url + "/metrics")
+        # the first scrape started the new snapshot's render in a thread; the scrapes that came
+        # while it ran got the previous body: wait for that one render (shared, not a second one)
+        renderer = s.app[RENDERER]
+        await renderer.part(second, negotiate(""), False)
+        _, _, body = await get(s.url + "/metrics")
         assert s.renders[2:] == [TEXT_CT]
+        assert value(body, "slurm_exporter_snapshot_age_seconds") == 0.0  # the new one, not held
 
 
 async def test_concurrent_scrapes_of_a_new_snapshot_share_one_render() -> None:
