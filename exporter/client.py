@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 TOKEN_HEADER = "X-SLURM-USER-TOKEN"
 USER_HEADER = "X-SLURM-USER-NAME"
 _VERSION_IN_PATH = re.compile(r"^/slurm/(v\d+\.\d+\.\d+)/([a-z_]+)/?$")
-_SLURMDB_PATH = re.compile(r"^/slurmdb/(v\d+\.\d+\.\d+)/(jobs)/?$")
-SLURMDB_ENDPOINTS = {"jobs": "slurmdb_jobs"}
+_SLURMDB_PATH = re.compile(r"^/slurmdb/(v\d+\.\d+\.\d+)/(jobs|qos|associations)/?$")
+SLURMDB_ENDPOINTS = {"jobs": "slurmdb_jobs", "qos": "qos", "associations": "associations"}
 """slurmdbd's collections read (``openapi/slurmdbd``) → the endpoint name they are known by."""
 
 

@@ -262,6 +262,84 @@ class Share(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Fair Tree's level fair share (``LevelFS``); ``inf`` for an association without usage."""
 
 
+class QosLimits(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One QOS's limits (``sacctmgr show qos``; ``/slurmdb/.../qos``, v0.0.40+). None / absent: not set.
+
+    TRES limits map a TRES to its count as in :attr:`Job.tres`: ``cpu``, ``mem`` (bytes), ``node``,
+    ``gres/gpu``, ``license/...``. Names are sacctmgr's. Minutes-based limits (``GrpTRESMins``,
+    ``MaxTRESMinsPerJob``, ``GrpTRESRunMins``) are not read.
+    """
+
+    name: str
+    priority: int = 0
+    flags: tuple[str, ...] = ()
+    grp_jobs: int | None = None
+    """``GrpJobs``: jobs of this QOS running at once."""
+    grp_submit_jobs: int | None = None
+    """``GrpSubmitJobs``: jobs of this QOS pending or running at once."""
+    grp_tres: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``GrpTRES``: what this QOS's running jobs hold together."""
+    grp_wall_seconds: int | None = None
+    """``GrpWall``."""
+    max_jobs_per_user: int | None = None
+    """``MaxJobsPerUser``: one user's running jobs."""
+    max_submit_jobs_per_user: int | None = None
+    """``MaxSubmitJobsPerUser``: one user's pending or running jobs."""
+    max_jobs_per_account: int | None = None
+    """``MaxJobsPerAccount``."""
+    max_submit_jobs_per_account: int | None = None
+    """``MaxSubmitJobsPerAccount``."""
+    max_tres_per_user: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRESPerUser``: what one user's running jobs hold together."""
+    max_tres_per_account: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRESPerAccount``."""
+    max_tres_per_job: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRESPerJob`` (``MaxTRES``; ``node`` is ``MaxNodesPerJob``)."""
+    max_tres_per_node: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRESPerNode``."""
+    max_wall_seconds: int | None = None
+    """``MaxWall``: one job's time limit."""
+
+
+class Association(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One association's limits (``sacctmgr show assoc``; ``/slurmdb/.../associations``, v0.0.40+).
+
+    Values as slurmdbd stores them: a user's association carries what it was given, including what
+    sacctmgr copied from its account when it was made or its account was modified; a limit left unset
+    is inherited from the parent at run time by slurmctld (not resolved here). None / absent: not set.
+    TRES as in :class:`QosLimits`.
+    """
+
+    account: str
+    user: str = ""
+    """Empty on an account's association."""
+    partition: str = ""
+    """Set only for a per-partition association."""
+    parent: str = ""
+    """The account's parent account (an account's association; empty otherwise)."""
+    qos: tuple[str, ...] = ()
+    """QOS the association may use."""
+    default_qos: str = ""
+    grp_jobs: int | None = None
+    """``GrpJobs``: running jobs of the association and its children together."""
+    grp_submit_jobs: int | None = None
+    """``GrpSubmit``."""
+    grp_tres: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``GrpTRES``."""
+    grp_wall_seconds: int | None = None
+    """``GrpWall``."""
+    max_jobs: int | None = None
+    """``MaxJobs``: the association's running jobs."""
+    max_submit_jobs: int | None = None
+    """``MaxSubmit``."""
+    max_tres_per_job: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRES`` (``node`` is ``MaxNodes``)."""
+    max_tres_per_node: Mapping[str, int] = msgspec.field(default_factory=dict)
+    """``MaxTRESPerNode``."""
+    max_wall_seconds: int | None = None
+    """``MaxWall``."""
+
+
 class EndedJob(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """A job as slurmdbd recorded it (``/slurmdb/.../jobs``, what ``sacct -X`` shows), for accounting."""
 
@@ -322,9 +400,9 @@ class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
-OPTIONAL_ENDPOINTS = ("shares",)
-"""Fetched only when a setting asks for their data (``--metrics-fairshare``)."""
 """The endpoints one poll reads, in the order the snapshot lists them."""
+OPTIONAL_ENDPOINTS = ("shares", "qos", "associations")
+"""Fetched only when a setting asks for their data (``--metrics-fairshare``, ``--accounting``)."""
 
 
 class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -344,6 +422,10 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     reservations: tuple[Reservation, ...] = ()
     shares: tuple[Share, ...] = ()
     """Fair share by association (only with ``--metrics-fairshare``; fetched every ``--shares-interval``)."""
+    qos: tuple[QosLimits, ...] = ()
+    """Every QOS's limits (with ``--accounting`` where slurmdbd is served; every ``--limits-interval``)."""
+    associations: tuple[Association, ...] = ()
+    """Every association's limits (as :attr:`qos`)."""
     fetched_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
     requested_at: Mapping[str, float] = msgspec.field(default_factory=dict)

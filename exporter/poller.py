@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 STREAMED_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "licenses", "reservations"})
 """Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
-OFFERED_ONLY = frozenset({"slurmdb_jobs"})
+OFFERED_ONLY = frozenset({"slurmdb_jobs", "qos", "associations"})
 """Endpoints fetched only when slurmrestd's OpenAPI document lists them (no path to guess)."""
 
 INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"})
@@ -249,6 +249,8 @@ class Poller:
             licenses=items("licenses"),
             reservations=items("reservations"),
             shares=items("shares"),
+            qos=items("qos"),
+            associations=items("associations"),
             fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
             requested_at={e: st.requested_at for e, st in eps.items() if st.requested_at is not None},
             listed_at=self._listed_at(),
@@ -493,6 +495,8 @@ def _parse(adapter: versions.Adapter, name: str, body: bytes) -> tuple[Any, Enve
         "reservations": adapter.reservations,
         "shares": adapter.shares,
         "slurmdb_jobs": adapter.slurmdb_jobs,
+        "qos": adapter.qos,
+        "associations": adapter.associations,
         "jobs": adapter.jobs,
     }
     return parsers[name](body)

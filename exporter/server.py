@@ -517,7 +517,8 @@ async def _index(request: web.Request) -> web.Response:
         else "no poll finished yet"
     )
     error = f"<p>{html.escape(jobs_freshness(st, now))}</p>"
-    error += f"<p>accounting (slurmdbd's ended jobs): {html.escape(st.accounting_note)}</p>"
+    note = html.escape(st.accounting_note)
+    error += f"<p>accounting (slurmdbd's ended jobs, QOS and association limits): {note}</p>"
     error += f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
     error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>

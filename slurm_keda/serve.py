@@ -77,9 +77,14 @@ def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
         endpoints=(
             *ENDPOINTS,
             *(("shares",) if fairshare else ()),
-            *(("slurmdb_jobs",) if s.accounting else ()),
+            *(("slurmdb_jobs", "qos", "associations") if s.accounting else ()),
         ),
-        intervals={"shares": s.shares_interval, "slurmdb_jobs": s.accounting_interval},
+        intervals={
+            "shares": s.shares_interval,
+            "slurmdb_jobs": s.accounting_interval,
+            "qos": s.limits_interval,
+            "associations": s.limits_interval,
+        },
         interval=s.interval,
         standby_interval=s.standby_interval,
         use_update_time=s.use_update_time,

@@ -209,7 +209,8 @@ class PollSettings(_Group):
         True,
         alias="accounting",
         description="read slurmdbd's ended jobs (jobs ended per state, wait and run times, CPU efficiency, "
-        "CPU/GPU-seconds) where slurmrestd serves openapi/slurmdbd; the status page says when it does not",
+        "CPU/GPU-seconds) and the QOS and association limits where slurmrestd serves openapi/slurmdbd; the "
+        "status page says when it does not",
     )
     accounting_interval: float = Field(
         30.0,
@@ -217,6 +218,13 @@ class PollSettings(_Group):
         le=3600.0,
         alias="accounting_interval",
         description="seconds between reads of the jobs that ended since the last one",
+    )
+    limits_interval: float = Field(
+        60.0,
+        ge=1.0,
+        le=3600.0,
+        alias="limits_interval",
+        description="with --accounting: seconds between reads of slurmdbd's QOS and association limits",
     )
     shares_interval: float = Field(
         60.0,

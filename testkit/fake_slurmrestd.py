@@ -69,7 +69,7 @@ class FakeSlurmrestd:
         app.router.add_get(r"/slurm/{version}/jobs/state/", self._job_states)
         app.router.add_get(r"/slurm/{version}/job/{job_id}", self._job)
         app.router.add_get(r"/slurm/{version}/{endpoint:[a-z]+}{slash:/?}", self._endpoint)
-        app.router.add_get(r"/slurmdb/{version}/jobs{slash:/?}", self._slurmdb_jobs)
+        app.router.add_get(r"/slurmdb/{version}/{what:jobs|qos|associations}{slash:/?}", self._slurmdb)
         return app
 
     def _auth(self, request: web.Request) -> web.Response | None:
@@ -83,15 +83,17 @@ class FakeSlurmrestd:
         fault = self.faults.get("openapi", "ok")
         if fault != "ok":
             return await self._fault(request, fault, b"{}")
+        slurmdb = {"slurmdb_jobs": "jobs", "qos": "qos", "associations": "associations"}
         paths = {
-            (f"/slurmdb/{v}/jobs/" if e == "slurmdb_jobs" else f"/slurm/{v}/{e}/"): {"get": {}}
+            (f"/slurmdb/{v}/{slurmdb[e]}/" if e in slurmdb else f"/slurm/{v}/{e}/"): {"get": {}}
             for v in self.versions
             for e in self.offered
         }
         return web.json_response({"openapi": "3.0.2", "paths": paths})
 
-    async def _slurmdb_jobs(self, request: web.Request) -> web.StreamResponse:
-        return await self._endpoint(request, "slurmdb_jobs")
+    async def _slurmdb(self, request: web.Request) -> web.StreamResponse:
+        what = request.match_info["what"]
+        return await self._endpoint(request, "slurmdb_jobs" if what == "jobs" else what)
 
     async def _job_states(self, request: web.Request) -> web.StreamResponse:
         return await self._endpoint(request, "jobs/state")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from exporter.model import Job, Node, Partition
+from exporter.model import Association, Job, Node, Partition, QosLimits
 from lab import Lab
 from lab.record import (
     SINFO_ARGS,
@@ -766,3 +766,104 @@ def parse_sshare(text: str) -> dict[tuple[str, str, str], dict[str, str]]:
             path.append(account)
         out[(account, user, parent)] = row
     return out
+
+
+# ----- sacctmgr: QOS and association limits ----------------------------------------------------------
+
+_SACCTMGR_LIMITS: dict[str, str] = {
+    "grpjobs": "grp_jobs",
+    "grpsubmit": "grp_submit_jobs",
+    "grptres": "grp_tres",
+    "grpwall": "grp_wall_seconds",
+    "maxjobspu": "max_jobs_per_user",
+    "maxsubmitpu": "max_submit_jobs_per_user",
+    "maxjobspa": "max_jobs_per_account",
+    "maxsubmitpa": "max_submit_jobs_per_account",
+    "maxtrespu": "max_tres_per_user",
+    "maxtrespa": "max_tres_per_account",
+    "maxjobs": "max_jobs",
+    "maxsubmit": "max_submit_jobs",
+    "maxtres": "max_tres_per_job",
+    "maxtrespernode": "max_tres_per_node",
+    "maxwall": "max_wall_seconds",
+}
+"""A ``sacctmgr show qos|assoc format=`` column → the :class:`QosLimits` / :class:`Association` field."""
+QOS_FORMAT = (
+    "name,priority,grpjobs,grpsubmit,grptres,grpwall,maxjobspu,maxsubmitpu,maxjobspa,maxsubmitpa,"
+    "maxtrespu,maxtrespa,maxtres,maxtrespernode,maxwall"
+)
+ASSOC_FORMAT = (
+    "account,user,partition,grpjobs,grpsubmit,grptres,grpwall,maxjobs,maxsubmit,maxtres,maxtrespernode,"
+    "maxnodes,maxwall,qos,defaultqos"
+)
+
+
+def sacctmgr_limits(lab: Lab) -> tuple[str, str]:
+    """``sacctmgr -P show qos`` and ``show assoc`` in :data:`QOS_FORMAT` / :data:`ASSOC_FORMAT`, each under a
+    header line of those column names (sacctmgr's own headers are display names such as ``Def QOS``)."""
+
+    def show(what: str, fmt: str) -> str:
+        return fmt.replace(",", "|") + "\n" + lab.run(["sacctmgr", "-n", "-P", "show", what, f"format={fmt}"])
+
+    return show("qos", QOS_FORMAT), show("assoc", ASSOC_FORMAT)
+
+
+def _limit(column: str, text: str) -> object:
+    """One sacctmgr column's text as the snapshot holds it (an empty column is an unset limit)."""
+    if column.endswith("tres") or column.startswith("maxtres"):
+        return parse_tres(text)
+    if column.endswith("wall"):
+        return time_limit_seconds(text) if text else None
+    return int(text) if text else None
+
+
+def compare_limits(
+    qos: Sequence[QosLimits], associations: Sequence[Association], qos_text: str, assoc_text: str
+) -> list[str]:
+    """Every difference between the snapshot's limits and ``sacctmgr -P show qos format=``:data:`QOS_FORMAT`
+    / ``show assoc format=``:data:`ASSOC_FORMAT` (header line first), as readable lines; empty when equal."""
+    diffs: list[str] = []
+
+    def rows(text: str) -> list[dict[str, str]]:
+        lines = [line for line in text.splitlines() if line.strip()]
+        header = lines[0].lower().split("|")
+        return [dict(zip(header, line.split("|"), strict=True)) for line in lines[1:]]
+
+    def check(where: str, held: object, row: Mapping[str, str]) -> None:
+        for column, text in row.items():
+            if column in _SACCTMGR_LIMITS:
+                want, got = _limit(column, text), getattr(held, _SACCTMGR_LIMITS[column])
+                if want != got:
+                    diffs.append(f"{where} {column}: sacctmgr {text!r} → {want!r}, snapshot {got!r}")
+
+    by_name = {q.name: q for q in qos}
+    qos_rows = rows(qos_text)
+    for row in qos_rows:
+        q = by_name.get(row["name"])
+        if q is None:
+            diffs.append(f"QOS {row['name']}: not in the snapshot")
+            continue
+        if q.priority != int(row["priority"] or 0):
+            diffs.append(f"QOS {q.name} priority: sacctmgr {row['priority']}, snapshot {q.priority}")
+        check(f"QOS {q.name}", q, row)
+    if len(qos_rows) != len(qos):
+        diffs.append(f"{len(qos_rows)} QOS in sacctmgr, {len(qos)} in the snapshot")
+
+    by_key = {(a.account, a.user, a.partition): a for a in associations}
+    assoc_rows = rows(assoc_text)
+    for row in assoc_rows:
+        key = (row["account"], row["user"], row["partition"])
+        a = by_key.get(key)
+        if a is None:
+            diffs.append(f"association {key}: not in the snapshot")
+            continue
+        check(f"association {key}", a, row)
+        nodes = a.max_tres_per_job.get("node")
+        if (int(row["maxnodes"]) if row["maxnodes"] else None) != nodes:
+            diffs.append(f"association {key} maxnodes: sacctmgr {row['maxnodes']!r}, snapshot {nodes}")
+        if sorted(filter(None, row["qos"].split(","))) != sorted(a.qos) or row["defaultqos"] != a.default_qos:
+            said = f"{row['qos']}/{row['defaultqos']}"
+            diffs.append(f"association {key} qos: sacctmgr {said}, snapshot {a.qos}/{a.default_qos}")
+    if len(assoc_rows) != len(associations):
+        diffs.append(f"{len(assoc_rows)} associations in sacctmgr, {len(associations)} in the snapshot")
+    return diffs

@@ -27,7 +27,19 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from exporter import errors
-from exporter.model import Diag, EndedJob, Envelope, Job, License, Node, Partition, Reservation, Share
+from exporter.model import (
+    Association,
+    Diag,
+    EndedJob,
+    Envelope,
+    Job,
+    License,
+    Node,
+    Partition,
+    QosLimits,
+    Reservation,
+    Share,
+)
 
 from . import v0038, v0040
 
@@ -68,6 +80,14 @@ class Adapter(Protocol):
 
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """slurmdbd's job records (``/slurmdb/.../jobs``, v0.0.40+)."""
+        ...
+
+    def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:
+        """slurmdbd's QOS (``/slurmdb/.../qos``, v0.0.40+)."""
+        ...
+
+    def associations(self, body: bytes) -> tuple[list[Association], Envelope]:
+        """slurmdbd's associations (``/slurmdb/.../associations``, v0.0.40+)."""
         ...
 
 

@@ -24,7 +24,7 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import errors, slurmtext
-from exporter.model import MIB, EndedJob, Envelope, Job, Node, Partition, Share
+from exporter.model import MIB, Association, EndedJob, Envelope, Job, Node, Partition, QosLimits, Share
 
 from . import _common as c
 
@@ -353,6 +353,14 @@ class Adapter038(c.Adapter):
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """Slurm 22.05's slurmdbd answers (``dbv0.0.38``) are not read."""
         raise errors.VersionError(f"{self.version}: slurmdbd's jobs are read from v0.0.40 on")
+
+    def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:
+        """Not read from 22.05's slurmdbd answers."""
+        raise errors.VersionError(f"{self.version}: slurmdbd's QOS are read from v0.0.40 on")
+
+    def associations(self, body: bytes) -> tuple[list[Association], Envelope]:
+        """Not read from 22.05's slurmdbd answers."""
+        raise errors.VersionError(f"{self.version}: slurmdbd's associations are read from v0.0.40 on")
 
     schema = c.Schema(
         versions=VERSIONS,

@@ -27,9 +27,10 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import slurmtext
-from exporter.model import MIB, EndedJob, Envelope, Job, Node, Partition, Share
+from exporter.model import MIB, Association, EndedJob, Envelope, Job, Node, Partition, QosLimits, Share
 
 from . import _common as c
+from .limits import decode_associations, decode_qos
 from .shares import decode_shares
 from .slurmdb import decode_slurmdb_jobs
 
@@ -443,6 +444,14 @@ class Adapter040(c.Adapter):
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """slurmdbd's ``/slurmdb/.../jobs`` (:mod:`.slurmdb`)."""
         return decode_slurmdb_jobs(body)
+
+    def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:
+        """slurmdbd's ``/slurmdb/.../qos`` (:mod:`.limits`)."""
+        return decode_qos(body)
+
+    def associations(self, body: bytes) -> tuple[list[Association], Envelope]:
+        """slurmdbd's ``/slurmdb/.../associations`` (:mod:`.limits`)."""
+        return decode_associations(body)
 
     schema = c.Schema(
         versions=VERSIONS,

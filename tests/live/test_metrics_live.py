@@ -27,8 +27,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
+import msgspec
 import pytest
 
+from exporter.model import MIB, Snapshot
 from lab import Lab, LabError
 from testkit.bridge_lab import reserved_node
 from testkit.lab_compare import (
@@ -38,6 +40,7 @@ from testkit.lab_compare import (
     CliView,
     Diffs,
     cli_view,
+    compare_limits,
     gres_by_name_type,
     gres_gpus,
     is_null,
@@ -45,6 +48,7 @@ from testkit.lab_compare import (
     parse_sdiag_rpcs,
     parse_sshare,
     parse_tres,
+    sacctmgr_limits,
     scontrol_node_state,
     time_limit_seconds,
     tres_per_node_gpus,
@@ -714,7 +718,7 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(lab: Lab, tmp_path: Path) ->
     try:
         serve.wait_status("/readyz", 200)
         deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
-        while "accounting (slurmdbd's ended jobs): on" not in serve.get("/")[1]:
+        while "association limits): on" not in serve.get("/")[1]:
             assert time.monotonic() < deadline, serve.get("/")[1]
             time.sleep(0.2)
         with reserved_node(lab, ACCOUNTING_NODE):
@@ -759,6 +763,60 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(lab: Lab, tmp_path: Path) ->
         dict(k)["state"]: v for k, v in physics.items() if dict(k)["account"] == "physics"
     } == want  # once
     assert again["slurm_job_run_seconds_count"][series(partition="dyn")] >= 2
+
+
+LIMITS_QOS = [
+    "Priority=7",
+    "GrpJobs=5",
+    "GrpSubmitJobs=9",
+    "GrpTRES=cpu=6,mem=2G",
+    "GrpWall=1-00:00:00",
+    "MaxJobsPerUser=2",
+    "MaxSubmitJobsPerUser=4",
+    "MaxJobsPerAccount=3",
+    "MaxSubmitJobsPerAccount=6",
+    "MaxTRESPerUser=cpu=4,gres/gpu=1",
+    "MaxTRESPerAccount=cpu=5",
+    "MaxTRESPerJob=cpu=3,node=2",
+    "MaxTRESPerNode=cpu=2",
+    "MaxWall=45",
+]
+LIMITS_ACCOUNT = ["GrpJobs=4", "GrpSubmitJobs=8", "GrpTRES=cpu=6", "GrpWall=2:00:00", "MaxWall=30"]
+LIMITS_USER = ["MaxJobs=2", "MaxSubmitJobs=3", "MaxTRES=cpu=2,node=1", "MaxTRESPerNode=cpu=1", "MaxWall=10"]
+
+
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_qos_and_association_limits_are_what_sacctmgr_shows(lab: Lab, tmp_path: Path) -> None:
+    """A QOS and an account of their own (no other test uses them), every limit read here set by
+    ``sacctmgr``: the snapshot's QOS and associations (``/snapshot``) hold what ``sacctmgr -P show`` prints,
+    every QOS and association of the lab, every column."""
+    sacctmgr = ["sacctmgr", "-i"]
+    lab.run([*sacctmgr, "add", "qos", "kedatest", *LIMITS_QOS])
+    lab.run([*sacctmgr, "add", "account", "kedatest", f"cluster={lab.flavor.cluster_name}", *LIMITS_ACCOUNT])
+    lab.run([*sacctmgr, "add", "user", "ann", "account=kedatest", "qos=normal,kedatest", *LIMITS_USER])
+    lab.run([*sacctmgr, "add", "user", "ann", "account=kedatest", "partition=gpu", "MaxJobs=1"])
+    serve = start_serve(lab.url, lab.token_file, tmp_path, "--limits-interval", "1")
+    try:
+        serve.wait_status("/readyz", 200)
+        deadline = time.monotonic() + FRESH_SCRAPE_TIMEOUT
+        while True:  # the limits read after the sacctmgr changes (the first read may predate the last one)
+            snap = msgspec.json.decode(serve.get("/snapshot")[1], type=Snapshot)
+            if sum(a.account == "kedatest" for a in snap.associations) == 3 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        qos_text, assoc_text = sacctmgr_limits(lab)
+    finally:
+        serve.proc.stop()
+        lab.run([*sacctmgr, "delete", "user", "ann", "account=kedatest"], check=False)
+        lab.run([*sacctmgr, "delete", "account", "kedatest"], check=False)
+        lab.run([*sacctmgr, "delete", "qos", "kedatest"], check=False)
+    diffs = compare_limits(snap.qos, snap.associations, qos_text, assoc_text)
+    if snap.api_version in ("v0.0.40", "v0.0.41"):
+        diffs.remove("QOS kedatest grpsubmit: sacctmgr '9' → 9, snapshot None")  # not in these versions
+    assert diffs == []
+    mine = next(q for q in snap.qos if q.name == "kedatest")
+    assert (mine.priority, mine.max_wall_seconds, mine.grp_wall_seconds) == (7, 2700, 86400)
+    assert mine.max_tres_per_job == {"cpu": 3, "node": 2} and mine.grp_tres["mem"] == 2048 * MIB
 
 
 # ----- 4. serve's own behaviour -------------------------------------------------------------------------

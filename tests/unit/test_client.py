@@ -52,11 +52,17 @@ def test_versions_from_openapi_keeps_server_paths() -> None:
             "/slurmdb/v0.0.42/jobs/": {},
             "/slurmdb/v0.0.41/jobs/": {},  # slurmdbd's alone is no version to poll
             "/slurmdb/v0.0.42/qos/": {},
+            "/slurmdb/v0.0.42/qos/{qos}": {},
+            "/slurmdb/v0.0.42/users/": {},  # not read
         }
     }
     got = versions_from_openapi(doc)
     assert got == {
-        "v0.0.42": {"jobs": "/slurm/v0.0.42/jobs/", "slurmdb_jobs": "/slurmdb/v0.0.42/jobs/"},
+        "v0.0.42": {
+            "jobs": "/slurm/v0.0.42/jobs/",
+            "slurmdb_jobs": "/slurmdb/v0.0.42/jobs/",
+            "qos": "/slurmdb/v0.0.42/qos/",
+        },
         "v0.0.38": {"nodes": "/slurm/v0.0.38/nodes"},
     }
 

@@ -15,6 +15,8 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.versions import adapter_for
+from slurm_keda.serve import poller_config
+from slurm_keda.settings import PollSettings
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import RECORDED, ROOT
 from testkit.tools import Clock, no_sleep
@@ -441,3 +443,37 @@ async def test_ended_jobs_are_read_in_a_moving_window_and_counted_once(
         assert p.status.accounting is not None and p.status.accounting.ended == acc.ended
         windows = [int(q["start_time"]) for path, q, _ in fake.requests if path.startswith("/slurmdb/")]
         assert len(windows) == 4 and windows == sorted(windows)  # the window moves
+
+
+async def test_limits_are_read_where_offered_at_their_interval_and_held(
+    fake_url: tuple[FakeSlurmrestd, str],
+) -> None:
+    fake, url = fake_url
+    recorded = ROOT / "tests/data/accounting/slurm-26.05.5/v0.0.45"
+    for what in ("qos", "associations"):
+        fake.override[what] = (recorded / f"{what}.json").read_bytes()
+    clock = Clock(1000.0)
+    config = poller_config(PollSettings.model_validate({"limits_interval": 60.0}))
+    assert {"qos", "associations"} <= set(config.endpoints)  # --accounting is on by default
+    p = Poller(SlurmSession(_poller(url, clock).client), config, clock=clock)
+
+    def limit_requests() -> int:
+        return sum(1 for path, _, _ in fake.requests if path.startswith("/slurmdb/"))
+
+    async with p.client:
+        snap = await p.poll_once()  # slurmrestd without openapi/slurmdbd: not asked, nothing failed
+        assert snap is not None and snap.qos == () and limit_requests() == 0
+        assert not p.status.last_error
+        fake.offered = (*fake.offered, "qos", "associations")
+        p.session.forget()
+        first = await p.poll_once()
+        assert first is not None and {q.name for q in first.qos} == {"normal", "high"}
+        assert len(first.associations) == 8 and limit_requests() == 2
+        clock.now += 30.0
+        held = await p.poll_once()
+        assert held is not None and held.qos == first.qos and limit_requests() == 2  # not due yet
+        fake.faults["qos"] = "500"
+        clock.now += 30.0
+        failed = await p.poll_once()
+        assert failed is not None and failed.qos == first.qos  # the last good limits stay
+        assert p.status.endpoints["qos"].last_ok is False and limit_requests() == 4
