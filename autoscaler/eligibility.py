@@ -26,8 +26,8 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   (:func:`required_nodes_reason`).
 * otherwise Slurm's reason, its verdict.
 
-Not in a snapshot: QOS and association limits (slurmrestd's /qos and /associations need slurmdbd). A
-fresh job over one is counted until Slurm names it: at its first pass where the partition has nodes
+Not judged yet: QOS and association limits (in the snapshot where slurmrestd serves slurmdbd:
+``Snapshot.qos``, ``Snapshot.associations``). A fresh job over one is counted until Slurm names it: at its first pass where the partition has nodes
 (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and partition limits.
 Waiting for every fresh job's first pass instead would cost the activation latency (submission → active,
 p50 0.35–0.6 s) up to a second more.
