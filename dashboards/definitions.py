@@ -823,6 +823,16 @@ def accounting() -> db.Dashboard:
         )
         .with_panel(
             graph(
+                "Memory efficiency",
+                "Peak memory of the largest step (its tasks' RSS summed) over the memory held, of the ended "
+                "jobs jobacct_gather sampled (10th percentile, median, 90th: above 100 % is a job over its "
+                "allocation without a cgroup limit).",
+                "percentunit",
+                *quantiles("slurm_job_memory_efficiency", 0.1, 0.5, 0.9),
+            )
+        )
+        .with_panel(
+            graph(
                 "CPUs and GPUs held and used by ended jobs",
                 "CPU- and GPU-seconds per second: the average number of CPUs and GPUs the ended jobs held, "
                 "and of CPUs they kept busy.",

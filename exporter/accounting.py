@@ -13,6 +13,9 @@ starts (counters: ``rate()`` and ``increase()`` are what to read), not with slur
 * ``slurm_job_run_seconds{partition}`` — histogram of their run time (elapsed).
 * ``slurm_job_cpu_efficiency{partition}`` — histogram of CPU time used / (run time × CPUs allocated), 0–1
   (what ``seff`` calls CPU efficiency; jobs that ran 0 s or held no CPU are left out).
+* ``slurm_job_memory_efficiency{partition}`` — histogram of the memory the job's largest step used (its
+  tasks' peak RSS summed) over the memory the job held, 0–1 and above (a job over its allocation without a
+  cgroup limit); jobs that ended before jobacct_gather's first sample are left out.
 * ``slurm_jobs_cpu_seconds_allocated_total`` / ``slurm_jobs_gpu_seconds_allocated_total`` /
   ``slurm_jobs_cpu_seconds_used_total{partition}`` — CPU- and GPU-seconds the ended jobs held, CPU-seconds
   they used.
@@ -78,6 +81,7 @@ class Accounting:
     wait: Mapping[str, Histogram] = field(default_factory=dict)
     run: Mapping[str, Histogram] = field(default_factory=dict)
     cpu_efficiency: Mapping[str, Histogram] = field(default_factory=dict)
+    memory_efficiency: Mapping[str, Histogram] = field(default_factory=dict)
     cpu_seconds_allocated: Mapping[str, float] = field(default_factory=dict)
     gpu_seconds_allocated: Mapping[str, float] = field(default_factory=dict)
     cpu_seconds_used: Mapping[str, float] = field(default_factory=dict)
@@ -90,7 +94,12 @@ def record_ended(acc: Accounting, jobs: Iterable[EndedJob], *, keep_after: float
     left for a later read); ``keep_after``: jobs counted that ended before this are forgotten from
     :attr:`Accounting.seen` (the next read's window starts after it)."""
     ended = dict(acc.ended)
-    wait, run, eff = dict(acc.wait), dict(acc.run), dict(acc.cpu_efficiency)
+    wait, run, eff, mem_eff = (
+        dict(acc.wait),
+        dict(acc.run),
+        dict(acc.cpu_efficiency),
+        dict(acc.memory_efficiency),
+    )
     cpu_alloc, gpu_alloc, cpu_used = (
         dict(acc.cpu_seconds_allocated),
         dict(acc.gpu_seconds_allocated),
@@ -120,10 +129,14 @@ def record_ended(acc: Accounting, jobs: Iterable[EndedJob], *, keep_after: float
             eff[p] = eff.get(p, Histogram.empty(EFFICIENCY_BUCKETS)).observe(
                 min(job.cpu_seconds_used / held, 1.0)
             )
+        if job.memory_bytes_used is not None and job.memory_bytes > 0:
+            mem_eff[p] = mem_eff.get(p, Histogram.empty(EFFICIENCY_BUCKETS)).observe(
+                job.memory_bytes_used / job.memory_bytes
+            )
         cpu_alloc[p] = cpu_alloc.get(p, 0.0) + held
         gpu_alloc[p] = gpu_alloc.get(p, 0.0) + job.elapsed_seconds * job.gpus
         cpu_used[p] = cpu_used.get(p, 0.0) + job.cpu_seconds_used
-    return Accounting(ended, wait, run, eff, cpu_alloc, gpu_alloc, cpu_used, seen)
+    return Accounting(ended, wait, run, eff, mem_eff, cpu_alloc, gpu_alloc, cpu_used, seen)
 
 
 def accounting_families(
@@ -161,6 +174,11 @@ def accounting_families(
             "slurm_job_cpu_efficiency",
             "CPU time ended jobs used over their run time times the CPUs they held (0 to 1)",
             acc.cpu_efficiency,
+        ),
+        (
+            "slurm_job_memory_efficiency",
+            "Memory ended jobs' largest step used (its tasks' peak RSS summed) over the memory they held",
+            acc.memory_efficiency,
         ),
     ):
         fam = HistogramMetricFamily(name, doc, labels=["partition"])

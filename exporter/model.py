@@ -363,6 +363,9 @@ class EndedJob(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """GPUs allocated (``gres/gpu`` TRES)."""
     cpu_seconds_used: float = 0.0
     """CPU time its steps used, user and system (sacct's ``TotalCPU``)."""
+    memory_bytes_used: int | None = None
+    """Memory its largest step used: the step's tasks' peak RSS summed (sacct's ``TRESUsageInTot`` mem);
+    None when no step was sampled (it ended before ``JobAcctGatherFrequency``'s first sample)."""
 
 
 class License(msgspec.Struct, frozen=True, gc=False, kw_only=True):

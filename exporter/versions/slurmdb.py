@@ -3,7 +3,9 @@
 One shape from v0.0.40 to v0.0.45 for what is read here (recorded on 24.11 and 26.05): job-level times are
 plain epoch seconds (``start`` 0 when the job never started), ``state.current`` a list whose first word is the
 base state, ``tres.allocated`` a list of ``{type, name, count}`` (memory in MiB), and the CPU time in each
-step's ``time.total`` (``seconds`` + ``microseconds``; the job-level total stays 0, as ``sacct -X`` shows).
+step's ``time.total`` (``seconds`` + ``microseconds``; the job-level total stays 0, as ``sacct -X`` shows),
+the memory in each step's ``tres.requested.total`` (sacct's ``TRESUsageInTot``: its tasks' peak RSS summed,
+in bytes; empty when the step ended before jobacct_gather sampled it).
 """
 
 from __future__ import annotations
@@ -27,8 +29,23 @@ class RawStepTime(Struct, gc=False):
     total: RawSeconds | None = None
 
 
+class RawTres(Struct, gc=False):
+    type: str = ""
+    name: str = ""
+    count: int = 0
+
+
+class RawStepUsage(Struct, gc=False):
+    total: list[RawTres] | None = None
+
+
+class RawStepTres(Struct, gc=False):
+    requested: RawStepUsage | None = None
+
+
 class RawStep(Struct, gc=False):
     time: RawStepTime | None = None
+    tres: RawStepTres | None = None
 
 
 class RawJobTime(Struct, gc=False):
@@ -40,12 +57,6 @@ class RawJobTime(Struct, gc=False):
 
 class RawState(Struct, gc=False):
     current: list[str] | None = None
-
-
-class RawTres(Struct, gc=False):
-    type: str = ""
-    name: str = ""
-    count: int = 0
 
 
 class RawTresLists(Struct, gc=False):
@@ -87,6 +98,13 @@ def convert(r: RawDbJob) -> EndedJob:
         for s in r.steps or ()
         if s.time and s.time.total
     )
+    peaks = [
+        t.count
+        for s in r.steps or ()
+        if s.tres and s.tres.requested
+        for t in s.tres.requested.total or ()
+        if t.type == "mem" and t.count > 0
+    ]
     states = r.state.current if r.state is not None and r.state.current else ["UNKNOWN"]
     return EndedJob(
         job_id=r.job_id,
@@ -102,4 +120,5 @@ def convert(r: RawDbJob) -> EndedJob:
         memory_bytes=alloc.get(("mem", ""), 0) * MIB,
         gpus=alloc.get(("gres", "gpu"), 0),
         cpu_seconds_used=used,
+        memory_bytes_used=max(peaks) if peaks else None,
     )

@@ -145,3 +145,24 @@ def test_promtool_accepts_the_accounting_families() -> None:
         [promtool_path(), "check", "metrics"], input=text, capture_output=True, check=False
     )
     assert result.returncode == 0 and not result.stdout and not result.stderr, result.stdout + result.stderr
+
+
+def test_memory_efficiency_is_the_largest_steps_use_over_what_the_job_held() -> None:
+    # the recorded 77-s job is the one jobacct_gather sampled (every 30 s in that recording); the others
+    # ended first and carry no memory figure: they are left out, not counted as 0 %
+    recorded = ACCOUNTING / "slurm-26.05.5" / "v0.0.45" / "slurmdb_jobs.json"
+    jobs, _ = decode_slurmdb_jobs(recorded.read_bytes())
+    sampled = [j for j in jobs if j.memory_bytes_used is not None]
+    assert [(j.job_id, j.memory_bytes_used, j.memory_bytes) for j in sampled] == [(5, 3833856, 100 * MIB)]
+    acc = record_ended(Accounting(), jobs, keep_after=0.0)
+    assert sum(h.counts[0] for h in acc.memory_efficiency.values()) == 1  # 3.7 % ≤ 0.1
+    assert sum(sum(h.counts) for h in acc.memory_efficiency.values()) == 1
+    # a job over its allocation (no cgroup limit) lands above 1
+    over = record_ended(
+        Accounting(), [ended(1, "COMPLETED", 1100.0, memory_bytes=100, memory_bytes_used=150)], keep_after=0
+    )
+    reg = registry_of(accounting_families(over))
+    run = {"partition": "cpu"}
+    assert reg.get_sample_value("slurm_job_memory_efficiency_bucket", {**run, "le": "1"}) == 0
+    assert reg.get_sample_value("slurm_job_memory_efficiency_bucket", {**run, "le": "+Inf"}) == 1
+    assert reg.get_sample_value("slurm_job_memory_efficiency_sum", run) == 1.5
