@@ -17,7 +17,10 @@ Each change's moment is slurmctld's own (its log, millisecond stamps: submit, Al
 mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS
 (start, end, peak), requests per minute by endpoint, our own CPU and peak RSS. ``two-replicas`` and
 ``two-replicas-slow``: incremental with a second, standby replica polling too (at ``--poll-interval``, or at
-``--standby-interval``): what the bridge overlay's second replica costs slurmrestd.
+``--standby-interval``): what the bridge overlay's second replica costs slurmrestd. ``accounting``:
+incremental with what ``serve --metrics-fairshare`` reads beside (``/shares``, slurmdbd's ended jobs, QOS and
+associations at ``serve``'s default intervals): what they cost slurmrestd, slurmdbd and MariaDB (their
+cores are printed for every mode).
 
 Run (root): ``.venv/bin/python benchmarks/bench_freshness.py [--queue 20000 --duration 180]``
 Smoke: ``.venv/bin/python benchmarks/bench_freshness.py --queue 500 --duration 30``
@@ -34,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import resource
 import sys
@@ -50,6 +54,8 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
+from slurm_keda.serve import poller_config
+from slurm_keda.settings import PollSettings
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 from testkit.slurmctld_log import LOG_EVENTS, log_end, log_events, proc_cpu_seconds, proc_rss_bytes
 from testkit.stats import pct
@@ -67,6 +73,7 @@ MODES: dict[str, dict[str, float]] = {
     "full": {},
     "two-replicas": {},
     "two-replicas-slow": {},
+    "accounting": {},
 }
 """Mode → the poller settings beside the defaults (``full``: a listing whenever anything changed)."""
 STANDBY = {"two-replicas": 0.0, "two-replicas-slow": -1.0}
@@ -116,6 +123,8 @@ class Mode:
     restd_rss: tuple[int, int, int] = (0, 0, 0)
     """slurmrestd RSS at the start, at the end, and the peak sampled."""
     ours_cores: float = 0.0
+    accounting_cores: dict[str, float] = field(default_factory=dict)
+    """slurmdbd's and MariaDB's cores, averaged (what slurmdbd reads cost beside slurmrestd)."""
     ours_rss_peak: int = 0
     requests: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
@@ -159,10 +168,11 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file), stream_timeout=900)
     log_path = lab.state_dir / "log" / "slurmctld.log"
     async with SlurmClient(cfg) as client, contextlib.AsyncExitStack() as stack:
-        poller = Poller(
-            SlurmSession(client),
-            PollerConfig(interval=args.poll_interval, incremental_jobs=name != "full", **MODES[name]),
-        )
+        config = PollerConfig(interval=args.poll_interval, incremental_jobs=name != "full", **MODES[name])
+        if name == "accounting":  # the endpoints and intervals serve reads with --metrics-fairshare
+            served = poller_config(PollSettings(), fairshare=True)
+            config = dataclasses.replace(config, endpoints=served.endpoints, intervals=served.intervals)
+        poller = Poller(SlurmSession(client), config)
         first = await poller.poll_once()  # the first listing is not part of the figures
         assert first is not None, poller.status.last_error
         clients = [client]
@@ -180,6 +190,8 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         held = {j.job_id: 0.0 for j in first.jobs if j.job_id in parked_set and j.reason == "JobHeldUser"}
         log_at = log_end(log_path)
         rss0 = peak = proc_rss_bytes(pid)
+        db_pids = {c: p for c in ("slurmdbd", "mariadbd") if (p := lab.pid(c)) is not None}
+        db0 = {c: proc_cpu_seconds(p) for c, p in db_pids.items()}
         cpu0, ours0, t0 = proc_cpu_seconds(pid), time.process_time(), time.monotonic()
         requests0 = sum((Counter(c.requests_by_endpoint) for c in clients), Counter[str]())
         listings0 = sum(poller.status.jobs_sync.full_listings.values())
@@ -250,6 +262,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         mode.seconds = elapsed
         mode.restd_cores = (proc_cpu_seconds(pid) - cpu0) / elapsed
         mode.ours_cores = (time.process_time() - ours0) / elapsed
+        mode.accounting_cores = {c: (proc_cpu_seconds(p) - db0[c]) / elapsed for c, p in db_pids.items()}
         mode.restd_rss = (rss0, proc_rss_bytes(pid), max(peak, proc_rss_bytes(pid)))
         mode.requests = sum((Counter(c.requests_by_endpoint) for c in clients), Counter[str]()) - requests0
         sync = poller.status.jobs_sync
@@ -293,6 +306,9 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
             f"{m.name:<18} {m.restd_cores:11.2f} {rss:>30} {m.ours_cores:10.2f} {m.ours_rss_peak / 1e6:11.0f}"
             f" {m.listings:8d} {per_min:8.0f}  {by}"
         )
+    for m in modes:
+        db = ", ".join(f"{c} {cores:.3f}" for c, cores in m.accounting_cores.items()) or "no slurmdbd"
+        print(f"{m.name}: accounting daemons' cores: {db}")
     for m in modes:
         errors = f"; jobs fetch errors {dict(m.errors)}" if m.errors else ""
         print(f"{m.name}: last full listing took {m.listing_seconds:.1f} s{errors}")

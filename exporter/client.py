@@ -18,7 +18,7 @@ import re
 import ssl
 import time
 from collections import Counter
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +58,9 @@ def endpoint_path(version: str, endpoint: str) -> str:
     """URL path of a slurmctld endpoint for an API version, e.g. ``/slurm/v0.0.45/jobs``."""
     return f"/slurm/{version}/{endpoint}"
 
+
+QueryParams = Mapping[str, str] | Sequence[tuple[str, str]]
+"""A request's query: a mapping, or (name, value) pairs where a name repeats (``state=A&state=B``)."""
 
 ApiPaths = dict[str, dict[str, str]]
 """API version → {endpoint name → URL path exactly as the server lists it}."""
@@ -417,7 +420,7 @@ class SlurmClient:
         path: str,
         *,
         endpoint: str,
-        params: Mapping[str, str] | None = None,
+        params: QueryParams | None = None,
         retries: int | None = None,
         final_statuses: frozenset[int] = frozenset(),
     ) -> bytes:
@@ -447,7 +450,7 @@ class SlurmClient:
         path: str,
         *,
         endpoint: str,
-        params: Mapping[str, str] | None = None,
+        params: QueryParams | None = None,
         whole: bool = False,
         retries: int | None = None,
         method: str = "GET",
@@ -491,7 +494,7 @@ class SlurmClient:
         self,
         path: str,
         endpoint: str,
-        params: Mapping[str, str] | None,
+        params: QueryParams | None,
         whole: bool,
         method: str = "GET",
         body: bytes | None = None,

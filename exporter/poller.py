@@ -34,8 +34,8 @@ from typing import Any
 import msgspec
 
 from . import versions
-from .accounting import Accounting, record_ended
-from .client import NotModified
+from .accounting import ENDED_STATES, Accounting, record_ended
+from .client import NotModified, QueryParams
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .incremental import IncrementalJobs
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
@@ -307,9 +307,14 @@ class Poller:
         now = self._clock()
         since = now if st.requested_at is None else st.requested_at  # the last read's window end
         overlap = self.config.accounting_overlap
-        # no ``state`` filter: slurmrestd 24.11/26.05 answered a list of states with HTTP 500 ("Unspecified
-        # error") and one state with no job at all (seen in the labs); the ended ones are picked here
-        params = {"start_time": str(int(since - overlap)), "end_time": str(int(now) + 1)}
+        # the ended states only, each its own ``state=`` (a comma list is one unknown flag to slurmrestd:
+        # HTTP 500), with an end time (without one slurmdbd takes end = start and finds nearly nothing):
+        # the jobs that ended in the window, not every job that ran in it (seen in the labs)
+        params = [
+            ("start_time", str(int(since - overlap))),
+            ("end_time", str(int(now) + 1)),
+            *(("state", state) for state in sorted(ENDED_STATES)),
+        ]
         t0 = time.perf_counter()
         try:
             jobs, env, nbytes = await self._get_parsed(
@@ -396,7 +401,7 @@ class Poller:
         return False
 
     async def _get_parsed(
-        self, name: str, path: str, params: dict[str, str], negotiated: Negotiated
+        self, name: str, path: str, params: QueryParams, negotiated: Negotiated
     ) -> tuple[Any, Envelope, int]:
         """GET and translate one endpoint. Retried as ``--retries`` says, with or without ``update_time``;
         only a status that means "this server can't do update_time" (:data:`UPDATE_TIME_REJECTED`) is not
@@ -414,7 +419,7 @@ class Poller:
         return data, env, nbytes
 
     async def _fetch_array(
-        self, name: str, path: str, params: dict[str, str], adapter: versions.Adapter
+        self, name: str, path: str, params: QueryParams, adapter: versions.Adapter
     ) -> tuple[list[Any], Envelope, int]:
         """Stream an endpoint whose data is one array (``/jobs``, ``/nodes``, ...), decoding batches of
         records as they arrive: bounded memory, and no stall of the event loop whatever the body — where

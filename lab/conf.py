@@ -144,8 +144,10 @@ def slurm_conf(cfg: LabConfig) -> str:
         f"SlurmdLogFile={p('log', 'slurmd-%n.log')}",
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
-        # with accounting, each job's CPU time and memory are sampled (sacct's TotalCPU, MaxRSS)
+        # with accounting, each job's CPU time and memory are sampled (sacct's TotalCPU, MaxRSS), every second
+        # (the default 30 s misses the lab's short jobs: no memory figure at all)
         f"JobAcctGatherType=jobacct_gather/{'linux' if cfg.accounting else 'none'}",
+        *(["JobAcctGatherFrequency=task=1"] if cfg.accounting else []),
         "MpiDefault=none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",

@@ -19,6 +19,7 @@ derived from the tools only, never from the snapshot.
 from __future__ import annotations
 
 import math
+import re
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -31,6 +32,7 @@ import msgspec
 import pytest
 
 from exporter.model import MIB, Snapshot
+from exporter.versions.slurmdb import decode_slurmdb_jobs
 from lab import Lab, LabError
 from testkit.bridge_lab import reserved_node
 from testkit.lab_compare import (
@@ -763,6 +765,43 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(lab: Lab, tmp_path: Path) ->
         dict(k)["state"]: v for k, v in physics.items() if dict(k)["account"] == "physics"
     } == want  # once
     assert again["slurm_job_run_seconds_count"][series(partition="dyn")] >= 2
+
+
+def _sacct_memory(text: str) -> int | None:
+    """The ``mem=`` of a ``TRESUsageInTot`` (``cpu=00:00:01,mem=39.88M,...``) in bytes; None without one."""
+    m = re.search(r"(?:^|,)mem=([\d.]+[KMGT]?)", text)
+    if m is None:
+        return None
+    size = m.group(1)
+    return mb_to_bytes(size) if size[-1].isalpha() else int(float(size))  # a bare number is bytes here
+
+
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_ended_jobs_memory_is_what_sacct_shows(lab: Lab) -> None:
+    """A job holding ~40 MB in its batch shell for 3 s: slurmdbd's record, read as the poller reads it, says
+    the memory its largest step used as sacct's ``TRESUsageInTot`` does (the lab samples every second)."""
+    version = "v0.0.45" if lab.flavor.name == "26.05" else "v0.0.42"
+    since = int(time.time()) - 5
+    with reserved_node(lab, ACCOUNTING_NODE):
+        where = ["-p", "dyn", f"--reservation={ACCOUNTING_NODE}", "-n1", "--mem=200", "-A", "physics"]
+        job_id = lab.sbatch(
+            *where, "-J", "acct-mem", command="x=$(head -c 40000000 /dev/zero | tr '\\0' a); sleep 3"
+        )
+        deadline = time.monotonic() + 60.0
+        while True:
+            rows = lab.run(["sacct", "-n", "-P", "-j", str(job_id), "-o", "JobID,State,TRESUsageInTot"])
+            steps = [r.split("|") for r in rows.splitlines() if "|" in r]
+            if steps and steps[0][1].split()[0] == "COMPLETED" and any(_sacct_memory(s[2]) for s in steps):
+                break
+            assert time.monotonic() < deadline, rows
+            time.sleep(0.5)
+    want = max(m for s in steps if (m := _sacct_memory(s[2])) is not None)
+    answer = lab.get(f"/slurmdb/{version}/jobs?start_time={since}")
+    jobs, _ = decode_slurmdb_jobs(answer.body)
+    (job,) = [j for j in jobs if j.job_id == job_id]
+    assert job.memory_bytes == 200 * MIB
+    assert job.memory_bytes_used is not None and job.memory_bytes_used >= 40_000_000
+    assert job.memory_bytes_used == pytest.approx(want, rel=0.01)  # sacct rounds to two decimals of its unit
 
 
 LIMITS_QOS = [

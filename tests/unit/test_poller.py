@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.accounting import ENDED_STATES
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import ENDPOINTS
 from exporter.poller import Poller
@@ -424,6 +425,7 @@ async def test_ended_jobs_are_read_in_a_moving_window_and_counted_once(
     ends = sorted(j["time"]["end"] for j in json.loads(recorded.read_bytes())["jobs"] if j["time"]["end"])
     fake.override["slurmdb_jobs"] = recorded.read_bytes()
     clock = Clock(ends[3] - 0.5)  # the exporter starts before the fourth end: those before are history
+    started = clock.now
     p = _poller(url, clock, endpoints=(*ENDPOINTS, "slurmdb_jobs"), intervals={"slurmdb_jobs": 30.0})
     async with p.client:
         await p.poll_once()
@@ -434,15 +436,19 @@ async def test_ended_jobs_are_read_in_a_moving_window_and_counted_once(
         await p.poll_once()
         acc = p.status.accounting
         assert acc is not None and p.status.accounting_note == "on"
-        assert sum(acc.ended.values()) == sum(1 for e in ends if e >= clock.now) >= 5
-        (query,) = [q for path, q, _ in fake.requests if path.startswith("/slurmdb/")]
-        assert query["start_time"] == str(int(clock.now - 120)) and "state" not in query
-        for _ in range(3):  # the same records answered again, every 30 s: nothing counted twice
+        # the jobs that ended since the start, up to now (slurmdbd has no later end yet)
+        assert sum(acc.ended.values()) == sum(1 for e in ends if started <= e <= int(clock.now) + 1) == 2
+        ((query),) = fake.slurmdb_job_queries
+        assert ("start_time", str(int(clock.now - 120))) in query
+        assert ("end_time", str(int(clock.now) + 1)) in query
+        assert sorted(v for k, v in query if k == "state") == sorted(ENDED_STATES)  # one state= each
+        for _ in range(4):  # every 30 s: the later ends come in, the ones read already not again
             clock.now += 30.0
             await p.poll_once()
-        assert p.status.accounting is not None and p.status.accounting.ended == acc.ended
-        windows = [int(q["start_time"]) for path, q, _ in fake.requests if path.startswith("/slurmdb/")]
-        assert len(windows) == 4 and windows == sorted(windows)  # the window moves
+        acc = p.status.accounting
+        assert acc is not None and sum(acc.ended.values()) == sum(1 for e in ends if e >= started) == 6
+        windows = [int(dict(q)["start_time"]) for q in fake.slurmdb_job_queries]
+        assert len(windows) == 5 and windows == sorted(windows)  # the window moves
 
 
 async def test_limits_are_read_where_offered_at_their_interval_and_held(
