@@ -309,10 +309,12 @@ class Poller:
         overlap = self.config.accounting_overlap
         # the ended states only, each its own ``state=`` (a comma list is one unknown flag to slurmrestd:
         # HTTP 500), with an end time (without one slurmdbd takes end = start and finds nearly nothing):
-        # the jobs that ended in the window, not every job that ran in it (seen in the labs)
+        # the jobs that ended in the window, not every job that ran in it. The times relative to
+        # slurmdbd's clock (sacct's ``now-N``): v0.0.40/v0.0.41 refuse every epoch number (HTTP 422,
+        # "Parsing of ... for timestamp failed"), every version takes this (seen in the labs)
         params = [
-            ("start_time", str(int(since - overlap))),
-            ("end_time", str(int(now) + 1)),
+            ("start_time", f"now-{max(int(now - since + overlap), 0)}"),
+            ("end_time", "now+1"),
             *(("state", state) for state in sorted(ENDED_STATES)),
         ]
         t0 = time.perf_counter()

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,9 +40,11 @@ class FakeSlurmrestd:
     """Endpoint (``jobs``, ``nodes``, ..., ``openapi``; ``job/<id>`` for one job's reads) → fault; missing
     means ok."""
     requests: list[tuple[str, dict[str, str], dict[str, str]]] = field(default_factory=list)
+    """(path, query, headers) of every request seen."""
     slurmdb_job_queries: list[list[tuple[str, str]]] = field(default_factory=list)
     """Every ``/slurmdb/.../jobs`` query as (name, value) pairs, repeated names kept (``state=``)."""
-    """(path, query, headers) of every request seen."""
+    clock: Callable[[], float] = time.time
+    """slurmdbd's clock: what ``now`` means in a ``/slurmdb/.../jobs`` time."""
     in_flight: dict[str, int] = field(default_factory=dict)
     max_in_flight: dict[str, int] = field(default_factory=dict)
     delay: float = 0.0
@@ -153,7 +156,7 @@ class FakeSlurmrestd:
                 body = self.body(version, endpoint)
                 states = request.query.getall("state", [])
                 if states:
-                    answer = slurmdb_jobs_in_states(body, states, request.query)
+                    answer = slurmdb_jobs_in_states(body, states, request.query, version, self.clock())
                     if isinstance(answer, web.Response):
                         return answer
                     body = answer
@@ -215,17 +218,34 @@ def serve(fake: FakeSlurmrestd) -> AbstractAsyncContextManager[str]:
     return serve_app(fake.app())
 
 
-def slurmdb_jobs_in_states(body: bytes, states: list[str], query: Mapping[str, str]) -> bytes | web.Response:
+def slurmdb_jobs_in_states(
+    body: bytes, states: list[str], query: Mapping[str, str], version: str, now: float
+) -> bytes | web.Response:
     """What slurmrestd 24.11/26.05 answer to ``/slurmdb/.../jobs?state=...`` (seen in the labs): each
     ``state=`` one state name (a comma list is one unknown flag: HTTP 500 with error 9207, as slurmrestd);
     the jobs in those states that ended within ``start_time``–``end_time`` (without ``end_time`` slurmdbd
-    takes the start: nothing ended in a zero-length window)."""
+    takes the start: nothing ended in a zero-length window). Times are epoch numbers (refused by v0.0.40
+    and v0.0.41: HTTP 422, error 9202) or sacct's ``now[+-N]`` (seconds) against ``now``."""
     for state in states:
         if "," in state:
             error = {"description": f'Unknown flag "{state}"', "error_number": 9207}
             return web.json_response({"jobs": [], "errors": [error]}, status=500)
-    start = int(query.get("start_time", "0"))
-    end = int(query.get("end_time", start))
+    times: dict[str, float] = {}
+    for name in ("start_time", "end_time"):
+        text = query.get(name)
+        if text is None:
+            continue
+        relative = re.fullmatch(r"now(?:([+-])(\d+))?", text)
+        if relative is not None:
+            sign, n = relative.groups()
+            times[name] = now + (int(n) if sign == "+" else -int(n) if sign else 0)
+        elif text.isdigit() and version not in ("v0.0.40", "v0.0.41"):
+            times[name] = int(text)
+        else:
+            error = {"description": f"Parsing of {text} for timestamp failed", "error_number": 9202}
+            return web.json_response({"errors": [error]}, status=422)
+    start = times.get("start_time", 0.0)
+    end = times.get("end_time", start)
     doc = json.loads(body)
     doc["jobs"] = [
         j
