@@ -26,10 +26,10 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 
+from .families import labelled
 from .model import EndedJob
 
 __all__ = ["ENDED_STATES", "Accounting", "Histogram", "accounting_families", "record_ended"]
@@ -150,22 +150,28 @@ def accounting_families(
         by_partition[(partition, state)] = by_partition.get((partition, state), 0) + n
         by_account[(account, partition, state)] = by_account.get((account, partition, state), 0) + n
         by_user[(user, partition, state)] = by_user.get((user, partition, state), 0) + n
-    yield _counter(
+    yield labelled(
+        CounterMetricFamily,
         "slurm_jobs_ended",
         "Jobs that ended, by partition and final state",
         ["partition", "state"],
         by_partition,
     )
     if per_account:
-        yield _counter(
+        yield labelled(
+            CounterMetricFamily,
             "slurm_account_jobs_ended",
             "Jobs that ended, by account",
             ["account", "partition", "state"],
             by_account,
         )
     if per_user:
-        yield _counter(
-            "slurm_user_jobs_ended", "Jobs that ended, by user", ["user", "partition", "state"], by_user
+        yield labelled(
+            CounterMetricFamily,
+            "slurm_user_jobs_ended",
+            "Jobs that ended, by user",
+            ["user", "partition", "state"],
+            by_user,
         )
     for name, doc, values in (
         ("slurm_job_wait_seconds", "Seconds ended jobs waited from submission to start", acc.wait),
@@ -202,15 +208,4 @@ def accounting_families(
             acc.cpu_seconds_used,
         ),
     ):
-        counter = CounterMetricFamily(name, doc, labels=["partition"])
-        for partition, v in sorted(sums.items()):
-            counter.add_metric([partition], v)
-        yield counter
-
-
-def _counter(name: str, doc: str, labels: list[str], values: Mapping[Any, int]) -> Metric:
-    """A counter family of ``values``: label values (a tuple, in ``labels``' order) → count."""
-    fam = CounterMetricFamily(name, doc, labels=labels)
-    for key, n in sorted(values.items()):
-        fam.add_metric(list(key), float(n))
-    return fam
+        yield labelled(CounterMetricFamily, name, doc, ["partition"], {(p,): v for p, v in sums.items()})

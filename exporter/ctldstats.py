@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from .families import labelled
 from .model import Diag
 
 __all__ = ["DEFAULT_RPC_TOP_USERS", "diag_families", "rpc_families"]
@@ -182,9 +183,5 @@ def _per_type(
     values: Mapping[str, int] | None,
 ) -> Iterable[Metric]:
     """One ``family`` of ``values`` by message type; nothing when the API does not say (None)."""
-    if values is None:
-        return
-    fam = family(name, doc, labels=["type"])
-    for key, n in sorted(values.items()):
-        fam.add_metric([key], float(n))
-    yield fam
+    if values is not None:
+        yield labelled(family, name, doc, ["type"], {(key,): n for key, n in values.items()})

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from .families import labelled
 from .model import Snapshot
 from .slurmtext import gres_by_type
 
@@ -75,9 +76,5 @@ def _typed(counts: Counts, by_type: bool) -> Counts:
 
 
 def _partition_family(name: str, what: str, values: Mapping[tuple[str, str, str], int]) -> Metric:
-    fam = GaugeMetricFamily(
-        name, f"Generic resources {what}, by name and type", labels=["partition", "name", "type"]
-    )
-    for key, n in sorted(values.items()):
-        fam.add_metric(list(key), float(n))
-    return fam
+    doc = f"Generic resources {what}, by name and type"
+    return labelled(GaugeMetricFamily, name, doc, ["partition", "name", "type"], values)

@@ -722,9 +722,10 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(
     lab: Lab, api_version: str | None, tmp_path: Path
 ) -> None:
     """Accounting from slurmdbd: jobs of account physics (which no other test of this module uses), run on a
-    dynamic node of their own (the demo fills cpu and gpu), that end while ``serve`` reads slurmdbd are
-    counted per final state exactly as ``sacct`` lists them, once each however many overlapping reads see
-    them."""
+    dynamic node of their own (the demo fills cpu and gpu), that end while ``serve`` reads slurmdbd —
+    completed, failed, cancelled, and a ``--no-requeue`` job whose node is set DOWN under it (NODE_FAIL) —
+    are counted per final state exactly as ``sacct`` lists them, once each however many overlapping reads
+    see them. (OUT_OF_MEMORY needs cgroup memory limits and PREEMPTED a preemption setup the lab has not.)"""
     forced = ("--api-version", api_version) if api_version else ()
     serve = start_serve(
         lab.url, lab.token_file, tmp_path, "--metrics-per-account", "--accounting-interval", "1", *forced
@@ -744,13 +745,22 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(
             ]
             time.sleep(2.0)
             lab.run(["scancel", str(ids[2])])
+            # a job on a node that goes down under it (not requeued): NODE_FAIL
+            ids.append(lab.sbatch(*common, "--no-requeue", "-J", "acct-nodefail", command="sleep 300"))
+            deadline = time.monotonic() + 60.0
+            while lab.run(["squeue", "-h", "-j", str(ids[3]), "-o", "%T"]).strip() != "RUNNING":
+                assert time.monotonic() < deadline
+                time.sleep(0.3)
+            down = ["scontrol", "update", f"NodeName={ACCOUNTING_NODE}", "State=DOWN", "Reason=acct-test"]
+            lab.run(down)
+            ended_states = ("COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL")
             want: dict[str, float] = {}
             deadline = time.monotonic() + 60.0
             while True:
                 listing = ["sacct", "-n", "-X", "-P", "-j", ",".join(map(str, ids)), "-o", "JobID,State"]
                 rows = lab.run(listing).splitlines()
                 states = [r.split("|")[1].split()[0] for r in rows if "|" in r]
-                if len(states) == 3 and all(s in ("COMPLETED", "FAILED", "CANCELLED") for s in states):
+                if len(states) == 4 and all(s in ended_states for s in states):
                     for state in states:
                         want[state] = want.get(state, 0) + 1
                     break
@@ -770,7 +780,7 @@ def test_ended_jobs_are_counted_as_sacct_lists_them(
         again = parse_scrape(serve.get("/metrics")[1])
     finally:
         serve.proc.stop()
-    assert want == {"COMPLETED": 1, "FAILED": 1, "CANCELLED": 1}
+    assert want == {"COMPLETED": 1, "FAILED": 1, "CANCELLED": 1, "NODE_FAIL": 1}
     assert got == want
     physics = again["slurm_account_jobs_ended_total"]
     assert {
