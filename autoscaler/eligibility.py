@@ -28,9 +28,9 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
 
 Not judged yet: QOS and association limits (in the snapshot where slurmrestd serves slurmdbd:
 ``Snapshot.qos``, ``Snapshot.associations``). A fresh job over one is counted until Slurm names it: at its
-first pass where the partition has nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and partition limits.
-Waiting for every fresh job's first pass instead would cost the activation latency (submission → active,
-p50 0.35–0.6 s) up to a second more.
+first pass where the partition has nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as
+for licenses and partition limits. Waiting for every fresh job's first pass instead would cost the activation
+latency (submission → active, p50 0.35–0.6 s) up to a second more.
 Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
 all counted until the pass.
 """
