@@ -2,7 +2,8 @@
 a fake API server) → Debian's real Prometheus scraping it every second with our rules loaded.
 
 Every dashboard query and every rule expression runs against that Prometheus: it must answer, and return
-data unless :data:`EXPECTED_EMPTY` says why not. Every rule is loaded and evaluated without error. Faults:
+data unless :data:`EXPECTED_EMPTY` says why not (the accounting dashboard's after three jobs of account
+physics ended on a node of their own; ``--metrics-fairshare`` on). Every rule is loaded and evaluated without error. Faults:
 a drained node makes SlurmNodesDrained pending, a stopped slurmrestd makes SlurmRestdUnreachable pending.
 ``slurm-keda dashboards render`` draws each dashboard from the same Prometheus."""
 
@@ -26,6 +27,7 @@ import pytest
 from dashboards.render import Window, load, queries, repeat_queries
 from dashboards.rules import ALERTS, RECORDS
 from lab import Lab
+from testkit.bridge_lab import reserved_node
 from testkit.builders import pod_doc as pod
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.paths import ROOT
@@ -33,7 +35,13 @@ from testkit.prometheus import PROMETHEUS, need_binary, start_prometheus
 from testkit.scale_harness import ScalerProcess
 from testkit.tools import eventually
 
-DASHBOARDS = ("slurm-overview", "slurm-autoscaling", "slurm-scheduler", "slurm-keda-health")
+DASHBOARDS = (
+    "slurm-overview",
+    "slurm-autoscaling",
+    "slurm-scheduler",
+    "slurm-keda-health",
+    "slurm-accounting",
+)
 CLUSTER = "lab2605"
 TARGETS = (
     "targets:\n"
@@ -42,6 +50,9 @@ TARGETS = (
 )
 DRAINED = "p12"
 """An idle, powered-down node of partition cloud: draining it disturbs no job of the demo."""
+ACCOUNTING_DASHBOARD = "slurm-accounting"
+ENDED_NODE = "dash-acct"
+"""A dynamic node of its own (reserved) where jobs of account physics end, for the accounting dashboard."""
 
 NOT_SCRAPED = "KEDA and kube-state-metrics are not scraped here (no Kubernetes)"
 NO_WAITING_POD = "no pod waits for Slurm in this test (the one bridge pod is refused by the policy)"
@@ -121,6 +132,7 @@ async def test_dashboards_and_rules_on_a_real_prometheus(
     async with serve_kube(fake) as kube_url:
         flags = [
             *("--autoscaler-targets-file", str(targets), "--metrics-per-user", "--metrics-per-account"),
+            *("--metrics-fairshare", "--accounting-interval", "1"),
             *("--bridge", "--bridge-policy-file", str(policy), "--bridge-namespace", "slurm-keda"),
             *("--kubeconfig", str(write_kubeconfig(tmp_path / "kubeconfig", kube_url))),
             *(
@@ -161,13 +173,16 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
         return rules if rules and all(r.get("lastEvaluation", "").startswith("20") for r in rules) else None
 
     rules = await eventually(rules_evaluated, 30, "every rule evaluated once")
+
     assert len(rules) == len(ALERTS) + len(RECORDS)
     assert [r["name"] for r in rules if r["health"] != "ok"] == [], [r.get("lastError") for r in rules]
 
-    # every panel query of every dashboard
-    window = Window(end=time.time(), range_s=60, step_s=1, scrape_interval_s=1)
+    # every panel query of every dashboard; the accounting one's after jobs ended (their node, a dyn node
+    # of its own, would count in the autoscaling panels' range)
     empty: dict[str, list[str]] = {}
-    for stem in DASHBOARDS:
+
+    async def note_empty(stem: str) -> None:
+        window = Window(end=time.time(), range_s=60, step_s=1, scrape_interval_s=1)
         dashboard = load(stem)
         values = {}
         for name, q in repeat_queries(dashboard).items():
@@ -176,6 +191,22 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
         for q in queries(dashboard, window, {"cluster": CLUSTER}, values):
             if not await instant(port, q.expr):
                 empty.setdefault(q.panel, []).append(q.expr)
+
+    for stem in DASHBOARDS:
+        if stem != ACCOUNTING_DASHBOARD:
+            await note_empty(stem)
+    # jobs that end (one failing, each sampled by jobacct_gather) for the accounting dashboard
+    with reserved_node(lab, ENDED_NODE):
+        where = ["-p", "dyn", f"--reservation={ENDED_NODE}", "-n1", "--mem=100", "-A", "physics"]
+        for script in ("sleep 3", "sleep 3; exit 3", "sleep 3"):
+            lab.sbatch(*where, "-J", "dash-ended", command=script)
+
+        async def counted() -> bool:
+            return bool(await instant(port, 'sum(slurm_jobs_ended_total{partition="dyn"}) >= 3'))
+
+        await eventually(counted, 90, "the three jobs counted as ended")
+        await asyncio.sleep(3.0)  # scrapes after the counters moved: rates over them
+    await note_empty(ACCOUNTING_DASHBOARD)
     assert set(empty) - set(MAYBE_EMPTY) == set(EXPECTED_EMPTY), json.dumps(empty, indent=1)
 
     # every rule expression
@@ -239,6 +270,7 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
 
     await eventually(recovered, 60, "slurm_up back to 1")
     # the timeouts it caused are on the Poll errors panel now
+    window = Window(end=time.time(), range_s=60, step_s=1, scrape_interval_s=1)
     (poll_errors,) = [q for q in queries(load("slurm-keda-health"), window) if q.panel == "Poll errors"]
     errors = await instant(port, poll_errors.expr.replace("[4s]", "[5m]"))
     assert {r["metric"]["kind"] for r in errors} >= {"timeout"}, errors
