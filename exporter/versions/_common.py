@@ -21,6 +21,7 @@ from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, R
 
 T = TypeVar("T")
 Num = TypeVar("Num")
+R = TypeVar("R")
 """A generation's JSON number: ``int`` (v0.0.38) or the ``{set, infinite, number}`` struct."""
 
 NO_VAL = 0xFFFFFFFE
@@ -265,6 +266,28 @@ def answer_data(raw: Any, endpoint: str, field: str) -> tuple[Any, Envelope]:
     if data is UNSET:
         raise missing(endpoint, field, env)
     return data, env
+
+
+def decode_records(
+    decoder: msgspec.json.Decoder[Any],
+    body: bytes,
+    endpoint: str,
+    field: str,
+    what: str,
+    convert: Callable[[Any], R],
+) -> tuple[list[R], Envelope]:
+    """A slurmdbd-style answer (``meta``/``errors``/``warnings`` beside one list ``field``) decoded with
+    ``decoder`` and each record converted; typed :mod:`exporter.errors` on bad input."""
+    listed, env = answer_data(decode(decoder, body, endpoint), endpoint, field)
+    return guarded(endpoint, what, lambda: [convert(r) for r in listed]), env
+
+
+class RawTres(Struct, gc=False):
+    """One ``{type, name, count}`` of a TRES list (slurmdbd's answers; memory in MiB)."""
+
+    type: str = ""
+    name: str = ""
+    count: int = 0
 
 
 # ----------------------------------------------------------------------------------------- diag

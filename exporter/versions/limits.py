@@ -56,13 +56,7 @@ def _minutes(x: N | None) -> int | None:
     return None if n is None else n * 60
 
 
-class RawTres(Struct, gc=False):
-    type: str = ""
-    name: str = ""
-    count: int = 0
-
-
-def _tres(items: list[RawTres] | None) -> dict[str, int]:
+def _tres(items: list[c.RawTres] | None) -> dict[str, int]:
     """``[{type, name, count}]`` → ``{"cpu": 8, "mem": bytes, "gres/gpu": 1}`` (a negative count: unset)."""
     out: dict[str, int] = {}
     for t in items or ():
@@ -96,14 +90,14 @@ class _QosActive(Struct, gc=False):
 
 
 class _QosTresPer(Struct, gc=False):
-    user: list[RawTres] | None = None
-    account: list[RawTres] | None = None
-    job: list[RawTres] | None = None
-    node: list[RawTres] | None = None
+    user: list[c.RawTres] | None = None
+    account: list[c.RawTres] | None = None
+    job: list[c.RawTres] | None = None
+    node: list[c.RawTres] | None = None
 
 
 class _QosTres(Struct, gc=False):
-    total: list[RawTres] | None = None
+    total: list[c.RawTres] | None = None
     per: _QosTresPer | None = None
 
 
@@ -146,8 +140,7 @@ _QOS = msgspec.json.Decoder(RawQosList)
 
 def decode_qos(body: bytes) -> tuple[list[QosLimits], Envelope]:
     """Every QOS of any v0.0.40+ answer; typed :mod:`exporter.errors` on bad input."""
-    listed, env = c.answer_data(c.decode(_QOS, body, "qos"), "qos", "qos")
-    return c.guarded("qos", "qos", lambda: [convert_qos(q) for q in listed]), env
+    return c.decode_records(_QOS, body, "qos", "qos", "qos", convert_qos)
 
 
 def convert_qos(r: RawQos) -> QosLimits:
@@ -194,12 +187,12 @@ class _AssocJobs(Struct, gc=False):
 
 
 class _AssocTresPer(Struct, gc=False):
-    job: list[RawTres] | None = None
-    node: list[RawTres] | None = None
+    job: list[c.RawTres] | None = None
+    node: list[c.RawTres] | None = None
 
 
 class _AssocTres(Struct, gc=False):
-    total: list[RawTres] | None = None
+    total: list[c.RawTres] | None = None
     per: _AssocTresPer | None = None
 
 
@@ -243,8 +236,9 @@ _ASSOCIATIONS = msgspec.json.Decoder(RawAssociations)
 
 def decode_associations(body: bytes) -> tuple[list[Association], Envelope]:
     """Every association of any v0.0.40+ answer; typed :mod:`exporter.errors` on bad input."""
-    listed, env = c.answer_data(c.decode(_ASSOCIATIONS, body, "associations"), "associations", "associations")
-    return c.guarded("associations", "association", lambda: [convert_association(a) for a in listed]), env
+    return c.decode_records(
+        _ASSOCIATIONS, body, "associations", "associations", "association", convert_association
+    )
 
 
 def convert_association(r: RawAssociation) -> Association:

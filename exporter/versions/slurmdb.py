@@ -29,14 +29,8 @@ class RawStepTime(Struct, gc=False):
     total: RawSeconds | None = None
 
 
-class RawTres(Struct, gc=False):
-    type: str = ""
-    name: str = ""
-    count: int = 0
-
-
 class RawStepUsage(Struct, gc=False):
-    total: list[RawTres] | None = None
+    total: list[c.RawTres] | None = None
 
 
 class RawStepTres(Struct, gc=False):
@@ -60,7 +54,7 @@ class RawState(Struct, gc=False):
 
 
 class RawTresLists(Struct, gc=False):
-    allocated: list[RawTres] | None = None
+    allocated: list[c.RawTres] | None = None
 
 
 class RawDbJob(Struct, gc=False):
@@ -86,8 +80,7 @@ _DECODER = msgspec.json.Decoder(RawDbJobs)
 
 def decode_slurmdb_jobs(body: bytes) -> tuple[list[EndedJob], Envelope]:
     """slurmdbd's job records of any v0.0.40+ answer; typed :mod:`exporter.errors` on bad input."""
-    jobs, env = c.answer_data(c.decode(_DECODER, body, "slurmdb/jobs"), "slurmdb/jobs", "jobs")
-    return c.guarded("slurmdb/jobs", "job", lambda: [convert(j) for j in jobs]), env
+    return c.decode_records(_DECODER, body, "slurmdb/jobs", "jobs", "job", convert)
 
 
 def convert(r: RawDbJob) -> EndedJob:
