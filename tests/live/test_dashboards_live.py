@@ -1,11 +1,11 @@
-"""End to end: the 26.05 lab (demo workload) → ``slurm-keda serve`` (autoscaler targets, gRPC, the bridge on
-a fake API server) → Debian's real Prometheus scraping it every second with our rules loaded.
+"""End to end: the 26.05 lab (demo workload) → ``slurm-keda serve`` (autoscaler targets, gRPC, the bridge on a
+fake API server) → Debian's real Prometheus scraping it every second with our rules loaded.
 
-Every dashboard query and every rule expression runs against that Prometheus: it must answer, and return
-data unless :data:`EXPECTED_EMPTY` says why not (the accounting dashboard's after three jobs of account
-physics ended on a node of their own; ``--metrics-fairshare`` on). Every rule is loaded and evaluated without error. Faults:
-a drained node makes SlurmNodesDrained pending, a stopped slurmrestd makes SlurmRestdUnreachable pending.
-``slurm-keda dashboards render`` draws each dashboard from the same Prometheus."""
+Every dashboard query and every rule expression runs against that Prometheus: it must answer, and return data
+unless :data:`EXPECTED_EMPTY` says why not (the accounting dashboard's after three jobs of account physics
+ended on a node of their own; ``--metrics-fairshare`` on). Every rule is loaded and evaluated without error.
+Faults: a drained node makes SlurmNodesDrained pending, a stopped slurmrestd makes SlurmRestdUnreachable
+pending. ``slurm-keda dashboards render`` draws each dashboard from the same Prometheus."""
 
 from __future__ import annotations
 
