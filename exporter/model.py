@@ -56,7 +56,8 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     qos: str = ""
     priority: int = 0
     min_nodes: int = 1
-    """Nodes requested (at least); for a running job, nodes allocated."""
+    """Nodes requested (at least): Slurm's ``node_count`` (an overcommitting pending job's ``-N``, see
+    :func:`exporter.versions._common.requested_nodes`); for a running job, nodes allocated."""
     max_nodes: int | None = None
     """Upper bound of a node range request; None when no upper bound was given."""
     cpus: int = 0

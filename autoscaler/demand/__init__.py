@@ -21,7 +21,7 @@ and what it costs: ``docs/demand.md``):
 6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never
    splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
    (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
-   minimum, as Slurm does), ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``)
+   minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate), ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``)
    take whole nodes; above the partition's ``MaxMemPerCPU`` a job gets more CPUs, as slurmctld gives it
    when it schedules. A job that can never fit is ``too_large``, not counted.
 7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit

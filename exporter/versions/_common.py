@@ -147,6 +147,18 @@ _EMPTY_TRES: tuple[dict[str, int], int, int] = ({}, 0, 0)
 _EMPTY_ARRAY: tuple[str, int, int | None] = ("", 0, None)
 
 
+def requested_nodes(
+    node_count: int, cpus: int, tasks: int, cpus_per_task: int, tres_nodes: int | None
+) -> int:
+    """A job's minimum node count: Slurm's ``node_count`` (for a pending job its estimate from tasks and
+    CPUs), except for a job that overcommits (``--overcommit``: fewer CPUs than tasks × CPUs per task),
+    whose estimate ignores the overcommit — the requested TRES ``node`` (``-N``, 1 by default) is what it
+    gets (lab, 26.05.5: ``-O -n16`` shows node_count 2 and runs on one node)."""
+    if tres_nodes and cpus and cpus < tasks * cpus_per_task:
+        return tres_nodes
+    return node_count
+
+
 def mb(n: int | None) -> int | None:
     """MiB → bytes; None/negative/NO_VAL-ish → None."""
     if n is None or n < 0 or n >= NO_VAL:

@@ -151,6 +151,11 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         # TRES strings carry gres/gpu only when AccountingStorageTRES lists it: fall back to the
         # per-job, then per-node request.
         gpus = alloc_gpus or req_gpus or (gpus_of(tpj) if tpj else 0) or gpn * min_nodes
+        tasks = v(r.tasks) or 1
+        cpt = _num(r.cpus_per_task) or 1
+        cpus = v(r.cpus) or 0
+        if cpus < tasks * cpt and st[0] == "PENDING":
+            min_nodes = c.requested_nodes(min_nodes, cpus, tasks, cpt, req.get("node"))
 
         append(
             Job(
@@ -172,9 +177,9 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 priority=r.priority or 0,
                 min_nodes=min_nodes,
                 max_nodes=v(r.max_nodes) or None,
-                cpus=v(r.cpus) or 0,
-                tasks=v(r.tasks) or 1,
-                cpus_per_task=_num(r.cpus_per_task) or 1,
+                cpus=cpus,
+                tasks=tasks,
+                cpus_per_task=cpt,
                 memory_per_node_bytes=mem_node * MIB if mem_node else None,
                 memory_per_cpu_bytes=mem_cpu * MIB if mem_cpu else None,
                 whole_node_memory=whole,

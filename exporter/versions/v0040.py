@@ -188,6 +188,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
             gpus = gpus_of(tpt) * tasks
         x = r.cpus
         cpus = x.number if x is not None and x.set and not x.infinite else 0
+        if cpus < tasks * cpt and st[0] == "PENDING":
+            min_nodes = c.requested_nodes(min_nodes, cpus, tasks, cpt, req.get("node"))
         x = r.priority
         prio = x.number if x is not None and x.set and not x.infinite else 0
         x = r.time_limit

@@ -127,6 +127,13 @@ with the cloud partition cut to p[1-6], it starts all four jobs, the 4-node one 
 ``--mem-per-cpu`` one on p6. The 12 powered-down cloud nodes, not the jobs, let Slurm use 9; so this
 stays a known difference rather than a rule the model copies.
 
+``overcommit`` → 2: ``-O -n16`` and ``-O -n24`` get one CPU each (an overcommitting job is allocated as
+if it ran one task per node) on p1 beside the ``-c4`` job; ``-O -N2 -n16`` takes p1, p2. Slurm's
+``node_count`` of a pending ``-O`` job is its estimate without the overcommit (2 and 3 here): read as the
+minimum it made the model say 3; the snapshot now takes the requested TRES ``node`` for such a job. (``-O``
+with ``-c2`` never started in the lab: Slurm shows one CPU, two per task, and the job pends with
+Resources on empty nodes — not a mix; the model counts it.)
+
 **End to end** (``test_scale_from_zero_runs_the_jobs_and_returns_to_zero``): :mod:`testkit.scale_harness`
 plays KEDA (``external-push`` trigger, pollingInterval 1 s, cooldownPeriod 5 s, min 0, max 10), the HPA it
 creates (AverageValue, tolerance 0.1, sync every 1 s, scale-down stabilization 5 s) and the Slinky operator
@@ -389,6 +396,18 @@ MIXES += (
         "gpus_per_task", tuple((f"t{i}", "--gpus-per-task=1 -n2 --mem=1000") for i in range(3)), 2, gpus=True
     ),
     Mix("mem_per_gpu", tuple((f"m{i}", "--gpus=2 --mem-per-gpu=5000") for i in range(2)), 2, gpus=True),
+)
+MIXES += (
+    Mix(
+        "overcommit",
+        (
+            ("o16", "-O -n16 --mem=1000"),
+            ("o24", "-O -n24 --mem=1000"),
+            ("c4", "-c4 --mem=1000"),
+            ("o16_two", "-O -N2 -n16 --mem=1000"),
+        ),
+        2,
+    ),
 )
 KNOWN_DIFFERENCES = {
     "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"

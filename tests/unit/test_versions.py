@@ -972,3 +972,33 @@ def test_gpus_per_task_and_memory_per_gpu(version: str) -> None:
     assert (jobs[0].gpus, jobs[0].tasks) == (2, 2)
     assert (jobs[1].gpus, jobs[1].memory_per_node_bytes, jobs[1].memory_bytes) == (2, None, 6000 * MIB)
     assert not jobs[1].whole_node_memory
+
+
+def test_an_overcommitting_pending_job_needs_its_requested_nodes_not_slurms_estimate() -> None:
+    # as the lab's 26.05 showed `sbatch -O -n16` on 8-CPU nodes: cpus 1, tasks 16, node_count 2 (Slurm's
+    # estimate from 16 tasks) and tres node=1 — it ran on one node; without -O the same -n16 needs 2
+    common = {"tasks": num(16), "cpus_per_task": num(1), "node_count": num(2), "memory_per_cpu": num(None)}
+    over = job40(**common, cpus=num(1), tres_req_str="cpu=1,mem=16000M,node=1,billing=1")
+    plain = job40(**common, job_id=43, cpus=num(16), tres_req_str="cpu=16,mem=16000M,node=1,billing=16")
+    asked = job40(
+        **common, job_id=44, cpus=num(1), tres_req_str="cpu=1,mem=16000M,node=2,billing=1"
+    )  # -O -N2
+    running = job40(
+        **common,
+        job_id=45,
+        job_state=["RUNNING"],
+        cpus=num(1),
+        tres_req_str="cpu=1,mem=16000M,node=1,billing=1",
+    )
+    jobs, _ = adapter_for("v0.0.45").jobs(body40([over, plain, asked, running]))
+    assert [j.min_nodes for j in jobs] == [1, 2, 2, 2]  # a running job's node_count is what it holds
+    jobs38, _ = adapter_for("v0.0.38").jobs(
+        json.dumps(
+            {
+                "jobs": [
+                    job38(cpus=1, tasks=16, node_count=2, tres_req_str="cpu=1,mem=16000M,node=1,billing=1")
+                ]
+            }
+        ).encode()
+    )
+    assert jobs38[0].min_nodes == 1
