@@ -41,6 +41,10 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The ``%N`` throttle of the array; None when unthrottled."""
     array_pending_tasks: int = 0
     """Number of tasks named by ``array_task_string`` (0 for non-array records)."""
+    het_job_id: int | None = None
+    """The heterogeneous job this record is a component of (its first component's id); None otherwise."""
+    het_job_offset: int | None = None
+    """The component's place in its heterogeneous job, from 0."""
     name: str = ""
     state: str
     """Base state: PENDING, RUNNING, SUSPENDED, COMPLETED, CANCELLED, FAILED, TIMEOUT, ..."""

@@ -18,12 +18,15 @@ and what it costs: ``docs/demand.md``):
    with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero the same against
    ``Target.features`` (else only the NodeSet's feature is known).
 5. **Arrays**: a record counts its pending tasks; a ``%N`` throttle lets ``N − running`` count.
+   **Heterogeneous jobs** (:mod:`~autoscaler.demand.hetjobs`): a job's components on distinct nodes, one
+   job of Σ components' nodes, each node asking the most any component asks of one.
 6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never
    splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
    (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
-   minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate), ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``)
-   take whole nodes; above the partition's ``MaxMemPerCPU`` a job gets more CPUs, as slurmctld gives it
-   when it schedules. A job that can never fit is ``too_large``, not counted.
+   minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
+   ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes; above
+   the partition's ``MaxMemPerCPU`` a job gets more CPUs, as slurmctld gives it when it schedules. A job
+   that can never fit is ``too_large``, not counted.
 7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit
    time, job id), a job's pieces on distinct nodes; not-yet-scheduled jobs (reason ``None``) first into
    busy nodes' free room. Beyond ~1000 runs of distinct jobs a bounded best fit (within 2·S + n_max).

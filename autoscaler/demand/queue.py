@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaler.demand.hetjobs import merge_hetjobs
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
@@ -301,7 +302,7 @@ class Queue:
 
     def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
         wanted = frozenset(partitions)
-        self.jobs = jobs = snapshot.jobs
+        self.jobs = jobs = merge_hetjobs(snapshot.jobs)
         others: list[Job] = []
         self.bars = Bars.of(snapshot)
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}

@@ -73,6 +73,8 @@ class RawJob(Struct, gc=False):
     array_task_id: int | None = None
     array_max_tasks: int | None = None
     array_task_string: str | None = None
+    het_job_id: int | None = None
+    het_job_offset: int | None = None
     name: str | None = None
     state_reason: str | None = None
     partition: str | None = None
@@ -165,6 +167,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 array_task_string=tasks_str,
                 array_max_tasks=throttle if array_job_id is not None else None,
                 array_pending_tasks=pending,
+                het_job_id=r.het_job_id or None,
+                het_job_offset=r.het_job_offset if r.het_job_id else None,
                 name=intern(r.name, r.name) if r.name else "",
                 state=st[0],
                 state_flags=st[1],

@@ -81,6 +81,8 @@ class RawJob(Struct, gc=False):
     array_task_id: N | None = None
     array_max_tasks: N | None = None
     array_task_string: str | None = None
+    het_job_id: N | None = None
+    het_job_offset: N | None = None
     name: str | None = None
     state_reason: str | None = None
     partition: str | None = None
@@ -204,6 +206,10 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         end = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
         x = r.eligible_time
         elig = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
+        x = r.het_job_id
+        het_job_id = x.number if x is not None and x.set and not x.infinite and x.number else None
+        x = r.het_job_offset
+        het_offset = x.number if x is not None and x.set and not x.infinite else None
 
         append(
             Job(
@@ -213,6 +219,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 array_task_string=tasks_str,
                 array_max_tasks=throttle if array_job_id is not None else None,
                 array_pending_tasks=pending,
+                het_job_id=het_job_id,
+                het_job_offset=het_offset if het_job_id is not None else None,
                 name=intern(r.name, r.name) if r.name else "",
                 state=st[0],
                 state_flags=st[1],

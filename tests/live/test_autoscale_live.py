@@ -213,7 +213,8 @@ UNSETTLED_REASONS = frozenset({"None", "Resources", "Priority", "PartitionDown"}
 class Mix:
     name: str
     jobs: tuple[tuple[str, str], ...]
-    """``(key, sbatch arguments)``; ``{key}`` in the arguments is replaced by that job's id."""
+    """``(key, sbatch arguments)``; ``{key}`` in the arguments is replaced by that job's id, ``{partition}``
+    by the partition the mix is submitted to."""
     slurm_nodes: int
     """How many nodes Slurm resumes for it (the module docstring says why)."""
     settings: tuple[str, ...] = ()
@@ -409,6 +410,15 @@ MIXES += (
         2,
     ),
 )
+HET = "-n{n} --mem=1000 : -p {{partition}} -n{n} --mem=1000"
+"""A heterogeneous job of two ``-n{n}`` components (each component names its partition)."""
+MIXES += (
+    Mix(
+        "hetjob",
+        (("pair", HET.format(n=2)), ("pair2", HET.format(n=2))),
+        2,
+    ),
+)
 KNOWN_DIFFERENCES = {
     "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"
     " partition has one; the model's first fit knows no adjacency (its 6 nodes suffice: module docstring)",
@@ -455,7 +465,7 @@ def lab26(lab_2605: Lab) -> Iterator[Lab]:
 def submit_mix(lab: Lab, partition: str, mix: Mix) -> dict[str, int]:
     ids: dict[str, int] = {}
     for key, args in mix.jobs:
-        argv = args.format(**ids).split()
+        argv = args.format(partition=partition, **ids).split()  # {partition}: a hetjob's later components
         ids[key] = lab.sbatch("-p", partition, "-t", "30", "-J", key, *argv, command="sleep 600")
     return ids
 

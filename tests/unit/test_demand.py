@@ -892,3 +892,50 @@ def test_every_misfit_is_worded() -> None:
     assert misfit_text(Misfit("job_max_nodes", 3, 2), SHAPE) == (
         "needs 3 nodes of 8 CPUs, 16000 MiB, 0 GPUs, the job allows at most 2"
     )
+
+
+# -------------------------------------------------------------------------------- heterogeneous jobs
+
+
+def het(het_id: int, *components: dict[str, Any], start: int = 0, **kw: Any) -> list[Job]:
+    """The records of one heterogeneous job (ids from ``het_id``), each component's fields given."""
+    return [
+        pend(het_id + i, het_job_id=het_id, het_job_offset=i, **(kw | c))
+        for i, c in enumerate(components, start)
+    ]
+
+
+def test_a_heterogeneous_jobs_components_take_distinct_nodes() -> None:
+    # lab (26.05.5, the hetjob oracle mix): two `-n2 : -n2` jobs take p1 and p2, both components of one
+    # job on different nodes, the two jobs sharing them; counted apart the four 2-CPU records fit one node
+    pair = {"cpus": 2, "tasks": 2}
+    d = one([*het(10, pair, pair), *het(20, pair, pair)])
+    assert (d.needed, d.eligible) == (2, 2)
+    # components that ask differently: each node is counted as full as the largest component's
+    # (6 + 1 CPUs on two nodes counted as 6 + 6: a 3-CPU job then opens a third node; Slurm may use 2)
+    uneven = one([*het(10, {"cpus": 6, "tasks": 6}, {"cpus": 1}), pend(30, cpus=3)])
+    assert uneven.needed == 3
+    # a component in another partition, or one that started: the records count as they are
+    split = one([*het(10, pair), *het(10, pair, start=1, partition="q")])
+    assert split.needed == 1
+    started = [*het(10, pair), Job(job_id=11, state="RUNNING", partitions=("p",), cpus=2, het_job_id=10)]
+    assert one(started).needed == 1
+
+
+def test_merged_heterogeneous_job_memory_gpus_and_exclusivity() -> None:
+    from autoscaler.demand.hetjobs import merge_hetjobs
+
+    parts = het(
+        10,
+        {"min_nodes": 2, "cpus": 4, "memory_per_node_bytes": 3000 * MIB},
+        {"cpus": 1, "memory_per_node_bytes": None, "memory_per_cpu_bytes": 5000 * MIB, "gpus": 1},
+        {"cpus": 2, "exclusive": True},
+    )
+    plain = pend(99)
+    (merged, kept) = merge_hetjobs([*parts, plain])
+    assert kept is plain and merged.job_id == 10
+    assert (merged.min_nodes, merged.cpus, merged.tasks) == (4, 4 * 2, 4)  # 2 + 1 + 1 nodes, 2 CPUs each
+    assert merged.memory_per_node_bytes == 5000 * MIB and merged.gpus_per_node == 1
+    assert merged.exclusive and not merged.spread
+    jobs = (pend(1), pend(2))
+    assert merge_hetjobs(jobs) is jobs  # nothing heterogeneous: the same tuple, no copy
