@@ -37,7 +37,10 @@ multi-node job; first fit ignores adjacency, so a multi-node job after a small o
 short or long (the ``multinode_after`` mix, a documented xfail). Beyond 2000 pending records, jobs of one
 size are placed together at the first one's place (interleaved sizes may cost a node more). User/MCS
 exclusivity (``--exclusive=user``) is treated as shared: exact when one user submits, an undercount when
-several users' exclusive jobs would each want a node. Partial ``--nodelist`` and ``--exclude`` are not
+several users' exclusive jobs would each want a node. The snapshot has no socket/core layout and the model
+reads no ``--gpus-per-socket``: a job whose ``--sockets-per-node`` / ``--cores-per-socket`` no node can give
+is counted (Slurm: BadConstraints), and ``--gpus-per-socket`` jobs are sized without their GPUs (the
+``sockets`` and ``gpus_per_socket`` mixes, xfails). Partial ``--nodelist`` and ``--exclude`` are not
 judged (the job is sized as any other; from zero they change which nodes Slurm takes, not how many).
 """
 
