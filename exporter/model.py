@@ -395,6 +395,19 @@ class Reservation(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     accounts: str = ""
 
 
+class SlurmConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """What of slurmctld's configuration (``scontrol show config``) the snapshot keeps: from
+    ``/slurm/v0.0.45/conf`` (Slurm 26.05+; older slurmrestd offer none: no configuration, None)."""
+
+    accounting_storage_enforce: tuple[str, ...] = ()
+    """``AccountingStorageEnforce``, lower case (``associations``, ``limits``, ``qos``, ``safe``, ...): which
+    association and QOS limits slurmctld enforces (none without ``limits``/``qos``)."""
+    priority_type: str = ""
+    """``PriorityType``, e.g. ``priority/multifactor``."""
+    select_type_parameters: tuple[str, ...] = ()
+    """``SelectTypeParameters``, upper case as Slurm prints them (``CR_CORE_MEMORY``, ...)."""
+
+
 class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What every slurmrestd answer carries beside its data."""
 
@@ -409,8 +422,9 @@ class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):
 
 ENDPOINTS = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations")
 """The endpoints one poll reads, in the order the snapshot lists them."""
-OPTIONAL_ENDPOINTS = ("shares", "qos", "associations")
-"""Fetched only when a setting asks for their data (``--metrics-fairshare``, ``--accounting``)."""
+OPTIONAL_ENDPOINTS = ("shares", "qos", "associations", "conf")
+"""Fetched only when a setting asks for their data (``--metrics-fairshare``, ``--accounting``) or, ``conf``,
+where slurmrestd offers it."""
 
 
 class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -434,6 +448,8 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """Every QOS's limits (with ``--accounting`` where slurmdbd is served; every ``--limits-interval``)."""
     associations: tuple[Association, ...] = ()
     """Every association's limits (as :attr:`qos`)."""
+    config: SlurmConfig | None = None
+    """slurmctld's configuration where slurmrestd serves it (26.05+), read every 5 minutes."""
     fetched_at: Mapping[str, float] = msgspec.field(default_factory=dict)
     """Per endpoint: when its data was last fetched (or confirmed unchanged), epoch seconds."""
     requested_at: Mapping[str, float] = msgspec.field(default_factory=dict)

@@ -39,7 +39,7 @@ from .client import NotModified, QueryParams
 from .errors import HTTPStatusError, SlurmError, SlurmReportedError
 from .incremental import IncrementalJobs
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
-from .model import Diag, Envelope, Job, Snapshot, wall_time
+from .model import Diag, Envelope, Job, SlurmConfig, Snapshot, wall_time
 from .pollstate import EndpointState, PollerConfig, PollStatus
 from .session import Negotiated, SlurmSession
 from .source import LatestSnapshot
@@ -49,7 +49,7 @@ log = logging.getLogger(__name__)
 
 STREAMED_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "licenses", "reservations"})
 """Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
-OFFERED_ONLY = frozenset({"slurmdb_jobs", "qos", "associations"})
+OFFERED_ONLY = frozenset({"slurmdb_jobs", "qos", "associations", "conf"})
 """Endpoints fetched only when slurmrestd's OpenAPI document lists them (no path to guess)."""
 
 INCREMENTAL_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "reservations"})
@@ -232,6 +232,7 @@ class Poller:
         eps = self.status.endpoints
         env = next((eps[e].envelope for e in wanted if eps[e].envelope is not None), None)
         diag = eps["diag"].data if "diag" in eps else None
+        conf = eps["conf"].data if "conf" in eps else None
 
         def items(name: str) -> tuple[Any, ...]:
             st = eps.get(name)
@@ -251,6 +252,7 @@ class Poller:
             shares=items("shares"),
             qos=items("qos"),
             associations=items("associations"),
+            config=conf if isinstance(conf, SlurmConfig) else None,
             fetched_at={e: st.fetched_at for e, st in eps.items() if st.fetched_at is not None},
             requested_at={e: st.requested_at for e, st in eps.items() if st.requested_at is not None},
             listed_at=self._listed_at(),
@@ -502,6 +504,7 @@ def _parse(adapter: versions.Adapter, name: str, body: bytes) -> tuple[Any, Enve
         "reservations": adapter.reservations,
         "shares": adapter.shares,
         "slurmdb_jobs": adapter.slurmdb_jobs,
+        "conf": adapter.conf,
         "qos": adapter.qos,
         "associations": adapter.associations,
         "jobs": adapter.jobs,

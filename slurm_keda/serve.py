@@ -71,6 +71,10 @@ def client_config(s: SlurmSettings) -> ClientConfig:
     )
 
 
+CONF_INTERVAL = 300.0
+"""Seconds between reads of slurmctld's configuration (it changes with ``scontrol reconfigure`` only)."""
+
+
 def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
     """The poller's configuration; ``fairshare``: /shares is fetched too (every ``--shares-interval``)."""
     return PollerConfig(
@@ -78,12 +82,14 @@ def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
             *ENDPOINTS,
             *(("shares",) if fairshare else ()),
             *(("slurmdb_jobs", "qos", "associations") if s.accounting else ()),
+            "conf",  # where offered (26.05+)
         ),
         intervals={
             "shares": s.shares_interval,
             "slurmdb_jobs": s.accounting_interval,
             "qos": s.limits_interval,
             "associations": s.limits_interval,
+            "conf": CONF_INTERVAL,
         },
         interval=s.interval,
         standby_interval=s.standby_interval,

@@ -39,6 +39,7 @@ from exporter.model import (
     QosLimits,
     Reservation,
     Share,
+    SlurmConfig,
 )
 
 from . import v0038, v0040
@@ -80,6 +81,10 @@ class Adapter(Protocol):
 
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """slurmdbd's job records (``/slurmdb/.../jobs``, v0.0.40+)."""
+        ...
+
+    def conf(self, body: bytes) -> tuple[SlurmConfig, Envelope]:
+        """slurmctld's configuration (``/slurm/v0.0.45/conf``, 26.05+)."""
         ...
 
     def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:

@@ -24,7 +24,18 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import errors, slurmtext
-from exporter.model import MIB, Association, EndedJob, Envelope, Job, Node, Partition, QosLimits, Share
+from exporter.model import (
+    MIB,
+    Association,
+    EndedJob,
+    Envelope,
+    Job,
+    Node,
+    Partition,
+    QosLimits,
+    Share,
+    SlurmConfig,
+)
 
 from . import _common as c
 
@@ -362,6 +373,10 @@ class Adapter038(c.Adapter):
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """Slurm 22.05's slurmdbd answers (``dbv0.0.38``) are not read."""
         raise errors.VersionError(f"{self.version}: slurmdbd's jobs are read from v0.0.40 on")
+
+    def conf(self, body: bytes) -> tuple[SlurmConfig, Envelope]:
+        """22.05 offers no configuration endpoint."""
+        raise errors.VersionError(f"{self.version} has no /conf (v0.0.45 has)")
 
     def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:
         """Not read from 22.05's slurmdbd answers."""

@@ -27,9 +27,21 @@ import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
 from exporter import slurmtext
-from exporter.model import MIB, Association, EndedJob, Envelope, Job, Node, Partition, QosLimits, Share
+from exporter.model import (
+    MIB,
+    Association,
+    EndedJob,
+    Envelope,
+    Job,
+    Node,
+    Partition,
+    QosLimits,
+    Share,
+    SlurmConfig,
+)
 
 from . import _common as c
+from .conf import decode_conf
 from .limits import decode_associations, decode_qos
 from .shares import decode_shares
 from .slurmdb import decode_slurmdb_jobs
@@ -454,6 +466,10 @@ class Adapter040(c.Adapter):
     def slurmdb_jobs(self, body: bytes) -> tuple[list[EndedJob], Envelope]:
         """slurmdbd's ``/slurmdb/.../jobs`` (:mod:`.slurmdb`)."""
         return decode_slurmdb_jobs(body)
+
+    def conf(self, body: bytes) -> tuple[SlurmConfig, Envelope]:
+        """slurmctld's configuration (:mod:`.conf`; only v0.0.45 offers it)."""
+        return decode_conf(body)
 
     def qos(self, body: bytes) -> tuple[list[QosLimits], Envelope]:
         """slurmdbd's ``/slurmdb/.../qos`` (:mod:`.limits`)."""

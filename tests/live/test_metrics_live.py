@@ -826,6 +826,34 @@ def test_ended_jobs_memory_is_what_sacct_shows(lab: Lab) -> None:
     assert job.memory_bytes_used == pytest.approx(want, rel=0.01)  # sacct rounds to two decimals of its unit
 
 
+@pytest.mark.parametrize("lab", LABS, indirect=True)
+def test_slurm_config_is_what_scontrol_shows(lab: Lab, tmp_path: Path) -> None:
+    """26.05 serves slurmctld's configuration (``/slurm/v0.0.45/conf``): the snapshot keeps what ``scontrol
+    show config`` says of enforcement, priority and selection; 24.11 serves none: no configuration, no
+    error."""
+    serve = start_serve(lab.url, lab.token_file, tmp_path)
+    try:
+        serve.wait_status("/readyz", 200)
+        snap = msgspec.json.decode(serve.get("/snapshot")[1], type=Snapshot)
+        status = serve.get("/")[1]
+    finally:
+        serve.proc.stop()
+    if lab.flavor.name == "24.11":
+        assert (
+            snap.config is None and "<td>conf</td><td>0</td><td>0</td><td>never</td>" in status
+        )  # not asked
+        return
+    config_lines = lab.run(["scontrol", "show", "config"]).splitlines()
+    shown = {k.strip(): v.strip() for k, v in (line.split("=", 1) for line in config_lines if "=" in line)}
+    assert snap.config is not None
+    enforce = shown["AccountingStorageEnforce"]
+    assert snap.config.accounting_storage_enforce == tuple(
+        f.lower() for f in enforce.split(",") if f and f != "none"
+    )
+    assert snap.config.priority_type == shown["PriorityType"]
+    assert snap.config.select_type_parameters == tuple(shown["SelectTypeParameters"].split(","))
+
+
 LIMITS_QOS = [
     "Priority=7",
     "GrpJobs=5",
