@@ -26,11 +26,13 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   (:func:`required_nodes_reason`).
 * otherwise Slurm's reason, its verdict.
 
-Not judged yet: QOS and association limits (in the snapshot where slurmrestd serves slurmdbd:
-``Snapshot.qos``, ``Snapshot.associations``). A fresh job over one is counted until Slurm names it: at its
-first pass where the partition has nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as
-for licenses and partition limits. Waiting for every fresh job's first pass instead would cost the activation
-latency (submission → active, p50 0.35–0.6 s) up to a second more.
+**Per-job QOS and association limits** (CPUs, ``-N``, time limit against ``MaxTRESPerJob`` and ``MaxWall``)
+where slurmctld enforces limits and says so (26.05's ``/conf``; :mod:`autoscaler.limits`) → Slurm's
+``QOSMax…PerJobLimit`` / ``AssocMax…PerJobLimit``, between the partition bars and licenses. The limits that
+depend on what else runs (``GrpTRES``, ``MaxJobsPerUser``, ``MaxTRESPerUser``, ...) and every limit on older
+Slurm are not judged: a fresh job over one is counted until Slurm names it: at its first pass where the
+partition has nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and
+partition limits.
 Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
 all counted until the pass.
 """
@@ -41,6 +43,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from autoscaler.limits import JobLimits
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job, License, Partition, Reservation, Snapshot
 from exporter.slurmtext import hostlist_count
@@ -148,6 +151,8 @@ class Bars:
     """The partitions that may bar a job (not UP, or with a node or time limit), by name."""
     licenses: Mapping[str, License]
     reservations: Mapping[str, Reservation]
+    limits: JobLimits | None = None
+    """Per-job QOS/association limits, where slurmctld enforces them (:mod:`autoscaler.limits`)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Bars:
@@ -156,6 +161,7 @@ class Bars:
             partitions={p.name: p for p in snapshot.partitions if _may_bar(p)},
             licenses={lic.name: lic for lic in snapshot.licenses},
             reservations={r.name: r for r in snapshot.reservations},
+            limits=JobLimits.of(snapshot),
         )
 
     def reservation_reason(self, name: str) -> str | None:
@@ -188,6 +194,10 @@ class Bars:
         ]
         if barred and all(barred):  # runnable in none of its partitions: the first one's reason
             return barred[0]
+        if self.limits is not None:
+            why = self.limits.reason(job)
+            if why is not None:
+                return why
         if job.licenses:
             why = self._licenses_reason(job.licenses)
             if why is not None:

@@ -150,6 +150,9 @@ class Lab:
             port_base if port_base is not None else int(saved.get("port_base", self.flavor.port_base))
         )
         self._requested_base = port_base
+        self.extra_conf: tuple[str, ...] = ()
+        """slurm.conf lines beside the lab's own, from the next start on (e.g. ``AccountingStorageEnforce=
+        limits`` for one oracle mix; set back to ``()`` and restart to drop them)."""
         if not 1 <= self.nodes <= self.ports.max_cpu_nodes:
             raise LabError(f"--nodes must be between 1 and {self.ports.max_cpu_nodes}")
 
@@ -374,6 +377,7 @@ class Lab:
             legacy_munge=release < (23, 11),
             openmetrics=release >= OPENMETRICS_SINCE,
             accounting=self.has_accounting,
+            extra=self.extra_conf,
         )
 
     @property

@@ -67,11 +67,12 @@ import grpc.aio
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.model import Snapshot
 from exporter.poller import Poller
-from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from lab import Lab
 from lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
 from lab.record import parse_scontrol_oneliners
+from slurm_keda.serve import poller_config
+from slurm_keda.settings import PollSettings
 from testkit.keda import KedaClient
 from testkit.tools import eventually, free_port
 
@@ -84,10 +85,11 @@ SCALER_START_TIMEOUT = 30.0
 
 
 async def lab_snapshot(lab: Lab) -> Snapshot:
-    """One poll of the lab's slurmrestd."""
+    """One poll of the lab's slurmrestd, of what ``serve`` reads by default (slurmdbd's limits and
+    slurmctld's configuration included where offered)."""
     config = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(config) as client:
-        snap = await Poller(SlurmSession(client), PollerConfig()).poll_once()
+        snap = await Poller(SlurmSession(client), poller_config(PollSettings())).poll_once()
     assert snap is not None, "no snapshot from the lab"
     return snap
 

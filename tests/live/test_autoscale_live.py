@@ -221,6 +221,10 @@ class Mix:
     """``scontrol update partitionname=…`` settings given to both ``cloud`` and ``dyn`` first."""
     gpus: bool = False
     """Slurm's side on :data:`GPU_PARTITION` (GPU nodes), the model's on :data:`DYN_GPU_TARGET`."""
+    slurm_conf: tuple[str, ...] = ()
+    """slurm.conf lines for this mix's fresh lab (``AccountingStorageEnforce=limits``)."""
+    sacctmgr: tuple[str, ...] = ()
+    """``sacctmgr -i`` commands run on the fresh lab before the jobs (QOS and association limits)."""
 
     @property
     def cloud(self) -> str:
@@ -449,6 +453,24 @@ MIXES += (
         gpus=True,
     ),
 )
+MIXES += (
+    Mix(
+        "qos_assoc_per_job_limits",
+        (
+            ("c2", "-c2 --mem=1000"),
+            ("c6_over_qos", "-c6 --mem=1000"),
+            ("two_nodes_over_assoc", "-N2 -n2 --mem=1000"),
+            ("long_over_qos", "-c2 -t 90 --mem=1000"),
+            ("c3", "-c3 --mem=1000"),
+        ),
+        1,
+        slurm_conf=("AccountingStorageEnforce=limits",),
+        sacctmgr=(
+            "modify qos normal set MaxTRESPerJob=cpu=4 MaxWall=60",
+            "modify account root set MaxNodes=1",
+        ),
+    ),
+)
 KNOWN_DIFFERENCES = {
     "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"
     " partition has one; the model's first fit knows no adjacency (its 6 nodes suffice: module docstring)",
@@ -493,6 +515,7 @@ def lab26(lab_2605: Lab) -> Iterator[Lab]:
     """The 26.05 lab; restarted fresh afterwards, so later tests find no leftovers (their demo is
     resubmitted by ``lab_demo``)."""
     yield lab_2605
+    lab_2605.extra_conf = ()
     lab_2605.restart()
 
 
@@ -519,7 +542,10 @@ def cloud_allocation(lab: Lab, partition: str = "cloud") -> set[str] | None:
 
 async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     """Fresh lab, the mix to cloud (released at once) and to dyn; (nodes Slurm resumed, dyn's demand)."""
-    lab.restart()  # also undoes the previous mix's partition settings and partitions
+    lab.extra_conf = mix.slurm_conf
+    lab.restart()  # also undoes the previous mix's partition settings, partitions and limits
+    for command in mix.sacctmgr:
+        lab.run(["sacctmgr", "-i", *command.split()])
     if mix.gpus:
         lab.run(
             ["scontrol", "create", f"partitionname={GPU_PARTITION}", f"nodes={CLOUD_GPU_NODES}", "state=up"]
