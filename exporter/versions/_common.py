@@ -21,8 +21,9 @@ from exporter.model import MIB, Diag, Envelope, Job, License, Node, Partition, R
 
 T = TypeVar("T")
 Num = TypeVar("Num")
-R = TypeVar("R")
 """A generation's JSON number: ``int`` (v0.0.38) or the ``{set, infinite, number}`` struct."""
+R = TypeVar("R")
+"""What :func:`decode_records` converts each record to."""
 
 NO_VAL = 0xFFFFFFFE
 """Slurm's 32-bit "not set"; INFINITE is 0xFFFFFFFF. Anything at or above is not a real value."""
@@ -145,6 +146,21 @@ class Caches:
 
 _EMPTY_TRES: tuple[dict[str, int], int, int] = ({}, 0, 0)
 _EMPTY_ARRAY: tuple[str, int, int | None] = ("", 0, None)
+
+
+class N(Struct, gc=False):
+    """Slurm's optional number (v0.0.40+ and slurmdbd's answers)."""
+
+    set: bool = False
+    infinite: bool = False
+    number: int = 0
+
+
+def n(x: N | None) -> int | None:
+    """Number struct → int; None when unset or infinite."""
+    if x is None or not x.set or x.infinite:
+        return None
+    return x.number
 
 
 def requested_nodes(

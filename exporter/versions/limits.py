@@ -34,26 +34,14 @@ from msgspec import UNSET, Struct, UnsetType
 from exporter.model import MIB, Association, Envelope, QosLimits
 
 from . import _common as c
+from ._common import N, n
 
 __all__ = ["decode_associations", "decode_qos"]
 
 
-class N(Struct, gc=False):
-    """Slurm's optional number."""
-
-    set: bool = False
-    infinite: bool = False
-    number: int = 0
-
-
-def _n(x: N | None) -> int | None:
-    """The limit, or None when unset or infinite."""
-    return x.number if x is not None and x.set and not x.infinite else None
-
-
 def _minutes(x: N | None) -> int | None:
-    n = _n(x)
-    return None if n is None else n * 60
+    minutes = n(x)
+    return None if minutes is None else minutes * 60
 
 
 def _tres(items: list[c.RawTres] | None) -> dict[str, int]:
@@ -153,16 +141,16 @@ def convert_qos(r: RawQos) -> QosLimits:
     wall = m.wall_clock.per if m.wall_clock and m.wall_clock.per else _QosWallPer()
     return QosLimits(
         name=r.name,
-        priority=_n(r.priority) or 0,
+        priority=n(r.priority) or 0,
         flags=tuple(r.flags or ()),
-        grp_jobs=_n(m.active_jobs.count) if m.active_jobs else None,
-        grp_submit_jobs=_n(jobs.count),
+        grp_jobs=n(m.active_jobs.count) if m.active_jobs else None,
+        grp_submit_jobs=n(jobs.count),
         grp_tres=_tres(tres.total),
         grp_wall_seconds=_minutes(wall.qos),
-        max_jobs_per_user=_n(running.user),
-        max_submit_jobs_per_user=_n(submit.user),
-        max_jobs_per_account=_n(running.account),
-        max_submit_jobs_per_account=_n(submit.account),
+        max_jobs_per_user=n(running.user),
+        max_submit_jobs_per_user=n(submit.user),
+        max_jobs_per_account=n(running.account),
+        max_submit_jobs_per_account=n(submit.account),
         max_tres_per_user=_tres(per.user),
         max_tres_per_account=_tres(per.account),
         max_tres_per_job=_tres(per.job),
@@ -255,12 +243,12 @@ def convert_association(r: RawAssociation) -> Association:
         parent=r.parent_account,
         qos=tuple(r.qos or ()),
         default_qos=r.default.qos if r.default is not None else "",
-        grp_jobs=_n(per_jobs.count),
-        grp_submit_jobs=_n(per_jobs.submitted),
+        grp_jobs=n(per_jobs.count),
+        grp_submit_jobs=n(per_jobs.submitted),
         grp_tres=_tres(tres.total),
         grp_wall_seconds=_minutes(grp_wall),
-        max_jobs=_n(jobs.active),
-        max_submit_jobs=_n(jobs.total),
+        max_jobs=n(jobs.active),
+        max_submit_jobs=n(jobs.total),
         max_tres_per_job=_tres(per.job),
         max_tres_per_node=_tres(per.node),
         max_wall_seconds=_minutes(per_jobs.wall_clock),

@@ -41,27 +41,13 @@ from exporter.model import (
 )
 
 from . import _common as c
+from ._common import N, n
 from .conf import decode_conf
 from .limits import decode_associations, decode_qos
 from .shares import decode_shares
 from .slurmdb import decode_slurmdb_jobs
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
-
-
-class N(Struct, gc=False):
-    """Slurm's optional number."""
-
-    set: bool = False
-    infinite: bool = False
-    number: int = 0
-
-
-def n(x: N | None) -> int | None:
-    """Number struct → int; None when unset or infinite."""
-    if x is None or not x.set or x.infinite:
-        return None
-    return x.number
 
 
 # ------------------------------------------------------------------------------------ envelope
