@@ -205,7 +205,12 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
             return bool(await instant(port, 'sum(slurm_jobs_ended_total{partition="dyn"}) >= 3'))
 
         await eventually(counted, 90, "the three jobs counted as ended")
-        await asyncio.sleep(3.0)  # scrapes after the counters moved: rates over them
+
+        async def rated() -> bool:  # two scrapes of every series of the final count: a rate() has points
+            query = 'min(count_over_time(slurm_jobs_ended_total{partition="dyn"}[1m])) >= 2'
+            return bool(await instant(port, query))
+
+        await eventually(rated, 30, "two scrapes of the ended-job counters")
     await note_empty(ACCOUNTING_DASHBOARD)
     assert set(empty) - set(MAYBE_EMPTY) == set(EXPECTED_EMPTY), json.dumps(empty, indent=1)
 
