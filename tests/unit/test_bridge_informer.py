@@ -111,9 +111,15 @@ async def test_a_watch_that_ends_at_once_is_backed_off_not_reopened_at_once(tmp_
     exponentially (0.5 s × 2^n, jittered between half and all of it, at most 30 s); the cache stays
     synced (a clean end loses nothing), is never listed again, and a healthy watch resets the backoff."""
     delays: list[float] = []
+    free = asyncio.Event()  # cleared: the next backoff parks the informer (no watch open) until set
+    free.set()
+    parked = asyncio.Event()
 
     async def recorded(delay: float) -> None:
         delays.append(delay)
+        if not free.is_set():
+            parked.set()
+            await free.wait()
         await asyncio.sleep(0.005)
 
     fake = FakeKube(token=TOKEN, history=100)
@@ -129,10 +135,15 @@ async def test_a_watch_that_ends_at_once_is_backed_off_not_reopened_at_once(tmp_
             assert cap / 2 <= delay <= cap, (n, delays)
         assert sum(delays[:8]) >= 0.5 * sum(min(30.0, 0.5 * 2**n) for n in range(1, 9))  # ≥ 63 s at 8
         assert informer.synced and informer.lists == 1 and informer.short_watches >= 8
-        # a watch that delivers an event is healthy: the next short one starts from the first step again
+        # a watch that delivers an event is healthy: the next short one starts from the first step again.
+        # The informer is parked in a backoff first, so no short watch still in flight adds a step after
+        # the switch (CI saw one: a 15.7 s ninth step)
+        free.clear()
+        await eventually(parked.is_set, 10, "the informer parked in a backoff", 0.01)
         before = len(delays)
         fake.watch_lifetime = None
         fake.put("pods", pod("b"))
+        free.set()
         await eventually(lambda: names(informer) == {"a", "b"}, 10, "the event", 0.01)
         fake.watch_lifetime = 0.0
         fake.close_watches()
