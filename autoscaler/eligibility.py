@@ -29,10 +29,11 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
 **Per-job QOS and association limits** (CPUs, ``-N``, time limit against ``MaxTRESPerJob`` and ``MaxWall``)
 where slurmctld enforces limits and says so (26.05's ``/conf``; :mod:`autoscaler.limits`) → Slurm's
 ``QOSMax…PerJobLimit`` / ``AssocMax…PerJobLimit``, between the partition bars and licenses. The limits that
-depend on what else runs (``GrpTRES``, ``MaxJobsPerUser``, ``MaxTRESPerUser``, ...) and every limit on older
-Slurm are not judged: a fresh job over one is counted until Slurm names it: at its first pass where the
-partition has nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and
-partition limits.
+depend on what else runs (``GrpTRES``, ``MaxJobsPerUser``, ...) are not a job's own: the demand model hands
+their budgets out in order (:meth:`autoscaler.limits.JobLimits.budgets`). Every limit on older Slurm is not
+judged: a fresh job over one is counted until Slurm names it: at its first pass where the partition has
+nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and partition
+limits.
 Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
 all counted until the pass.
 """

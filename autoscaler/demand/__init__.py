@@ -18,6 +18,9 @@ and what it costs: ``docs/demand.md``):
    with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero the same against
    ``Target.features`` (else only the NodeSet's feature is known).
 5. **Arrays**: a record counts its pending tasks; a ``%N`` throttle lets ``N − running`` count.
+   **Limits on what runs** (QOS/association ``GrpJobs``, ``MaxJobsPerUser``, ``MaxJobs``, ``GrpTRES``, ...,
+   where slurmctld enforces them: :meth:`autoscaler.limits.JobLimits.budgets`): what running jobs leave
+   of each budget is handed out in order, as the throttle is.
    **Heterogeneous jobs** (:mod:`~autoscaler.demand.hetjobs`): a job's components on distinct nodes, one
    job of Σ components' nodes, each node asking the most any component asks of one.
 6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never

@@ -10,11 +10,11 @@ nodes (:mod:`~autoscaler.demand.packing`), and desired clamped. The answer is fa
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from autoscaler.demand.packing import Bins, Piece, is_exact, pack
-from autoscaler.demand.queue import JobKey, Kind, Queue, job_label
+from autoscaler.demand.queue import Draw, JobKey, Kind, Queue, job_label
 from autoscaler.demand.select import (
     busy_nodes,
     constraint_fits,
@@ -69,6 +69,7 @@ def _count(
     run_at: tuple[dict[Piece, int], dict[Piece, int]] = ({}, {})  # (evaluated, fresh): piece → its run
     sizes: dict[Request, Piece | Misfit] = {}
     allowance: dict[int, int] = {}
+    budget_left: dict[tuple[str, ...], int] = {}
     constraint_ok: dict[str, bool] = {}
     feature_sets: set[frozenset[str]] | None = None  # built at the first constrained job
     empty = not nodes
@@ -101,6 +102,10 @@ def _count(
             count = take
             if not count:
                 continue
+        if kind.draws:
+            count = _draw(kind.draws, count, budget_left, queue.budget_used, ignored)
+            if not count:
+                continue
         eligible += count
         if shape is None or kind.request is None:
             continue
@@ -128,6 +133,31 @@ def _count(
         run_fresh.append(fresh)
     out.eligible, out.skipped = eligible, skipped
     return out
+
+
+def _draw(
+    draws: Sequence[Draw],
+    count: int,
+    left: dict[tuple[str, ...], int],
+    used: Mapping[tuple[str, ...], int],
+    ignored: Counter[str],
+) -> int:
+    """How many of ``count`` jobs the budgets they draw from let start (``left``: what each budget has left,
+    from its limit less what running jobs hold, ``used``); the rest are ignored under the first budget
+    that ran short (slurmctld's reason)."""
+    take, why = count, ""
+    for key, limit, per, reason in draws:
+        room = left.get(key)
+        if room is None:
+            room = left[key] = limit - used.get(key, 0)
+        fits = max(room, 0) // per
+        if fits < take:
+            take, why = fits, reason
+    for key, _, per, _ in draws:
+        left[key] -= take * per
+    if take < count:
+        ignored[why] += count - take
+    return take
 
 
 def _configured_features(target: Target) -> set[frozenset[str]]:

@@ -22,11 +22,13 @@ from autoscaler.demand.hetjobs import merge_hetjobs
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
+from autoscaler.limits import Budget
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job, Node, Partition, Snapshot
 
 __all__ = [
     "ORDER_JOBS",
+    "Draw",
     "JobKey",
     "Kind",
     "Queue",
@@ -47,7 +49,8 @@ HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING"})
 """Jobs in these states (or flagged COMPLETING) hold their nodes: SUSPENDED ones hold memory."""
 
 JobKey = tuple[Any, ...]
-"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, *request)``.
+"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, who,
+*request)``.
 
 ``reason``: Slurm's, or for a job Slurm has not classified yet (reason in ``UNSETTLED``), bound to a
 reservation or to named nodes, the one its own fields show (:func:`autoscaler.eligibility.settled_reason`);
@@ -55,11 +58,13 @@ reservation or to named nodes, the one its own fields show (:func:`autoscaler.el
 pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
 a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
 of a throttled array count together only as job by job would: the allowance is handed out in order);
+``who``: the job's ``(qos, account, user)`` where limits that depend on what runs are enforced
+(:meth:`autoscaler.limits.JobLimits.budgets`), else None;
 ``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
 (one flat tuple per job in the hot loop — a nested one doubles the objects the garbage collector walks;
 made a typed ``Request`` once per distinct key that gets sized: :func:`request_of`)."""
 
-REQUEST = 5
+REQUEST = 6
 """Where the request's fields start in a :data:`JobKey`."""
 
 
@@ -67,6 +72,10 @@ def request_of(key: JobKey) -> Request:
     """The typed request of a :data:`JobKey`."""
     return tuple.__new__(Request, key[REQUEST:])
 
+
+Draw = tuple[tuple[str, ...], int, int, str]
+"""``(budget key, limit, what one job draws, reason)``: one of a kind's :data:`autoscaler.limits.Budget`,
+with the amount (jobs, CPUs or nodes) each of its jobs takes."""
 
 Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`rank`."""
@@ -90,6 +99,7 @@ def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKe
     returns None).
     """
     other = others.append
+    limited = bars.limits is not None and bars.limits.running
     unsettled = UNSETTLED
     settle = partial(settled_reason, bars=bars)
     groups: dict[JobKey, int] = {}
@@ -105,6 +115,7 @@ def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKe
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
+                (j.qos, j.account, j.user) if limited else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
                 j.exclusive, j.spread,
@@ -205,6 +216,7 @@ class Kind:
 
     __slots__ = (
         "count",
+        "draws",
         "elig",
         "features",
         "fresh",
@@ -238,6 +250,9 @@ class Kind:
             (array[0], array[3]) if type(array) is tuple and array[0] is not None else None
         )
         """(array job id, %N) of a throttled array."""
+        self.draws: tuple[Draw, ...] = ()
+        """The QOS/association budgets each of its jobs draws from
+        (:meth:`autoscaler.limits.JobLimits.budgets`)."""
         self.request = request
         """What sizing reads (None for an ineligible kind: never sized)."""
         self.count = count
@@ -287,6 +302,14 @@ def _by_lead(kinds: list[Kind], jobs: Sequence[Job]) -> list[Kind]:
     return kinds
 
 
+def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
+    """The budgets with what one job of ``request`` draws from each: 1 job, its CPUs, its nodes."""
+    if not budgets:
+        return ()
+    draw = (1, max(request.cpus, request.tasks * request.cpus_per_task, 1), max(request.min_nodes, 1))
+    return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets)
+
+
 def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
     """The partition Slurm tries a pending job in first: the highest ``PriorityTier``, then the job's own
     order. A job pending in several partitions counts in that one only, so two NodeSets never both scale
@@ -319,10 +342,11 @@ class Queue:
         class_of: dict[str, tuple[str, Eligibility]] = {}
         ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
         new_tuple = tuple.__new__
+        limits = self.bars.limits
         for k, (key, multiplicity, lead, priority) in enumerate(
             zip(groups, multiplicities, leads, priorities, strict=True)
         ):
-            partitions_, reason, features, tasks, array = key[:REQUEST]
+            partitions_, reason, features, tasks, array, who = key[:REQUEST]
             home = home_of.get(partitions_, "")  # "": not seen yet; None: not a wanted partition
             if not home:
                 if home is None:
@@ -337,20 +361,25 @@ class Queue:
             name, elig = cls
             count = multiplicity * tasks
             request: Request | None = None
+            draws: tuple[Draw, ...] = ()
             mkey: Any
             if elig is ineligible:
                 mkey = name  # all that counts is how many
                 priority = -1
             else:
                 request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
+                if who is not None and limits is not None:
+                    qos, account, user = who
+                    draws = _draws(limits.budgets(qos, account, user, home), request)
                 if type(array) is tuple:
                     mkey = None  # %N: keeps its place in the order
                 elif elig is eligible:
-                    mkey = (name == "None", features, request)  # fresh or not, constraint, request
+                    mkey = (name == "None", features, request, draws)  # fresh or not, constraint, request
                 else:
-                    mkey = (name, features, request)
+                    mkey = (name, features, request, draws)
             if mkey is None:
                 kind = Kind(key, request, name, elig, count, priority, lead)
+                kind.draws = draws
             else:
                 same = merged[home]
                 seen = same.get(mkey)
@@ -360,6 +389,7 @@ class Queue:
                         kind_at[home][k] = seen
                     continue
                 kind = same[mkey] = Kind(key, request, name, elig, count, priority, lead)
+                kind.draws = draws
             kinds[home].append(kind)
             if by_job:
                 kind_at[home][k] = kind
@@ -388,6 +418,10 @@ class Queue:
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
         )
         """Array job id → its tasks that hold nodes (for ``%N`` throttles)."""
+        self.budget_used: dict[tuple[str, ...], int] = (
+            limits.usage(holding) if limits is not None and limits.running else {}
+        )
+        """Budget key → what running jobs hold of it (:meth:`autoscaler.limits.JobLimits.usage`)."""
         self._held_exprs = {j.nodes for j in holding if j.nodes and not wanted.isdisjoint(j.partitions)}
         self._held: set[str] | None = None
         self.nodes: dict[str, list[Node]] = {p: [] for p in wanted}

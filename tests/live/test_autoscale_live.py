@@ -115,6 +115,23 @@ third's last GPU.
 ``mem_per_gpu`` → 2: ``--gpus=2 --mem-per-gpu=5000`` is 10000 MB; two do not share a node (1 before: the
 per-GPU figure Slurm keeps in ``memory_per_node`` was read as the node's).
 
+Limits (slurmdbd, ``AccountingStorageEnforce=limits`` for these mixes only):
+
+``qos_assoc_per_job_limits`` → 1: ``MaxTRESPerJob=cpu=4 MaxWall=60`` on the QOS, ``MaxNodes=1`` on the root
+account: the ``-c6``, ``-t 90`` and ``-N2`` jobs pend with ``QOSMaxCpuPerJobLimit``,
+``QOSMaxWallDurationPerJobLimit`` and ``AssocMaxNodePerJobLimit``; the ``-c2`` and ``-c3`` jobs share p1.
+
+``qos_running_limits`` → 3: a QOS of each side's own (``--qos=qcloud`` / ``qdyn``, so the cloud side's running
+jobs never draw from the dyn side's budget) with ``MaxJobsPerUser=4 GrpTRES=cpu=24``: ``-c8``, ``-c8``,
+``-c2`` start (18 CPUs); the third ``-c8`` would make 26 (``QOSGrpCpuLimit``); the second ``-c2`` starts
+(20 CPUs, 4 jobs) beside the first on p3; the ``-c1`` would be a fifth job (``QOSMaxJobsPerUserLimit``).
+Without the limits: 4 nodes.
+
+``assoc_running_limits`` → 2: a per-partition association of root in each partition with ``MaxJobs=3
+GrpTRES=cpu=16``: ``-c8`` (p1), ``-c4`` (p2) start; the second ``-c8`` would make 20 CPUs
+(``AssocGrpCpuLimit``); the second ``-c4`` starts beside the first (16 CPUs, 3 jobs); the ``-c1`` would be a
+fourth job (``AssocMaxJobsLimit``). Without the limits: 4 nodes.
+
 Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees):
 
 ``multinode_after`` → Slurm 9, model 6: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
@@ -468,6 +485,40 @@ MIXES += (
         sacctmgr=(
             "modify qos normal set MaxTRESPerJob=cpu=4 MaxWall=60",
             "modify account root set MaxNodes=1",
+        ),
+    ),
+    Mix(
+        "qos_running_limits",
+        (
+            ("c8a", "-c8 --mem=1000 --qos=q{partition}"),
+            ("c8b", "-c8 --mem=1000 --qos=q{partition}"),
+            ("c2a", "-c2 --mem=1000 --qos=q{partition}"),
+            ("c8c_over_grp_cpu", "-c8 --mem=1000 --qos=q{partition}"),
+            ("c2b", "-c2 --mem=1000 --qos=q{partition}"),
+            ("c1_over_jobs_per_user", "-c1 --mem=1000 --qos=q{partition}"),
+        ),
+        3,
+        slurm_conf=("AccountingStorageEnforce=limits",),
+        sacctmgr=(
+            "add qos qcloud MaxJobsPerUser=4 GrpTRES=cpu=24",
+            "add qos qdyn MaxJobsPerUser=4 GrpTRES=cpu=24",
+            "modify user root set qos+=qcloud,qdyn",
+        ),
+    ),
+    Mix(
+        "assoc_running_limits",
+        (
+            ("c8a", "-c8 --mem=1000"),
+            ("c4a", "-c4 --mem=1000"),
+            ("c8b_over_grp_cpu", "-c8 --mem=1000"),
+            ("c4b", "-c4 --mem=1000"),
+            ("c1_over_max_jobs", "-c1 --mem=1000"),
+        ),
+        2,
+        slurm_conf=("AccountingStorageEnforce=limits",),
+        sacctmgr=(
+            "add user root account=root partition=cloud MaxJobs=3 GrpTRES=cpu=16",
+            "add user root account=root partition=dyn MaxJobs=3 GrpTRES=cpu=16",
         ),
     ),
 )

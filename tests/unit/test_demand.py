@@ -733,9 +733,9 @@ def test_key_layout() -> None:
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
     )  # fmt: skip
     key = key_of(job, NO_BARS)
-    partitions, reason, features, tasks, array = key[: queue.REQUEST]
+    partitions, reason, features, tasks, array, who = key[: queue.REQUEST]
     assert request_of(key)._asdict() == {f: getattr(job, f) for f in Request._fields}
-    assert (partitions, reason, features, tasks, array) == (("p",), "Priority", "fa", 3, 1)
+    assert (partitions, reason, features, tasks, array, who) == (("p",), "Priority", "fa", 3, 1, None)
     assert key_of(msgspec.structs.replace(job, array_job_id=None), NO_BARS)[4] is None
     throttled = msgspec.structs.replace(job, array_max_tasks=2)
     assert key_of(throttled, NO_BARS)[4] == (1, None, "1-3", 2)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from autoscaler.demand import Demand, NodeShape, Target, compute_demand
+from autoscaler.demand.queue import ORDER_JOBS
 from autoscaler.eligibility import Bars, settled_reason
 from autoscaler.limits import JobLimits
-from exporter.model import Association, Job, Partition, QosLimits, SlurmConfig, Snapshot
+from exporter.model import MIB, Association, Job, Partition, QosLimits, SlurmConfig, Snapshot
 
 ENFORCED = SlurmConfig(accounting_storage_enforce=("associations", "limits"))
 QOS = (QosLimits(name="normal", max_tres_per_job={"cpu": 4}, max_wall_seconds=3600),)
@@ -43,7 +45,7 @@ def fresh(**kw: Any) -> Job:
         "cpus": 1,
         "tres_requested": {"cpu": 1, "node": 1},
     }
-    return Job(job_id=1, **(base | kw))
+    return Job(**({"job_id": 1} | base | kw))
 
 
 def test_the_reasons_slurm_gives() -> None:
@@ -73,3 +75,135 @@ def test_nothing_is_judged_where_slurmctld_does_not_enforce_limits_or_says_nothi
 def test_unknown_qos_and_account_are_not_judged() -> None:
     bars = Bars.of(snapshot())
     assert settled_reason(fresh(qos="other", account="nobody", cpus=64), bars) == "PartitionConfig"
+
+
+# ------------------------------------------------------------------ budgets: limits on what runs
+
+RUNNING_QOS = (
+    QosLimits(name="normal"),
+    QosLimits(name="capped", max_jobs_per_user=2, grp_tres={"cpu": 12}),
+    QosLimits(name="acct", max_jobs_per_account=3, max_tres_per_user={"node": 2}),
+)
+RUNNING_ASSOCIATIONS = (
+    Association(account="root"),
+    Association(account="physics", parent="root", grp_jobs=5, max_jobs=2),
+    Association(account="physics", user="ann"),
+    Association(account="physics", user="bob", max_jobs=4),
+    Association(account="physics", user="ann", partition="dyn", grp_tres={"cpu": 6}),
+)
+SHAPE = NodeShape(8, 16_000 * MIB)
+TARGET = Target("cpu", "cpu", shape=SHAPE)
+
+
+def running(job_id: int, **kw: Any) -> Job:
+    return fresh(**({"job_id": job_id, "state": "RUNNING", "reason": "None", "nodes": "x1"} | kw))
+
+
+def demand(jobs: list[Job], config: SlurmConfig | None = ENFORCED, target: Target = TARGET) -> Demand:
+    snap = Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        partitions=(Partition(name="dyn"), Partition(name="cpu")),
+        qos=RUNNING_QOS,
+        associations=RUNNING_ASSOCIATIONS,
+        config=config,
+    )
+    return compute_demand(snap, [target])[target.name]
+
+
+def test_budgets_in_slurmctld_order_with_its_reason_names() -> None:
+    snap = Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        qos=RUNNING_QOS,
+        associations=RUNNING_ASSOCIATIONS,
+        config=ENFORCED,
+    )
+    limits = JobLimits.of(snap)
+    assert limits is not None and limits.running
+    # job counts first (QOS, then the association's GrpJobs up the tree, then its MaxJobs), then TRES
+    assert [(b[0], b[1], b[3]) for b in limits.budgets("capped", "physics", "ann", "cpu")] == [
+        (("qos-user", "capped", "ann", "jobs"), 2, "QOSMaxJobsPerUserLimit"),
+        (("assoc", "physics", "ann", "", "own-jobs"), 2, "AssocMaxJobsLimit"),  # physics' MaxJobs, inherited
+        (("assoc", "physics", "", "", "jobs"), 5, "AssocGrpJobsLimit"),
+        (("qos", "capped", "cpu"), 12, "QOSGrpCpuLimit"),
+    ]
+    # bob's own MaxJobs; ann's association in dyn has a GrpTRES of its own
+    assert ("assoc", "physics", "bob", "", "own-jobs") in {
+        b[0] for b in limits.budgets("normal", "physics", "bob", "cpu")
+    }
+    dyn = limits.budgets("acct", "physics", "ann", "dyn")
+    assert [b[3] for b in dyn] == [
+        "QOSMaxJobsPerAccountLimit",
+        "AssocMaxJobsLimit",
+        "AssocGrpJobsLimit",
+        "QOSMaxNodePerUserLimit",
+        "AssocGrpCpuLimit",
+    ]
+    assert limits.budgets("normal", "nobody", "eve", "cpu") == ()  # no QOS limit, no association
+
+
+def test_usage_counts_running_and_suspended_jobs_only() -> None:
+    snap = Snapshot(taken_at=0.0, api_version="v0.0.45", qos=RUNNING_QOS, config=ENFORCED)
+    limits = JobLimits.of(snap)
+    assert limits is not None
+    jobs = [
+        running(1, qos="capped", cpus=4),
+        running(2, qos="capped", cpus=2, state="SUSPENDED"),
+        running(3, qos="capped", cpus=8, state="COMPLETING"),  # released as it completes
+        running(4, qos="capped", cpus=8, state_flags=("COMPLETING",)),
+        fresh(job_id=5, qos="capped", cpus=8),  # pending: holds nothing
+    ]
+    used = limits.usage(jobs)
+    assert used[("qos", "capped", "cpu")] == 6
+    assert used[("qos-user", "capped", "ann", "jobs")] == 2
+
+
+def test_pending_jobs_count_only_within_what_the_budgets_leave() -> None:
+    # capped: MaxJobsPerUser=2, GrpTRES cpu=12. ann runs one 4-CPU job: one more of hers may start; bob
+    # (his association: MaxJobs=3) may start two (the user limit), their CPUs within 12 - 4 = 8.
+    jobs = [
+        running(1, qos="capped", cpus=4),
+        *(fresh(job_id=10 + i, qos="capped", cpus=4, priority=100 - i) for i in range(3)),
+        *(fresh(job_id=20 + i, qos="capped", cpus=2, user="bob", priority=50 - i) for i in range(3)),
+    ]
+    d = demand(jobs)
+    # ann: 1 of 3 (user limit); bob: 2 of 3 (user limit), 4 + 2 + 2 = 8 CPUs ≤ 12
+    assert d.eligible == 3
+    assert d.ignored == {"QOSMaxJobsPerUserLimit": 3}
+    assert d.needed == 1  # 4 + 2 + 2 CPUs on one 8-CPU node
+    # GrpTRES cpu=12 runs short when ann's running job holds 10: none of hers (4 CPUs each) and one of
+    # bob's (2 CPUs) fit; each of the others is over the CPUs first (its user's job count is not reached)
+    d = demand([running(1, qos="capped", cpus=10), *jobs[1:]])
+    assert d.eligible == 1 and d.ignored == {"QOSGrpCpuLimit": 5}
+
+
+def test_association_budgets_up_the_tree_and_per_partition() -> None:
+    # physics: GrpJobs=5 over all its users, MaxJobs=2 per user (ann inherits it; bob has 4). A user's own
+    # MaxJobs is checked before the account's GrpJobs (slurmctld walks the tree from the user up)
+    jobs = [fresh(job_id=i, user="ann", priority=100 - i) for i in range(4)]
+    jobs += [fresh(job_id=10 + i, user="bob", priority=50 - i) for i in range(4)]
+    d = demand(jobs)
+    assert d.eligible == 5  # ann 2, bob 3: the account's 5
+    assert d.ignored == {"AssocMaxJobsLimit": 2, "AssocGrpJobsLimit": 1}
+    d = demand([*jobs, running(30, user="bob")])  # bob's running job is one of his 4 and of the 5
+    assert d.eligible == 4 and d.ignored == {"AssocMaxJobsLimit": 2, "AssocGrpJobsLimit": 2}
+    # ann in dyn: her per-partition association, GrpTRES cpu=6 (and physics' MaxJobs=2, GrpJobs=5)
+    dyn = Target("dyn", "dyn", shape=SHAPE)
+    jobs = [fresh(job_id=i, partitions=("dyn",), cpus=4, priority=100 - i) for i in range(3)]
+    d = demand(jobs, target=dyn)
+    assert d.eligible == 1 and d.ignored == {"AssocGrpCpuLimit": 2}
+
+
+def test_budgets_hold_beyond_job_by_job_order() -> None:
+    # beyond ORDER_JOBS pending records the model orders kinds, not jobs: the budgets still bound them
+    jobs = [fresh(job_id=i, qos="capped", cpus=1, priority=10_000 - i) for i in range(ORDER_JOBS + 10)]
+    d = demand(jobs)
+    assert d.eligible == 2 and d.ignored == {"QOSMaxJobsPerUserLimit": ORDER_JOBS + 8}
+
+
+def test_budgets_are_not_judged_where_limits_are_not_enforced() -> None:
+    jobs = [fresh(job_id=i, qos="capped", cpus=4, priority=100 - i) for i in range(3)]
+    assert demand(jobs, config=SlurmConfig(accounting_storage_enforce=("associations",))).eligible == 3
+    assert demand(jobs, config=None).eligible == 3
