@@ -108,6 +108,9 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The advanced reservation the job must run in (``--reservation``); "" when none."""
     exclusive: bool = False
     """True when the job asked for whole nodes (``--exclusive``)."""
+    exclusive_to: str = ""
+    """``user`` / ``mcs`` for ``--exclusive=user|mcs``: the job shares nodes only with jobs of its own user
+    (MCS label); "" otherwise."""
     spread: bool = False
     """True for ``--spread-job``: its tasks go to as many nodes as it may have (job flag ``SPREAD_JOB``)."""
     admin_comment: str = ""

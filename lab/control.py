@@ -318,9 +318,11 @@ class Lab:
         except subprocess.TimeoutExpired:
             raise LabError(f"{' '.join(argv)} did not finish within {timeout:.0f} s") from None
 
-    def sbatch(self, *args: str, command: str = "sleep 3600") -> int:
-        """Submit a batch job (``sbatch -o /dev/null ARGS --wrap COMMAND``); its job id."""
-        return parse_job_id(self.run(["sbatch", "-o", "/dev/null", *args, "--wrap", command]))
+    def sbatch(self, *args: str, command: str = "sleep 3600", user: str | None = None) -> int:
+        """Submit a batch job (``sbatch -o /dev/null ARGS --wrap COMMAND``), as ``user`` if given (one of
+        :data:`lab.chroot.LAB_USERS`); its job id."""
+        as_user = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user else []
+        return parse_job_id(self.run([*as_user, "sbatch", "-o", "/dev/null", *args, "--wrap", command]))
 
     # ----- power saving (partition cloud) ------------------------------------------------------------
     @property

@@ -27,7 +27,8 @@ and what it costs: ``docs/demand.md``):
    splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
    (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
    minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
-   ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes; above
+   ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes,
+   ``--exclusive=user`` jobs share nodes with their own user's jobs only; above
    the partition's ``MaxMemPerCPU`` a job gets more CPUs, as slurmctld gives it when it schedules. A job
    that can never fit is ``too_large``, not counted.
 7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit
@@ -38,13 +39,15 @@ and what it costs: ``docs/demand.md``):
 Where the model's answer differs from Slurm's: Slurm picks the tightest run of *adjacent* nodes for a
 multi-node job; first fit ignores adjacency, so a multi-node job after a small one may be counted one node
 short or long (the ``multinode_after`` mix, a documented xfail). Beyond 2000 pending records, jobs of one
-size are placed together at the first one's place (interleaved sizes may cost a node more). User/MCS
-exclusivity (``--exclusive=user``) is treated as shared: exact when one user submits, an undercount when
-several users' exclusive jobs would each want a node. The snapshot has no socket/core layout and the model
-reads no ``--gpus-per-socket``: a job whose ``--sockets-per-node`` / ``--cores-per-socket`` no node can give
-is counted (Slurm: BadConstraints), and ``--gpus-per-socket`` jobs are sized without their GPUs (the
-``sockets`` and ``gpus_per_socket`` mixes, xfails). Partial ``--nodelist`` and ``--exclude`` are not
-judged (the job is sized as any other; from zero they change which nodes Slurm takes, not how many).
+size are placed together at the first one's place (interleaved sizes may cost a node more).
+``--exclusive=user|mcs`` (an MCS label taken as the user's): up to 500 jobs packed job by job with users
+kept apart (exact first fit), beyond each such user's jobs on nodes of their own (may cost a node more);
+such users' fresh jobs never go into busy nodes' room, nor any job into the room of a node another
+user's such job holds (whose jobs hold a node is not read). The snapshot has no socket/core layout and
+the model reads no ``--gpus-per-socket``: a job whose ``--sockets-per-node`` / ``--cores-per-socket`` no
+node can give is counted (Slurm: BadConstraints), and ``--gpus-per-socket`` jobs are sized without their
+GPUs (the ``sockets`` and ``gpus_per_socket`` mixes, xfails). Partial ``--nodelist`` and ``--exclude`` are
+not judged (the job is sized as any other; from zero they change which nodes Slurm takes, not how many).
 """
 
 from __future__ import annotations

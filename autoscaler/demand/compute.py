@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from autoscaler.demand.packing import Bins, Piece, is_exact, pack
-from autoscaler.demand.queue import Draw, JobKey, Kind, Queue, job_label
+from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack
+from autoscaler.demand.queue import Draw, JobKey, Kind, Owner, Queue, job_label
 from autoscaler.demand.select import (
     busy_nodes,
     constraint_fits,
@@ -40,6 +40,8 @@ class _Runs:
     jobs: list[int] = field(default_factory=list)
     fresh: list[bool] = field(default_factory=list)
     """Reason ``None``: may start on busy nodes' free room."""
+    owners: list[Owner | None] = field(default_factory=list)
+    """(user, ``--exclusive=user``) where the run's user has such jobs pending (:attr:`Kind.owner`)."""
 
 
 @dataclass
@@ -64,9 +66,10 @@ def _count(
     """Walk the target's pending runs in Slurm's order: ignore, skip (constraint), throttle (``%N``),
     size and collect the counted ones as runs of pieces."""
     out = _Count()
-    ignored, pieces, run_jobs, run_fresh = out.ignored, out.runs.pieces, out.runs.jobs, out.runs.fresh
+    ignored, runs_out = out.ignored, out.runs
+    pieces, run_jobs, run_fresh, run_owners = runs_out.pieces, runs_out.jobs, runs_out.fresh, runs_out.owners
     by_job = queue.by_job
-    run_at: tuple[dict[Piece, int], dict[Piece, int]] = ({}, {})  # (evaluated, fresh): piece → its run
+    run_at: dict[tuple[Piece, bool, Owner | None], int] = {}  # (piece, fresh, owner) → its run
     sizes: dict[Request, Piece | Misfit] = {}
     allowance: dict[int, int] = {}
     budget_left: dict[tuple[str, ...], int] = {}
@@ -116,21 +119,22 @@ def _count(
             out.misfits.update(dict.fromkeys(kind.keys, piece))
             eligible -= count
             continue
-        fresh = kind.fresh
+        fresh, owner = kind.fresh, kind.owner
         if by_job:  # consecutive jobs of one size are one run
-            if pieces and pieces[-1] == piece and run_fresh[-1] is fresh:
+            if pieces and pieces[-1] == piece and run_fresh[-1] is fresh and run_owners[-1] == owner:
                 run_jobs[-1] += count
                 continue
         else:  # all jobs of one size are one run, at the first one's place
-            at = run_at[fresh]
-            r = at.get(piece)
+            at = (piece, fresh, owner)
+            r = run_at.get(at)
             if r is not None:
                 run_jobs[r] += count
                 continue
-            at[piece] = len(pieces)
+            run_at[at] = len(pieces)
         pieces.append(piece)
         run_jobs.append(count)
         run_fresh.append(fresh)
+        run_owners.append(owner)
     out.eligible, out.skipped = eligible, skipped
     return out
 
@@ -170,10 +174,16 @@ def _configured_features(target: Target) -> set[frozenset[str]]:
 
 def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | None) -> tuple[int, Packing]:
     """New nodes the runs need: fresh runs first into the free room of busy nodes (what does not fit
-    stays in its place in the order), then everything left onto new nodes, in order."""
+    stays in its place in the order), then everything left onto new nodes, in order.
+
+    Where some jobs share nodes only with their own user's (``--exclusive=user``): those users' runs never
+    go into busy nodes' room (whose jobs hold it is not read); up to :data:`OWNED_JOBS` jobs, first fit
+    job by job with the users kept apart (:func:`first_fit_owned`), beyond each such user's runs on nodes
+    of their own (a node more, maybe, where Slurm puts a plain job beside other users' plain jobs)."""
     cap = (shape.cpus, shape.memory_bytes, shape.gpus)
     run_jobs = list(runs.jobs)
-    fresh_runs = [r for r, fresh in enumerate(runs.fresh) if fresh]
+    owners = runs.owners
+    fresh_runs = [r for r, fresh in enumerate(runs.fresh) if fresh and owners[r] is None]
     in_room, room_exact = 0, True
     room = free_room(busy, max_cpus) if fresh_runs else None
     if room is not None and room.blocks:
@@ -183,19 +193,29 @@ def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | N
         in_room = sum(run_jobs[r] for r in fresh_runs) - sum(unplaced)
         for r, k in zip(fresh_runs, unplaced, strict=True):
             run_jobs[r] = k
-    groups = []
-    for piece, k in zip(runs.pieces, run_jobs, strict=True):
-        if not k:
-            continue
-        if groups and groups[-1][0] == piece:
-            groups[-1] = (piece, groups[-1][1] + k)
-        else:
-            groups.append((piece, k))
-    needed, _ = pack(groups, Bins(), cap, open_new=True)
+    left = [(piece, k, owner) for piece, k, owner in zip(runs.pieces, run_jobs, owners, strict=True) if k]
+    jobs = sum(k for _, k, _ in left)
+    if any(owner is not None for owner in owners) and jobs <= OWNED_JOBS:
+        needed, n_runs, exact = first_fit_owned(left, cap), len(left), True
+    else:
+        needed = n_runs = 0
+        exact = True
+        by_user: dict[str | None, list[tuple[Piece, int]]] = {}
+        for piece, k, owner in left:
+            groups = by_user.setdefault(owner[0] if owner is not None else None, [])
+            if groups and groups[-1][0] == piece:
+                groups[-1] = (piece, groups[-1][1] + k)
+            else:
+                groups.append((piece, k))
+        for groups in by_user.values():
+            opened, _ = pack(groups, Bins(), cap, open_new=True)
+            needed += opened
+            n_runs += len(groups)
+            exact = exact and is_exact(len(groups), 0)
     packing = Packing(
-        jobs=sum(k for _, k in groups),
-        runs=len(groups),
-        exact=is_exact(len(groups), 0),
+        jobs=jobs,
+        runs=n_runs,
+        exact=exact,
         in_free_room=in_room,
         free_room_runs=len(fresh_runs) if in_room else 0,
         free_room_exact=room_exact,
@@ -227,7 +247,9 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     counted = _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu)
     needed, packing = 0, None
     if shape is not None and counted.runs.pieces:
-        needed, packing = _pack(counted.runs, shape, busy, max_cpus)
+        owned = queue.owned_nodes()
+        room = [n for n in busy if n.name not in owned] if owned else busy  # another user's, maybe
+        needed, packing = _pack(counted.runs, shape, room, max_cpus)
     too_large: tuple[TooLarge, ...] = ()
     if counted.misfits:
         too_large = tuple(

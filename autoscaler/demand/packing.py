@@ -23,7 +23,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 
-__all__ = ["BLOCK", "EXACT_WORK", "Bins", "Piece", "is_exact", "pack"]
+__all__ = ["BLOCK", "EXACT_WORK", "OWNED_JOBS", "Bins", "Piece", "first_fit_owned", "is_exact", "pack"]
 
 Piece = tuple[int, int, int, int]
 """(nodes, cpus per node, memory bytes per node, gpus per node)."""
@@ -407,6 +407,52 @@ def pack(
         left.append(k)
         bins.tidy()
     return opened, left
+
+
+OWNED_JOBS = 500
+"""Up to this many jobs, a queue with ``--exclusive=user`` jobs is packed job by job
+(:func:`first_fit_owned`: cost jobs × bins)."""
+
+
+def first_fit_owned(order: Sequence[tuple[Piece, int, tuple[str, bool] | None]], cap: Capacity) -> int:
+    """Exact first fit, job by job, onto new bins, of runs ``(piece, jobs, owner)`` where some jobs share a
+    bin only with their own user's (``--exclusive=user``). ``owner`` is ``(user, exclusive)`` for the jobs
+    of a user who has such jobs, None for a user who has none (to those, any such user is another user).
+    A bin holding an exclusive job of user U takes no other user's job; an exclusive job of U goes only
+    into a bin that holds U's jobs alone. Returns the bins opened."""
+    cc, cm, cg = cap
+    rooms: list[list[int]] = []
+    users: list[set[str | None]] = []  # whose jobs each bin holds
+    owned_by: list[str | None] = []  # whose exclusive job each bin holds
+    for (n, pc, pm, pg), k, owner in order:
+        user, exclusive = owner if owner is not None else (None, False)
+        for _ in range(k):
+            chosen: list[int] = []
+            for b, (c, m, g) in enumerate(rooms):
+                if c < pc or m < pm or g < pg:
+                    continue
+                if exclusive:
+                    if any(u != user for u in users[b]):
+                        continue
+                elif owned_by[b] is not None and owned_by[b] != user:
+                    continue
+                chosen.append(b)
+                if len(chosen) == n:
+                    break
+            while len(chosen) < n:
+                chosen.append(len(rooms))
+                rooms.append([cc, cm, cg])
+                users.append(set())
+                owned_by.append(None)
+            for b in chosen:
+                room = rooms[b]
+                room[0] -= pc
+                room[1] -= pm
+                room[2] -= pg
+                users[b].add(user)
+                if exclusive:
+                    owned_by[b] = user
+    return len(rooms)
 
 
 def is_exact(groups: int, runs: int) -> bool:

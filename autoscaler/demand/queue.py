@@ -31,6 +31,7 @@ __all__ = [
     "Draw",
     "JobKey",
     "Kind",
+    "Owner",
     "Queue",
     "first_partition",
     "job_label",
@@ -58,8 +59,9 @@ reservation or to named nodes, the one its own fields show (:func:`autoscaler.el
 pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
 a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
 of a throttled array count together only as job by job would: the allowance is handed out in order);
-``who``: the job's ``(qos, account, user)`` where limits that depend on what runs are enforced
-(:meth:`autoscaler.limits.JobLimits.budgets`), else None;
+``who``: the job's ``(qos, account, user, exclusive_to)`` where limits that depend on what runs are
+enforced (:meth:`autoscaler.limits.JobLimits.budgets`), the job shares nodes only with its own user's
+(``--exclusive=user|mcs``), or with ``users`` (:func:`scan`: some pending job is such), else None;
 ``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
 (one flat tuple per job in the hot loop — a nested one doubles the objects the garbage collector walks;
 made a typed ``Request`` once per distinct key that gets sized: :func:`request_of`)."""
@@ -77,6 +79,9 @@ Draw = tuple[tuple[str, ...], int, int, str]
 """``(budget key, limit, what one job draws, reason)``: one of a kind's :data:`autoscaler.limits.Budget`,
 with the amount (jobs, CPUs or nodes) each of its jobs takes."""
 
+Owner = tuple[str, bool]
+"""``(user, exclusive)``: :attr:`Kind.owner`."""
+
 Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`rank`."""
 
@@ -85,7 +90,9 @@ _GROUP = (1 << 31) - 1
 _U32 = 0xFFFFFFFF
 
 
-def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKey, int], list[int]]:
+def scan(
+    jobs: Iterable[Job], others: list[Job], bars: Bars, *, users: bool = False
+) -> tuple[dict[JobKey, int], list[int]]:
     """One pass over the jobs: the pending ones grouped by :data:`JobKey`, the others appended to
     ``others``.
 
@@ -99,7 +106,7 @@ def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKe
     returns None).
     """
     other = others.append
-    limited = bars.limits is not None and bars.limits.running
+    every = users or (bars.limits is not None and bars.limits.running)  # every key has its who
     unsettled = UNSETTLED
     settle = partial(settled_reason, bars=bars)
     groups: dict[JobKey, int] = {}
@@ -115,7 +122,7 @@ def scan(jobs: Iterable[Job], others: list[Job], bars: Bars) -> tuple[dict[JobKe
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
-                (j.qos, j.account, j.user) if limited else None,
+                (j.qos, j.account, j.user, j.exclusive_to) if every or j.exclusive_to else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
                 j.exclusive, j.spread,
@@ -223,6 +230,7 @@ class Kind:
         "keys",
         "lead",
         "name",
+        "owner",
         "priority",
         "request",
         "throttle",
@@ -253,6 +261,10 @@ class Kind:
         self.draws: tuple[Draw, ...] = ()
         """The QOS/association budgets each of its jobs draws from
         (:meth:`autoscaler.limits.JobLimits.budgets`)."""
+        self.owner: Owner | None = None
+        """Where its jobs' user has ``--exclusive=user|mcs`` jobs pending: (user, whether its jobs are such,
+        sharing nodes only with their user's); an MCS label is taken as the user's. None: a user without
+        such jobs."""
         self.request = request
         """What sizing reads (None for an ineligible kind: never sized)."""
         self.count = count
@@ -310,6 +322,11 @@ def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
     return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets)
 
 
+def _exclusive_users(groups: Iterable[JobKey]) -> frozenset[str]:
+    """The users with pending ``--exclusive=user|mcs`` jobs (from :func:`scan`'s keys)."""
+    return frozenset(who[2] for key in groups if (who := key[5]) is not None and who[3])
+
+
 def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
     """The partition Slurm tries a pending job in first: the highest ``PriorityTier``, then the job's own
     order. A job pending in several partitions counts in that one only, so two NodeSets never both scale
@@ -331,6 +348,10 @@ class Queue:
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         groups, codes = scan(jobs, others, self.bars)
+        owners = _exclusive_users(groups)
+        if owners:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
+            others.clear()
+            groups, codes = scan(jobs, others, self.bars, users=True)
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
         multiplicities, leads, priorities, positions = tally(groups, codes, positions=by_job)
@@ -362,24 +383,28 @@ class Queue:
             count = multiplicity * tasks
             request: Request | None = None
             draws: tuple[Draw, ...] = ()
+            owner: Owner | None = None
             mkey: Any
             if elig is ineligible:
                 mkey = name  # all that counts is how many
                 priority = -1
             else:
                 request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
-                if who is not None and limits is not None:
-                    qos, account, user = who
-                    draws = _draws(limits.budgets(qos, account, user, home), request)
+                if who is not None:
+                    qos, account, user, exclusive_to = who
+                    if limits is not None:
+                        draws = _draws(limits.budgets(qos, account, user, home), request)
+                    if exclusive_to or user in owners:
+                        owner = (user, bool(exclusive_to))
                 if type(array) is tuple:
                     mkey = None  # %N: keeps its place in the order
-                elif elig is eligible:
-                    mkey = (name == "None", features, request, draws)  # fresh or not, constraint, request
+                elif elig is eligible:  # fresh or not, constraint, request, budgets, owner
+                    mkey = (name == "None", features, request, draws, owner)
                 else:
-                    mkey = (name, features, request, draws)
+                    mkey = (name, features, request, draws, owner)
             if mkey is None:
                 kind = Kind(key, request, name, elig, count, priority, lead)
-                kind.draws = draws
+                kind.draws, kind.owner = draws, owner
             else:
                 same = merged[home]
                 seen = same.get(mkey)
@@ -389,7 +414,7 @@ class Queue:
                         kind_at[home][k] = seen
                     continue
                 kind = same[mkey] = Kind(key, request, name, elig, count, priority, lead)
-                kind.draws = draws
+                kind.draws, kind.owner = draws, owner
             kinds[home].append(kind)
             if by_job:
                 kind_at[home][k] = kind
@@ -424,6 +449,8 @@ class Queue:
         """Budget key → what running jobs hold of it (:meth:`autoscaler.limits.JobLimits.usage`)."""
         self._held_exprs = {j.nodes for j in holding if j.nodes and not wanted.isdisjoint(j.partitions)}
         self._held: set[str] | None = None
+        self._owned_exprs = {j.nodes for j in holding if j.exclusive_to and j.nodes}
+        self._owned: set[str] | None = None
         self.nodes: dict[str, list[Node]] = {p: [] for p in wanted}
         """Per partition, its nodes in snapshot order."""
         for node in snapshot.nodes:
@@ -445,6 +472,12 @@ class Queue:
         if self._held is None:
             self._held = set().union(*map(hosts, self._held_exprs))
         return self._held
+
+    def owned_nodes(self) -> set[str]:
+        """Names of nodes held by ``--exclusive=user|mcs`` jobs: their free room is their user's only."""
+        if self._owned is None:
+            self._owned = set().union(*map(hosts, self._owned_exprs))
+        return self._owned
 
     def jobs_of(self, keys: Mapping[JobKey, Any], partition: str) -> list[tuple[Job, Any]]:
         """The pending jobs of ``partition`` with these keys, each with its key's value (rare: too-large

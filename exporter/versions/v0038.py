@@ -218,6 +218,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=(r.shared or "").lower() == "none",
+                exclusive_to=(r.shared or "").lower() if (r.shared or "").lower() in ("user", "mcs") else "",
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )

@@ -180,6 +180,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         shared = r.shared
         excl = r.exclusive
         exclusive = bool((shared is not None and "none" in shared) or (excl is not None and "true" in excl))
+        exclusive_to = _exclusive_to(shared, excl) if shared or excl else ""
         x = r.cpus_per_task
         cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
         x = r.tasks
@@ -257,6 +258,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
+                exclusive_to=exclusive_to,
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -295,6 +297,16 @@ class RawNode(Struct, gc=False):
 
 class RawNodes(RawEnvelope, gc=False):
     nodes: list[RawNode] | UnsetType = UNSET
+
+
+def _exclusive_to(shared: tuple[str, ...] | None, exclusive: tuple[str, ...] | None) -> str:
+    """``user`` / ``mcs`` for ``--exclusive=user|mcs`` (``shared`` v0.0.40–44, ``exclusive`` v0.0.40/41)."""
+    for flags in (shared, exclusive):
+        if flags:
+            for to in ("user", "mcs"):
+                if to in flags:
+                    return to
+    return ""
 
 
 def convert_node(r: RawNode, caches: c.Caches) -> Node:

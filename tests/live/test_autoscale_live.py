@@ -71,8 +71,13 @@ from zero it changes which nodes Slurm resumes, not how many: the two ``-c4 --ex
 not judged).
 
 ``exclusive_user`` → 1: ``--exclusive=user`` keeps other users' jobs off the node, not the same user's: three
-such jobs and a plain one, all root's, share p1. The model treats ``--exclusive=user``/``mcs`` as shared
-(it knows no users per node), which is Slurm's answer whenever one user's jobs are what pends.
+such jobs and a plain one, all root's, share p1.
+
+``exclusive_users`` → 3 (jobs of the lab users ann and bob, ``@ann`` in the mix): ann's two ``--exclusive=user
+-c2`` jobs share p1, bob's p2, root's two plain ``-c2`` jobs p3 (shared: 12 CPUs, 2 nodes; the model said 2
+before it read ``shared: ["user"]``). ``exclusive_user_beside_plain`` → 2: ann's exclusive ``-c6`` takes p1,
+root's ``-c4`` p2, and ann's plain ``-c4`` joins root's job on p2 (a plain job may share with anyone but
+another user's exclusive job). The model packs such queues job by job with the users kept apart.
 
 Partition settings (given to ``cloud`` and ``dyn`` alike before the jobs):
 
@@ -231,7 +236,7 @@ class Mix:
     name: str
     jobs: tuple[tuple[str, str], ...]
     """``(key, sbatch arguments)``; ``{key}`` in the arguments is replaced by that job's id, ``{partition}``
-    by the partition the mix is submitted to."""
+    by the partition the mix is submitted to; a first argument ``@ann`` submits the job as that lab user."""
     slurm_nodes: int
     """How many nodes Slurm resumes for it (the module docstring says why)."""
     settings: tuple[str, ...] = ()
@@ -488,6 +493,27 @@ MIXES += (
         ),
     ),
     Mix(
+        "exclusive_users",
+        (
+            ("ann_a", "@ann --exclusive=user -c2 --mem=1000"),
+            ("bob_a", "@bob --exclusive=user -c2 --mem=1000"),
+            ("root_a", "-c2 --mem=1000"),
+            ("ann_b", "@ann --exclusive=user -c2 --mem=1000"),
+            ("bob_b", "@bob --exclusive=user -c2 --mem=1000"),
+            ("root_b", "-c2 --mem=1000"),
+        ),
+        3,
+    ),
+    Mix(
+        "exclusive_user_beside_plain",
+        (
+            ("ann_exclusive", "@ann --exclusive=user -c6 --mem=1000"),
+            ("root_plain", "-c4 --mem=1000"),
+            ("ann_plain", "@ann -c4 --mem=1000"),
+        ),
+        2,
+    ),
+    Mix(
         "qos_running_limits",
         (
             ("c8a", "-c8 --mem=1000 --qos=q{partition}"),
@@ -574,7 +600,8 @@ def submit_mix(lab: Lab, partition: str, mix: Mix) -> dict[str, int]:
     ids: dict[str, int] = {}
     for key, args in mix.jobs:
         argv = args.format(partition=partition, **ids).split()  # {partition}: a hetjob's later components
-        ids[key] = lab.sbatch("-p", partition, "-t", "30", "-J", key, *argv, command="sleep 600")
+        user = argv.pop(0)[1:] if argv and argv[0].startswith("@") else None
+        ids[key] = lab.sbatch("-p", partition, "-t", "30", "-J", key, *argv, command="sleep 600", user=user)
     return ids
 
 

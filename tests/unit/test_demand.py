@@ -939,3 +939,63 @@ def test_merged_heterogeneous_job_memory_gpus_and_exclusivity() -> None:
     assert merged.exclusive and not merged.spread
     jobs = (pend(1), pend(2))
     assert merge_hetjobs(jobs) is jobs  # nothing heterogeneous: the same tuple, no copy
+
+
+# ------------------------------------------------------------------------ --exclusive=user
+
+
+def test_exclusive_user_jobs_share_nodes_with_their_own_user_only() -> None:
+    # oracle exclusive_users (Slurm 3): two users' exclusive=user jobs and root's plain ones, 2 CPUs each;
+    # shared, 12 CPUs fit 2 nodes: a node per user
+    jobs = []
+    for i, (user, to) in enumerate([("ann", "user"), ("bob", "user"), ("root", "")] * 2):
+        jobs.append(pend(i + 1, cpus=2, user=user, exclusive_to=to, priority=100 - i))
+    assert one(jobs).needed == 3
+    # oracle exclusive_user (Slurm 1): one user's exclusive jobs and its own plain job share a node
+    same = [pend(i + 1, cpus=2, user="root", exclusive_to="user" if i < 3 else "") for i in range(4)]
+    assert one(same).needed == 1
+    # oracle exclusive_user_beside_plain (Slurm 2): ann's plain job goes beside root's plain one, not into a
+    # node of its own beside her exclusive job (no room there)
+    mixed = [
+        pend(1, cpus=6, user="ann", exclusive_to="user", priority=3),
+        pend(2, cpus=4, user="root", priority=2),
+        pend(3, cpus=4, user="ann", priority=1),
+    ]
+    assert one(mixed).needed == 2
+    # an exclusive job never goes beside another user's plain job: ann's -c2 after root's -c2 opens a node
+    two = [
+        pend(1, cpus=2, user="root", priority=2),
+        pend(2, cpus=2, user="ann", exclusive_to="user", priority=1),
+    ]
+    assert one(two).needed == 2
+    assert one([msgspec.structs.replace(j, exclusive_to="") for j in two]).needed == 1
+
+
+def test_exclusive_user_multi_node_jobs_and_many_jobs() -> None:
+    # a 2-node job of ann (exclusive to her) takes 2 nodes; bob's 2-node job 2 more; root's 2 one-CPU jobs
+    # a fifth (they may not join either user's nodes)
+    jobs = [
+        pend(1, cpus=2, min_nodes=2, user="ann", exclusive_to="user", priority=9),
+        pend(2, cpus=2, min_nodes=2, user="bob", exclusive_to="user", priority=8),
+        pend(3, cpus=1, user="root", priority=7),
+        pend(4, cpus=1, user="root", priority=6),
+        pend(5, cpus=1, user="ann", priority=5),  # ann's plain job: beside her own exclusive job
+    ]
+    assert one(jobs).needed == 5
+    # beyond OWNED_JOBS jobs: each such user's jobs on nodes of their own (never fewer than job by job)
+    many = [pend(i, cpus=1, user=f"u{i % 3}", exclusive_to="user", priority=10_000 - i) for i in range(600)]
+    d = one(many)
+    assert d.needed == 3 * math.ceil(200 / 8)
+    assert d.packing is not None and d.packing.jobs == 600
+
+
+def test_exclusive_user_jobs_keep_out_of_busy_nodes_room() -> None:
+    busy = [node("b1", state="MIXED", alloc_cpus=2, alloc_memory_bytes=1000 * MIB)]
+    running = Job(job_id=50, state="RUNNING", partitions=("p",), cpus=2, nodes="b1", user="root")
+    fresh = pend(1, reason="None", cpus=2, user="ann", exclusive_to="user")
+    assert one([running, fresh], busy).needed == 1  # whose jobs hold b1 is not read: a node of her own
+    plain = pend(2, reason="None", cpus=2, user="bob")
+    assert one([running, plain], busy).needed == 0  # a plain job fills the room
+    # the room of a node held by another user's exclusive=user job is not for a plain job
+    owned = msgspec.structs.replace(running, exclusive_to="user")
+    assert one([owned, plain], busy).needed == 1
