@@ -16,6 +16,8 @@ cpusPerNode     no        node shape used while the target has no nodes (scale f
 memoryPerNode   no        memory (MiB as a plain number, or with a binary unit: ``64G``, ``64Gi``,
                           ``512M``, ``1T``; ``K``/``Ki``, ``M``/``Mi``, … all mean powers of 1024),
 gpusPerNode     no        and GPUs per node. ``cpusPerNode`` is needed for a shape.
+threadsPerCore  no        hardware threads of each core of a new node (``ThreadsPerCore``, default 1; must
+                          divide ``cpusPerNode``): slurmctld allocates whole cores (``CR_Core*``)
 featuresPerNode no        Slurm features a new node has (comma-separated; besides the NodeSet's own),
                           for judging ``--constraint`` while the target has no nodes
 min             no        lower bound of desired nodes (default 0)
@@ -64,6 +66,7 @@ KEYS = frozenset(
         "cpusPerNode",
         "memoryPerNode",
         "gpusPerNode",
+        "threadsPerCore",
         "featuresPerNode",
         "min",
         "max",
@@ -185,6 +188,7 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
         feature = nodeset
     cpus = _int(meta, "cpusPerNode", minimum=1)
     gpus = _int(meta, "gpusPerNode")
+    threads = _int(meta, "threadsPerCore", minimum=1)
     memory = 0
     raw_mem = _raw(meta, "memoryPerNode")
     if raw_mem is not None:
@@ -194,9 +198,11 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
             raise MetadataError("memoryPerNode", str(e)) from None
     shape = None
     if cpus is not None:
-        shape = NodeShape(cpus=cpus, memory_bytes=memory, gpus=gpus or 0)
-    elif gpus is not None or memory:
-        key = "gpusPerNode" if gpus is not None else "memoryPerNode"
+        if threads is not None and cpus % threads:
+            raise MetadataError("threadsPerCore", f"{threads} does not divide cpusPerNode ({cpus})")
+        shape = NodeShape(cpus=cpus, memory_bytes=memory, gpus=gpus or 0, threads_per_core=threads or 1)
+    elif gpus is not None or memory or threads is not None:
+        key = "gpusPerNode" if gpus is not None else "memoryPerNode" if memory else "threadsPerCore"
         raise MetadataError(key, "a node shape needs cpusPerNode too")
     features: frozenset[str] = frozenset()
     raw_features = _raw(meta, "featuresPerNode")

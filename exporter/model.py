@@ -111,6 +111,11 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     exclusive_to: str = ""
     """``user`` / ``mcs`` for ``--exclusive=user|mcs``: the job shares nodes only with jobs of its own user
     (MCS label); "" otherwise."""
+    threads_per_core: int | None = None
+    """``--threads-per-core`` (``--hint=nomultithread`` sets 1): the threads of each core its tasks use;
+    None: all of them."""
+    tasks_per_core: int | None = None
+    """``--ntasks-per-core``: at most this many tasks on one core; None: no limit."""
     spread: bool = False
     """True for ``--spread-job``: its tasks go to as many nodes as it may have (job flag ``SPREAD_JOB``)."""
     admin_comment: str = ""
@@ -141,6 +146,12 @@ class Node(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     alloc_cpus: int = 0
     effective_cpus: int = 0
     """CPUs usable by jobs (total minus specialised cores)."""
+    sockets: int = 0
+    """Sockets (0: not reported)."""
+    cores_per_socket: int = 0
+    """Cores of each socket (0: not reported)."""
+    threads_per_core: int = 1
+    """Hardware threads of each core (``ThreadsPerCore``): a CPU is one thread."""
     memory_bytes: int = 0
     """Configured RealMemory."""
     alloc_memory_bytes: int = 0

@@ -27,10 +27,11 @@ and what it costs: ``docs/demand.md``):
    splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
    (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
    minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
-   ``--spread-job``; exclusive jobs (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes,
-   ``--exclusive=user`` jobs share nodes with their own user's jobs only; above
-   the partition's ``MaxMemPerCPU`` a job gets more CPUs, as slurmctld gives it when it schedules. A job
-   that can never fit is ``too_large``, not counted.
+   ``--spread-job``; on SMT nodes whole cores (``threads_per_core`` of the shape; ``--hint=nomultithread``,
+   ``--threads-per-core``, ``--ntasks-per-core=1`` give a task cores of its own); exclusive jobs
+   (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes, ``--exclusive=user`` jobs share nodes
+   with their own user's jobs only; above the partition's ``MaxMemPerCPU`` a job gets more CPUs, as
+   slurmctld gives it when it schedules. A job that can never fit is ``too_large``, not counted.
 7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit
    time, job id), a job's pieces on distinct nodes; not-yet-scheduled jobs (reason ``None``) first into
    busy nodes' free room. Beyond ~1000 runs of distinct jobs a bounded best fit (within 2·S + n_max).

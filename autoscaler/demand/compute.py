@@ -241,6 +241,8 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     partition = queue.partitions.get(target.partition)
     max_cpus = (partition.max_cpus_per_node or None) if partition is not None else None
     max_memory_per_cpu = (partition.max_memory_per_cpu_bytes or None) if partition is not None else None
+    if shape is not None and shape.threads_per_core > 1 and queue.cpus_by_thread:
+        shape = replace(shape, threads_per_core=1)  # CR_CPU: a job's CPUs are threads, cores are shared
     cpus_cap = None
     if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
         shape, cpus_cap = replace(shape, cpus=max_cpus), max_cpus

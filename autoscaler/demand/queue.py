@@ -125,7 +125,7 @@ def scan(
                 (j.qos, j.account, j.user, j.exclusive_to) if every or j.exclusive_to else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                j.exclusive, j.spread,
+                j.exclusive, j.spread, j.threads_per_core, j.tasks_per_core,
             ),
             ordinal(),
         ) | j.priority << 31
@@ -345,6 +345,12 @@ class Queue:
         self.jobs = jobs = merge_hetjobs(snapshot.jobs)
         others: list[Job] = []
         self.bars = Bars.of(snapshot)
+        conf = snapshot.config
+        self.cpus_by_thread = conf is not None and any(
+            p.startswith("CR_CPU") for p in conf.select_type_parameters
+        )
+        """slurmctld allocates threads, not whole cores (``SelectTypeParameters=CR_CPU*``, where /conf
+        says)."""
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         groups, codes = scan(jobs, others, self.bars)

@@ -4,7 +4,10 @@
 CPUs, memory bytes, GPUs per node)``, or a :class:`~autoscaler.demand.types.Misfit` when it can never
 run on the shape. The rules (``docs/demand.md``, "Job size"): nodes ``n = max(min_nodes, ⌈cpus/C⌉,
 ⌈tasks/⌊C/cpus_per_task⌋⌉, ⌈memory/M⌉, ⌈gpus/G⌉)`` on a shape of C CPUs, M bytes, G GPUs; each node an
-even share; exclusive jobs whole nodes; ``--spread-job`` a node per task within the maxima.
+even share; exclusive jobs whole nodes; ``--spread-job`` a node per task within the maxima. On a shape of
+T > 1 threads per core (slurmctld allocating whole cores), a job's CPUs on a node are whole cores, and a
+task of ``--threads-per-core=1`` / ``--hint=nomultithread`` / ``--ntasks-per-core=1`` whole cores of its
+own (:func:`_on_cores`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class Request(NamedTuple):
     gpus: int
     exclusive: bool
     spread: bool
+    threads_per_core: int | None
+    tasks_per_core: int | None
 
 
 def _ceil(a: int, b: int) -> int:
@@ -57,6 +62,25 @@ def _within_memory_per_cpu(r: Request, max_memory_per_cpu: int) -> Request:
     )
 
 
+def _on_cores(r: Request, threads: int) -> Request:
+    """A job on cores of ``threads`` threads each, allocated whole (lab: 26.05.5, ``CR_Core_Memory``, 4 cores
+    × 2 threads): a task that may use fewer threads of a core than it has (``--threads-per-core``,
+    ``--hint=nomultithread`` → 1) takes ⌈CPUs per task / threads it uses⌉ cores, one of
+    ``--ntasks-per-core=1`` ⌈CPUs per task / threads⌉ cores (``-n2 --hint=nomultithread``: 4 CPUs;
+    ``-n3 --ntasks-per-core=1``: 6); each as CPUs per task of that many whole cores. Other jobs are rounded
+    up to whole cores per node by :func:`size` (``-n1``: 2 CPUs, ``-c3``: 4, ``-n2``: 2)."""
+    use = r.threads_per_core
+    cpt = max(r.cpus_per_task, 1)
+    if use is not None and use < threads:
+        per_task = _ceil(cpt, use) * threads
+    elif r.tasks_per_core is not None and r.tasks_per_core < threads:  # taken as 1 (T > 2: more, not fewer)
+        per_task = _ceil(cpt, threads) * threads
+    else:
+        return r
+    tasks = max(r.tasks, 1)
+    return r._replace(cpus=max(tasks * per_task, r.cpus), cpus_per_task=per_task)
+
+
 def size(
     request: Request, shape: NodeShape, max_nodes: int | None, max_memory_per_cpu: int | None = None
 ) -> Piece | Misfit:
@@ -64,9 +88,12 @@ def size(
     the partition's ``MaxMemPerCPU`` in bytes), or why it never fits."""
     if max_memory_per_cpu is not None:
         request = _within_memory_per_cpu(request, max_memory_per_cpu)
+    threads = shape.threads_per_core
+    if threads > 1:
+        request = _on_cores(request, threads)
     (
         min_nodes, job_max_nodes, job_cpus, tasks, cpt, mem_per_node, mem_per_cpu, whole_node_memory,
-        memory_bytes, gpus_per_node, gpus, exclusive, spread,
+        memory_bytes, gpus_per_node, gpus, exclusive, spread, _, _,
     ) = request  # once, into locals: a NamedTuple's attribute reads cost ~50 ns each  # fmt: skip
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
     cpus = max(job_cpus, tasks * cpt if cpt > 1 else 0, 1)
@@ -112,6 +139,8 @@ def size(
     if exclusive:
         return (n, c_node, m_node, g_node)
     cpu_pn = _ceil(cpus, n)
+    if threads > 1:  # whole cores
+        cpu_pn = min(_ceil(cpu_pn, threads) * threads, c_node)
     if max_memory_per_cpu and mem_per_node is not None and not whole_node_memory:
         # --mem above MaxMemPerCPU × its CPUs: slurmctld gives each node CPUs enough for the memory
         cpu_pn = max(cpu_pn, _ceil(mem_per_node, max_memory_per_cpu))

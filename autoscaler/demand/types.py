@@ -21,9 +21,13 @@ class NodeShape:
     cpus: int
     memory_bytes: int
     gpus: int = 0
+    threads_per_core: int = 1
+    """Hardware threads of each core: where slurmctld allocates whole cores (``CR_Core*``), a job's CPUs
+    on a node are rounded up to whole cores (:func:`autoscaler.demand.sizing.size`)."""
 
     def __str__(self) -> str:
-        return f"{self.cpus} CPUs, {self.memory_bytes // MIB} MiB, {self.gpus} GPUs"
+        smt = f", {self.threads_per_core} threads per core" if self.threads_per_core > 1 else ""
+        return f"{self.cpus} CPUs, {self.memory_bytes // MIB} MiB, {self.gpus} GPUs{smt}"
 
 
 @dataclass(frozen=True)

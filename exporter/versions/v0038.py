@@ -99,6 +99,8 @@ class RawJob(Struct, gc=False):
     cpus: int | None = None
     tasks: int | None = None
     cpus_per_task: int | str | None = None
+    threads_per_core: int | str | None = None
+    tasks_per_core: int | str | None = None
     memory_per_node: int | None = None
     memory_per_cpu: int | None = None
     tres_req_str: str | None = None
@@ -219,6 +221,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=(r.shared or "").lower() == "none",
                 exclusive_to=(r.shared or "").lower() if (r.shared or "").lower() in ("user", "mcs") else "",
+                threads_per_core=_num(r.threads_per_core) or None,
+                tasks_per_core=_num(r.tasks_per_core) or None,
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )
@@ -235,6 +239,9 @@ class RawNode(Struct, gc=False):
     state_flags: tuple[str, ...] | None = None
     cpus: int | None = None
     alloc_cpus: int | None = None
+    sockets: int | None = None
+    cores: int | None = None
+    threads: int | None = None
     real_memory: int | None = None
     alloc_memory: int | None = None
     free_memory: int | None = None
@@ -273,6 +280,9 @@ def convert_node(r: RawNode, caches: c.Caches) -> Node:
         cpus=cpus,
         alloc_cpus=alloc_cpus,
         effective_cpus=cpus,
+        sockets=r.sockets or 0,
+        cores_per_socket=r.cores or 0,
+        threads_per_core=r.threads or 1,
         memory_bytes=c.mb(r.real_memory) or 0,
         alloc_memory_bytes=c.mb(r.alloc_memory) or 0,
         free_memory_bytes=c.mb(r.free_memory),

@@ -94,6 +94,8 @@ class RawJob(Struct, gc=False):
     cpus: N | None = None
     tasks: N | None = None
     cpus_per_task: N | None = None
+    threads_per_core: N | None = None
+    tasks_per_core: N | None = None
     memory_per_node: N | None = None
     memory_per_cpu: N | None = None
     tres_req_str: str | None = None
@@ -259,6 +261,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
                 exclusive_to=exclusive_to,
+                threads_per_core=_set_number(r.threads_per_core),
+                tasks_per_core=_set_number(r.tasks_per_core),
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -276,6 +280,9 @@ class RawNode(Struct, gc=False):
     cpus: int | None = None
     alloc_cpus: int | None = None
     effective_cpus: int | None = None
+    sockets: int | None = None
+    cores: int | None = None
+    threads: int | None = None
     real_memory: int | None = None
     alloc_memory: int | None = None
     free_mem: N | None = None
@@ -297,6 +304,12 @@ class RawNode(Struct, gc=False):
 
 class RawNodes(RawEnvelope, gc=False):
     nodes: list[RawNode] | UnsetType = UNSET
+
+
+def _set_number(x: N | None) -> int | None:
+    """A job's optional count (``--threads-per-core``, ``--ntasks-per-core``): None unless set, finite and
+    positive."""
+    return x.number if x is not None and x.set and not x.infinite and x.number > 0 else None
 
 
 def _exclusive_to(shared: tuple[str, ...] | None, exclusive: tuple[str, ...] | None) -> str:
@@ -324,6 +337,9 @@ def convert_node(r: RawNode, caches: c.Caches) -> Node:
         cpus=cpus,
         alloc_cpus=alloc_cpus,
         effective_cpus=r.effective_cpus if r.effective_cpus is not None else cpus,
+        sockets=r.sockets or 0,
+        cores_per_socket=r.cores or 0,
+        threads_per_core=r.threads or 1,
         memory_bytes=c.mb(r.real_memory) or 0,
         alloc_memory_bytes=c.mb(r.alloc_memory) or 0,
         free_memory_bytes=c.mb(n(r.free_mem)),

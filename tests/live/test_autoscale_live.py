@@ -120,6 +120,12 @@ third's last GPU.
 ``mem_per_gpu`` → 2: ``--gpus=2 --mem-per-gpu=5000`` is 10000 MB; two do not share a node (1 before: the
 per-GPU figure Slurm keeps in ``memory_per_node`` was read as the node's).
 
+``smt`` → 3, on six CLOUD nodes of 4 cores × 2 threads made for the mix (``CR_Core_Memory``: whole cores):
+``-n1`` takes a core (2 CPUs), ``-n2`` one core (a task per thread), ``-c3`` two cores (4): s1 full;
+``-n2 --hint=nomultithread`` and ``-n2 --threads-per-core=1`` a core per task (4 CPUs each) fill s2;
+``-n3 --ntasks-per-core=1`` three cores (6) s3. Counted in threads the queue is 13 CPUs (2 nodes: the
+model's answer before it read the threads per core); the model's target says ``threadsPerCore=2``.
+
 Limits (slurmdbd, ``AccountingStorageEnforce=limits`` for these mixes only):
 
 ``qos_assoc_per_job_limits`` → 1: ``MaxTRESPerJob=cpu=4 MaxWall=60`` on the QOS, ``MaxNodes=1`` on the root
@@ -226,6 +232,20 @@ DYN_GPU_TARGET = Target(
     max_nodes=len(hostlist_expand(CLOUD_GPU_NODES)),
     shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, CLOUD_GPU_COUNT),
 )
+SMT_PARTITION = "smt"
+SMT_CONF = (
+    "NodeName=s[1-6] CPUs=8 Boards=1 SocketsPerBoard=1 CoresPerSocket=4 ThreadsPerCore=2 RealMemory=16000"
+    " State=CLOUD Port={cloud_port}",
+    f"PartitionName={SMT_PARTITION} Nodes=s[1-6] MaxTime=INFINITE State=UP",
+)
+"""Six CLOUD nodes of 4 cores × 2 threads (8 CPUs, 16000 MB) in a partition of their own (SMT mixes)."""
+DYN_SMT_TARGET = Target(
+    "dyn",
+    "dyn",
+    nodeset_feature=DYN_FEATURE,
+    max_nodes=6,
+    shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, 0, 2),
+)
 SETTLE_TIMEOUT = 60.0
 UNSETTLED_REASONS = frozenset({"None", "Resources", "Priority", "PartitionDown"})
 """A pending cloud job with one of these may still be given nodes."""
@@ -244,17 +264,22 @@ class Mix:
     gpus: bool = False
     """Slurm's side on :data:`GPU_PARTITION` (GPU nodes), the model's on :data:`DYN_GPU_TARGET`."""
     slurm_conf: tuple[str, ...] = ()
-    """slurm.conf lines for this mix's fresh lab (``AccountingStorageEnforce=limits``)."""
+    """slurm.conf lines for this mix's fresh lab (``AccountingStorageEnforce=limits``); ``{cloud_port}`` is
+    the port of the lab's cloud nodes (for CLOUD nodes of the mix's own)."""
     sacctmgr: tuple[str, ...] = ()
     """``sacctmgr -i`` commands run on the fresh lab before the jobs (QOS and association limits)."""
 
+    smt: bool = False
+    """Slurm's side on :data:`SMT_PARTITION` (SMT CLOUD nodes of this mix's slurm.conf), the model's on
+    :data:`DYN_SMT_TARGET`."""
+
     @property
     def cloud(self) -> str:
-        return GPU_PARTITION if self.gpus else "cloud"
+        return GPU_PARTITION if self.gpus else SMT_PARTITION if self.smt else "cloud"
 
     @property
     def target(self) -> Target:
-        return DYN_GPU_TARGET if self.gpus else DYN_TARGET
+        return DYN_GPU_TARGET if self.gpus else DYN_SMT_TARGET if self.smt else DYN_TARGET
 
 
 MIXES: tuple[Mix, ...] = (
@@ -514,6 +539,20 @@ MIXES += (
         2,
     ),
     Mix(
+        "smt",
+        (
+            ("n1", "-n1 --mem=1000"),
+            ("n2", "-n2 --mem=1000"),
+            ("c3", "-c3 --mem=1000"),
+            ("n2_nomultithread_a", "-n2 --hint=nomultithread --mem=1000"),
+            ("n2_one_thread", "-n2 --threads-per-core=1 --mem=1000"),
+            ("n3_one_task_per_core", "-n3 --ntasks-per-core=1 --mem=1000"),
+        ),
+        3,
+        slurm_conf=SMT_CONF,
+        smt=True,
+    ),
+    Mix(
         "qos_running_limits",
         (
             ("c8a", "-c8 --mem=1000 --qos=q{partition}"),
@@ -620,7 +659,7 @@ def cloud_allocation(lab: Lab, partition: str = "cloud") -> set[str] | None:
 
 async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     """Fresh lab, the mix to cloud (released at once) and to dyn; (nodes Slurm resumed, dyn's demand)."""
-    lab.extra_conf = mix.slurm_conf
+    lab.extra_conf = tuple(line.format(cloud_port=lab.ports.cloud_nodes) for line in mix.slurm_conf)
     lab.restart()  # also undoes the previous mix's partition settings, partitions and limits
     for command in mix.sacctmgr:
         lab.run(["sacctmgr", "-i", *command.split()])

@@ -16,12 +16,12 @@ from autoscaler.demand import Demand, Misfit, NodeShape, Target, compute_demand,
 from autoscaler.demand.packing import EXACT_WORK, Bins, Piece, is_exact, pack
 from autoscaler.demand.queue import key_of, request_of, scan, tally
 from autoscaler.demand.select import hosts
-from autoscaler.demand.sizing import Request
+from autoscaler.demand.sizing import Request, size
 from autoscaler.demand.types import MisfitKind
 from autoscaler.eligibility import Bars
 from autoscaler.reasons import Eligibility, classify, normalize
 from autoscaler.report import misfit_text
-from exporter.model import MIB, Job, Node, Partition, Snapshot
+from exporter.model import MIB, Job, Node, Partition, SlurmConfig, Snapshot
 from exporter.slurmtext import hostlist_expand
 from testkit import builders
 from testkit.paths import ROOT
@@ -719,7 +719,7 @@ def test_request_fields_in_the_order_size_unpacks_them() -> None:
     assert Request._fields == (
         "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task", "memory_per_node_bytes",
         "memory_per_cpu_bytes", "whole_node_memory", "memory_bytes", "gpus_per_node", "gpus", "exclusive",
-        "spread",
+        "spread", "threads_per_core", "tasks_per_core",
     )  # fmt: skip
 
 
@@ -731,6 +731,7 @@ def test_key_layout() -> None:
         5, "Priority", min_nodes=2, max_nodes=3, cpus=4, tasks=5, cpus_per_task=6, memory_per_node_bytes=7,
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
+        threads_per_core=1, tasks_per_core=2,
     )  # fmt: skip
     key = key_of(job, NO_BARS)
     partitions, reason, features, tasks, array, who = key[: queue.REQUEST]
@@ -999,3 +1000,68 @@ def test_exclusive_user_jobs_keep_out_of_busy_nodes_room() -> None:
     # the room of a node held by another user's exclusive=user job is not for a plain job
     owned = msgspec.structs.replace(running, exclusive_to="user")
     assert one([owned, plain], busy).needed == 1
+
+
+# ------------------------------------------------------------------------------ SMT (threads per core)
+
+SMT = NodeShape(cpus=8, memory_bytes=16000 * MIB, threads_per_core=2)
+"""The lab's SMT cloud nodes (oracle ``smt``): 1 socket × 4 cores × 2 threads, CR_Core_Memory."""
+
+
+@pytest.mark.parametrize(
+    ("job", "cpus"),
+    [
+        # what slurmctld allocated each (lab: 26.05.5, NumCPUs of the started job)
+        ({"cpus": 1}, 2),
+        ({"cpus": 2, "tasks": 2}, 2),
+        ({"cpus": 3, "cpus_per_task": 3}, 4),
+        ({"cpus": 6, "tasks": 2, "cpus_per_task": 3}, 6),
+        ({"cpus": 3, "tasks": 3}, 4),
+        ({"cpus": 5, "tasks": 5}, 6),
+        ({"cpus": 2, "tasks": 2, "threads_per_core": 1}, 4),  # --hint=nomultithread
+        ({"cpus": 2, "cpus_per_task": 2, "threads_per_core": 1}, 4),
+        ({"cpus": 3, "tasks": 3, "tasks_per_core": 1}, 6),
+    ],
+)
+def test_smt_nodes_allocate_whole_cores(job: dict[str, Any], cpus: int) -> None:
+    req = request_of(key_of(pend(1, **job), NO_BARS))
+    piece = size(req, SMT, None)
+    assert not isinstance(piece, Misfit)
+    assert piece[0] * piece[1] == cpus
+    assert size(req, SHAPE, None) != piece or cpus == req.cpus  # without SMT: the CPUs asked
+
+
+def test_smt_tasks_of_whole_cores_span_nodes() -> None:
+    # -n3 -c2 --threads-per-core=1: 4 CPUs (2 cores) per task, two tasks a node → 2 nodes (lab: 12 CPUs)
+    req = request_of(key_of(pend(1, cpus=6, tasks=3, cpus_per_task=2, threads_per_core=1), NO_BARS))
+    assert size(req, SMT, None)[0] == 2
+    # -N2 -n3: 2 tasks on one node (one core), 1 on the other (one core): 2 CPUs each
+    req = request_of(key_of(pend(1, cpus=3, tasks=3, min_nodes=2), NO_BARS))
+    assert size(req, SMT, None) == (2, 2, 100 * MIB, 0)
+
+
+def test_smt_queue_needs_what_slurm_resumed_and_cr_cpu_shares_cores() -> None:
+    # oracle smt (Slurm 3): -n1, -n2, -c3 fill one node (2 + 2 + 4), the two nomultithread -n2 a second
+    # (4 + 4), -n3 --ntasks-per-core=1 a third (6); counted in threads: 13 CPUs, 2 nodes
+    jobs = [
+        pend(1, cpus=1, priority=6),
+        pend(2, cpus=2, tasks=2, priority=5),
+        pend(3, cpus=3, cpus_per_task=3, priority=4),
+        pend(4, cpus=2, tasks=2, threads_per_core=1, priority=3),
+        pend(5, cpus=2, tasks=2, threads_per_core=1, priority=2),
+        pend(6, cpus=3, tasks=3, tasks_per_core=1, priority=1),
+    ]
+    assert one(jobs, shape=SMT).needed == 3
+    assert one(jobs).needed == 2
+    # nodes in the snapshot report their threads per core: the shape carries it
+    smt_nodes = [
+        node(f"s{i}", state="IDLE", threads_per_core=2, cores_per_socket=4, sockets=1) for i in (1, 2)
+    ]
+    d = one(jobs, smt_nodes, shape=None)
+    assert d.shape is not None and d.shape.threads_per_core == 2 and d.desired == 3
+    # SelectTypeParameters=CR_CPU: threads are allocated one by one
+    cr_cpu = msgspec.structs.replace(
+        snap(jobs), config=SlurmConfig(select_type_parameters=("CR_CPU_MEMORY",))
+    )
+    t = Target(name="t", partition="p", shape=SMT)
+    assert compute_demand(cr_cpu, [t])["t"].needed == 2

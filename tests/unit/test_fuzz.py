@@ -291,6 +291,7 @@ def test_web_config_files_fail_with_a_config_error(
 metadata_keys = st.sampled_from(
     [
         *("partition", "nodeset", "nodeNames", "min", "max", "cpusPerNode", "memoryPerNode", "gpusPerNode"),
+        "threadsPerCore",
         *("metricName", "partitionFromEnv", "scalerAddress", "unknown", "max_FromEnv"),
     ]
 )

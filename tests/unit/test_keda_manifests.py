@@ -318,7 +318,7 @@ def contract_problems(so: Manifest) -> list[str]:
             out.append(
                 f"nodeset {md['nodeset']!r} is not the scale target {spec['scaleTargetRef']['name']!r}"
             )
-        for key in ("cpusPerNode", "gpusPerNode", "min", "max"):
+        for key in ("cpusPerNode", "gpusPerNode", "threadsPerCore", "min", "max"):
             if key in md and not _INT.fullmatch(str(md[key])):
                 out.append(f"{key}={md[key]!r} is not a non-negative integer")
         if md.get("cpusPerNode") == "0":

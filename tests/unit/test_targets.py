@@ -60,6 +60,8 @@ def test_shape_for_scale_from_zero() -> None:
     meta = {"partition": "p", "cpusPerNode": "64", "memoryPerNode": "256Gi", "gpusPerNode": "8"}
     assert target_from_metadata(meta).shape == NodeShape(64, 256 * 1024 * MIB, 8)
     assert target_from_metadata({"partition": "p", "cpusPerNode": "4"}).shape == NodeShape(4, 0, 0)
+    smt = target_from_metadata({"partition": "p", "cpusPerNode": "8", "threadsPerCore": "2"}).shape
+    assert smt == NodeShape(8, 0, 0, threads_per_core=2)
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,9 @@ def test_memory_units_are_binary(text: str, mib: int) -> None:
         ({"partition": "p", "cpusPerNode": "0"}, "cpusPerNode"),
         ({"partition": "p", "memoryPerNode": "lots", "cpusPerNode": "2"}, "memoryPerNode"),
         ({"partition": "p", "gpusPerNode": "2"}, "gpusPerNode"),
+        ({"partition": "p", "threadsPerCore": "2"}, "threadsPerCore"),  # no cpusPerNode
+        ({"partition": "p", "cpusPerNode": "6", "threadsPerCore": "4"}, "threadsPerCore"),  # not a divisor
+        ({"partition": "p", "cpusPerNode": "6", "threadsPerCore": "0"}, "threadsPerCore"),
         ({"partition": "p", "nodeNames": "ns-[3-"}, "nodeNames"),
         ({"partition": "p;rm", "nodeset": "x"}, "partition"),
         # found by a bad-input probe: each once escaped as an UNKNOWN gRPC error or was believed
