@@ -28,6 +28,9 @@ _MISFITS: dict[str, str] = {
     "gpus_without_gpus": "asks {asked} GPUs, nodes have none",
     "job_max_nodes": "needs {asked} nodes of {shape}, the job allows at most {limit}",
     "target_max_nodes": "needs {asked} nodes, target max is {limit}",
+    "sockets_per_node": "--sockets-per-node {asked} > {limit} sockets per node",
+    "cores_per_socket": "--cores-per-socket {asked} > {limit} cores per socket",
+    "threads_per_core": "--threads-per-core {asked} > {limit} threads per core",
 }
 """How each :data:`~autoscaler.demand.types.MisfitKind` reads (memory in MiB)."""
 

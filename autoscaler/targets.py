@@ -18,6 +18,9 @@ memoryPerNode   no        memory (MiB as a plain number, or with a binary unit: 
 gpusPerNode     no        and GPUs per node. ``cpusPerNode`` is needed for a shape.
 threadsPerCore  no        hardware threads of each core of a new node (``ThreadsPerCore``, default 1; must
                           divide ``cpusPerNode``): slurmctld allocates whole cores (``CR_Core*``)
+socketsPerNode  no        sockets and cores per socket of a new node (``Sockets``, ``CoresPerSocket``):
+coresPerSocket            a job asking more (``--sockets-per-node``, ``--cores-per-socket``) never runs;
+                          sockets × cores × threads must be ``cpusPerNode`` (one alone must divide it)
 featuresPerNode no        Slurm features a new node has (comma-separated; besides the NodeSet's own),
                           for judging ``--constraint`` while the target has no nodes
 min             no        lower bound of desired nodes (default 0)
@@ -67,6 +70,8 @@ KEYS = frozenset(
         "memoryPerNode",
         "gpusPerNode",
         "threadsPerCore",
+        "socketsPerNode",
+        "coresPerSocket",
         "featuresPerNode",
         "min",
         "max",
@@ -145,6 +150,22 @@ def _int(meta: Mapping[str, str], key: str, *, minimum: int = 0) -> int | None:
     return value
 
 
+def _check_layout(cpus: int, threads: int, sockets: int | None, cores: int | None) -> None:
+    """Sockets × cores per socket × threads per core is the node's CPUs (Slurm's ``CPUs`` without boards);
+    one of the two alone must divide what the threads leave."""
+    per_thread = cpus // threads
+    if sockets is not None and cores is not None:
+        if sockets * cores * threads != cpus:
+            raise MetadataError(
+                "coresPerSocket",
+                f"{sockets} sockets × {cores} cores × {threads} threads is not cpusPerNode ({cpus})",
+            )
+    elif sockets is not None and per_thread % sockets:
+        raise MetadataError("socketsPerNode", f"{sockets} does not divide {per_thread} cores per node")
+    elif cores is not None and per_thread % cores:
+        raise MetadataError("coresPerSocket", f"{cores} does not divide {per_thread} cores per node")
+
+
 def _name(meta: Mapping[str, str], key: str, pattern: re.Pattern[str] = _NAME) -> str | None:
     value = _raw(meta, key)
     if value is None:
@@ -189,6 +210,8 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     cpus = _int(meta, "cpusPerNode", minimum=1)
     gpus = _int(meta, "gpusPerNode")
     threads = _int(meta, "threadsPerCore", minimum=1)
+    sockets = _int(meta, "socketsPerNode", minimum=1)
+    cores = _int(meta, "coresPerSocket", minimum=1)
     memory = 0
     raw_mem = _raw(meta, "memoryPerNode")
     if raw_mem is not None:
@@ -200,10 +223,29 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     if cpus is not None:
         if threads is not None and cpus % threads:
             raise MetadataError("threadsPerCore", f"{threads} does not divide cpusPerNode ({cpus})")
-        shape = NodeShape(cpus=cpus, memory_bytes=memory, gpus=gpus or 0, threads_per_core=threads or 1)
-    elif gpus is not None or memory or threads is not None:
-        key = "gpusPerNode" if gpus is not None else "memoryPerNode" if memory else "threadsPerCore"
-        raise MetadataError(key, "a node shape needs cpusPerNode too")
+        _check_layout(cpus, threads or 1, sockets, cores)
+        shape = NodeShape(
+            cpus=cpus,
+            memory_bytes=memory,
+            gpus=gpus or 0,
+            threads_per_core=threads or 1,
+            sockets=sockets or 0,
+            cores_per_socket=cores or 0,
+        )
+    else:
+        given = [
+            key
+            for key, value in (
+                ("gpusPerNode", gpus),
+                ("memoryPerNode", memory or None),
+                ("threadsPerCore", threads),
+                ("socketsPerNode", sockets),
+                ("coresPerSocket", cores),
+            )
+            if value is not None
+        ]
+        if given:
+            raise MetadataError(given[0], "a node shape needs cpusPerNode too")
     features: frozenset[str] = frozenset()
     raw_features = _raw(meta, "featuresPerNode")
     if raw_features is not None:

@@ -16,11 +16,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import msgspec
 
 MIB = 1_048_576
 """Bytes per Slurm megabyte (Slurm's ``M`` suffix and every ``*_memory`` field are MiB)."""
+
+
+class CoreRequest(NamedTuple):
+    """What a job asks of a node's sockets, cores and threads (``scontrol``'s ``ReqB:S:C:T`` and
+    ``NtasksPerN:B:S:C``); None: not asked."""
+
+    sockets_per_node: int | None = None
+    """``--sockets-per-node`` (``-B S``): only nodes with at least this many sockets."""
+    cores_per_socket: int | None = None
+    """``--cores-per-socket`` (``-B S:C``): only nodes whose sockets have at least this many cores."""
+    threads_per_core: int | None = None
+    """``--threads-per-core`` (``--hint=nomultithread`` sets 1): the threads of each core its tasks use."""
+    tasks_per_core: int | None = None
+    """``--ntasks-per-core``: at most this many tasks on one core."""
 
 
 class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -111,11 +126,8 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     exclusive_to: str = ""
     """``user`` / ``mcs`` for ``--exclusive=user|mcs``: the job shares nodes only with jobs of its own user
     (MCS label); "" otherwise."""
-    threads_per_core: int | None = None
-    """``--threads-per-core`` (``--hint=nomultithread`` sets 1): the threads of each core its tasks use;
-    None: all of them."""
-    tasks_per_core: int | None = None
-    """``--ntasks-per-core``: at most this many tasks on one core; None: no limit."""
+    cores_request: CoreRequest | None = None
+    """What the job asks of sockets, cores and threads; None when nothing (most jobs)."""
     spread: bool = False
     """True for ``--spread-job``: its tasks go to as many nodes as it may have (job flag ``SPREAD_JOB``)."""
     admin_comment: str = ""

@@ -28,7 +28,8 @@ and what it costs: ``docs/demand.md``):
    (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
    minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
    ``--spread-job``; on SMT nodes whole cores (``threads_per_core`` of the shape; ``--hint=nomultithread``,
-   ``--threads-per-core``, ``--ntasks-per-core=1`` give a task cores of its own); exclusive jobs
+   ``--threads-per-core``, ``--ntasks-per-core=1`` give a task cores of its own; ``--sockets-per-node`` /
+   ``--cores-per-socket`` beyond the shape's layout never fit); exclusive jobs
    (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes, ``--exclusive=user`` jobs share nodes
    with their own user's jobs only; above the partition's ``MaxMemPerCPU`` a job gets more CPUs, as
    slurmctld gives it when it schedules. A job that can never fit is ``too_large``, not counted.
@@ -44,11 +45,10 @@ size are placed together at the first one's place (interleaved sizes may cost a 
 ``--exclusive=user|mcs`` (an MCS label taken as the user's): up to 500 jobs packed job by job with users
 kept apart (exact first fit), beyond each such user's jobs on nodes of their own (may cost a node more);
 such users' fresh jobs never go into busy nodes' room, nor any job into the room of a node another
-user's such job holds (whose jobs hold a node is not read). The snapshot has no socket/core layout and
-the model reads no ``--gpus-per-socket``: a job whose ``--sockets-per-node`` / ``--cores-per-socket`` no
-node can give is counted (Slurm: BadConstraints), and ``--gpus-per-socket`` jobs are sized without their
-GPUs (the ``sockets`` and ``gpus_per_socket`` mixes, xfails). Partial ``--nodelist`` and ``--exclude`` are
-not judged (the job is sized as any other; from zero they change which nodes Slurm takes, not how many).
+user's such job holds (whose jobs hold a node is not read). The model reads no ``--gpus-per-socket``:
+such jobs are sized without their GPUs (the ``gpus_per_socket`` mix, an xfail). Partial ``--nodelist``
+and ``--exclude`` are not judged (the job is sized as any other; from zero they change which nodes Slurm
+takes, not how many).
 """
 
 from __future__ import annotations

@@ -63,8 +63,9 @@ of a throttled array count together only as job by job would: the allowance is h
 enforced (:meth:`autoscaler.limits.JobLimits.budgets`), the job shares nodes only with its own user's
 (``--exclusive=user|mcs``), or with ``users`` (:func:`scan`: some pending job is such), else None;
 ``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
-(one flat tuple per job in the hot loop — a nested one doubles the objects the garbage collector walks;
-made a typed ``Request`` once per distinct key that gets sized: :func:`request_of`)."""
+(one flat tuple per job in the hot loop — a nested one doubles
+the objects the garbage collector walks; made a typed ``Request`` once per distinct key that gets sized:
+:func:`request_of`)."""
 
 REQUEST = 6
 """Where the request's fields start in a :data:`JobKey`."""
@@ -125,7 +126,7 @@ def scan(
                 (j.qos, j.account, j.user, j.exclusive_to) if every or j.exclusive_to else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                j.exclusive, j.spread, j.threads_per_core, j.tasks_per_core,
+                j.exclusive, j.spread, j.cores_request,
             ),
             ordinal(),
         ) | j.priority << 31
@@ -136,9 +137,9 @@ def scan(
     return groups, codes
 
 
-def key_of(job: Job, bars: Bars) -> JobKey:
-    """The :data:`JobKey` :func:`scan` groups a pending job under."""
-    (key,) = scan((job,), [], bars)[0]
+def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
+    """The :data:`JobKey` :func:`scan` groups a pending job under (with the same ``users``)."""
+    (key,) = scan((job,), [], bars, users=users)[0]
     return key
 
 
@@ -355,6 +356,7 @@ class Queue:
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         groups, codes = scan(jobs, others, self.bars)
         owners = _exclusive_users(groups)
+        self._users = bool(owners)
         if owners:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
             others.clear()
             groups, codes = scan(jobs, others, self.bars, users=True)
@@ -492,7 +494,7 @@ class Queue:
         groups: dict[tuple[Any, ...], list[tuple[Job, Any]]] = {}
         for job in self.jobs:
             if job.cpus in cpus and job.state == "PENDING" and partition in job.partitions:
-                key = key_of(job, self.bars)
+                key = key_of(job, self.bars, users=self._users)
                 if key in keys:
                     full = (
                         key,

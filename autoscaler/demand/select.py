@@ -75,7 +75,14 @@ def busy_nodes(nodes: Sequence[Node], held: Callable[[], set[str]]) -> list[Node
 def snapshot_shape(nodes: Iterable[Node]) -> NodeShape | None:
     """Most common shape among nodes reporting CPUs (ties → the largest)."""
     counts = Counter(
-        (n.effective_cpus or n.cpus, n.memory_bytes, n.gpus, n.threads_per_core)
+        (
+            n.effective_cpus or n.cpus,
+            n.memory_bytes,
+            n.gpus,
+            n.threads_per_core,
+            n.sockets,
+            n.cores_per_socket,
+        )
         for n in nodes
         if (n.effective_cpus or n.cpus) > 0
     )

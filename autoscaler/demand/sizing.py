@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from autoscaler.demand.packing import Piece
 from autoscaler.demand.types import Misfit, NodeShape
+from exporter.model import CoreRequest
 
 __all__ = ["Request", "size"]
 
@@ -36,8 +37,7 @@ class Request(NamedTuple):
     gpus: int
     exclusive: bool
     spread: bool
-    threads_per_core: int | None
-    tasks_per_core: int | None
+    cores_request: CoreRequest | None
 
 
 def _ceil(a: int, b: int) -> int:
@@ -69,16 +69,32 @@ def _on_cores(r: Request, threads: int) -> Request:
     ``--ntasks-per-core=1`` ⌈CPUs per task / threads⌉ cores (``-n2 --hint=nomultithread``: 4 CPUs;
     ``-n3 --ntasks-per-core=1``: 6); each as CPUs per task of that many whole cores. Other jobs are rounded
     up to whole cores per node by :func:`size` (``-n1``: 2 CPUs, ``-c3``: 4, ``-n2``: 2)."""
-    use = r.threads_per_core
+    if r.cores_request is None:
+        return r
+    _, _, use, tasks_per_core = r.cores_request
     cpt = max(r.cpus_per_task, 1)
     if use is not None and use < threads:
         per_task = _ceil(cpt, use) * threads
-    elif r.tasks_per_core is not None and r.tasks_per_core < threads:  # taken as 1 (T > 2: more, not fewer)
+    elif tasks_per_core is not None and tasks_per_core < threads:  # taken as 1 (T > 2: more, not fewer)
         per_task = _ceil(cpt, threads) * threads
     else:
         return r
     tasks = max(r.tasks, 1)
     return r._replace(cpus=max(tasks * per_task, r.cpus), cpus_per_task=per_task)
+
+
+def _layout_misfit(cores: CoreRequest, shape: NodeShape) -> Misfit | None:
+    """A socket, core or thread count the shape's nodes do not have (slurmctld: ``BadConstraints`` once
+    such nodes exist; lab: ``--cores-per-socket=2`` on 8 one-core sockets). A layout the shape does not
+    know (0) is not judged."""
+    sockets, cores_per_socket, threads, _ = cores
+    if sockets is not None and shape.sockets and sockets > shape.sockets:
+        return Misfit("sockets_per_node", sockets, shape.sockets)
+    if cores_per_socket is not None and shape.cores_per_socket and cores_per_socket > shape.cores_per_socket:
+        return Misfit("cores_per_socket", cores_per_socket, shape.cores_per_socket)
+    if threads is not None and threads > shape.threads_per_core:
+        return Misfit("threads_per_core", threads, shape.threads_per_core)
+    return None
 
 
 def size(
@@ -88,12 +104,17 @@ def size(
     the partition's ``MaxMemPerCPU`` in bytes), or why it never fits."""
     if max_memory_per_cpu is not None:
         request = _within_memory_per_cpu(request, max_memory_per_cpu)
+    cores = request.cores_request
+    if cores is not None:
+        misfit = _layout_misfit(cores, shape)
+        if misfit is not None:
+            return misfit
     threads = shape.threads_per_core
     if threads > 1:
         request = _on_cores(request, threads)
     (
         min_nodes, job_max_nodes, job_cpus, tasks, cpt, mem_per_node, mem_per_cpu, whole_node_memory,
-        memory_bytes, gpus_per_node, gpus, exclusive, spread, _, _,
+        memory_bytes, gpus_per_node, gpus, exclusive, spread, _,
     ) = request  # once, into locals: a NamedTuple's attribute reads cost ~50 ns each  # fmt: skip
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
     cpus = max(job_cpus, tasks * cpt if cpt > 1 else 0, 1)

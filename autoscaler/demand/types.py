@@ -24,6 +24,10 @@ class NodeShape:
     threads_per_core: int = 1
     """Hardware threads of each core: where slurmctld allocates whole cores (``CR_Core*``), a job's CPUs
     on a node are rounded up to whole cores (:func:`autoscaler.demand.sizing.size`)."""
+    sockets: int = 0
+    """Sockets of a node (0: not known; a job's ``--sockets-per-node`` is then not judged)."""
+    cores_per_socket: int = 0
+    """Cores of each socket (0: not known)."""
 
     def __str__(self) -> str:
         smt = f", {self.threads_per_core} threads per core" if self.threads_per_core > 1 else ""
@@ -70,11 +74,14 @@ MisfitKind = Literal[
     "gpus_without_gpus",
     "job_max_nodes",
     "target_max_nodes",
+    "sockets_per_node",
+    "cores_per_socket",
+    "threads_per_core",
 ]
 """What of a job exceeds the target: CPUs of one task, CPUs per node its ``--mem`` needs under the
 partition's ``MaxMemPerCPU``, ``--mem``, ``--mem-per-cpu``, memory asked of
 nodes with none, ``--gpus-per-node``, GPUs asked of nodes with none, the nodes it needs against its own
-``--nodes`` maximum, against ``Target.max_nodes``."""
+``--nodes`` maximum, against ``Target.max_nodes``, and a socket, core or thread count the nodes lack."""
 
 
 class Misfit(NamedTuple):

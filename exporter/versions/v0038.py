@@ -27,6 +27,7 @@ from exporter import errors, slurmtext
 from exporter.model import (
     MIB,
     Association,
+    CoreRequest,
     EndedJob,
     Envelope,
     Job,
@@ -54,6 +55,17 @@ def _num(x: int | str | None) -> int | None:
     if isinstance(x, str):
         x = int(x) if x.strip().isdigit() else None
     return v(x)
+
+
+def _cores_request(r: RawJob) -> CoreRequest | None:
+    """What the job asks of sockets, cores and threads, or None (every count unset)."""
+    request = CoreRequest(
+        *(
+            _num(x) or None
+            for x in (r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core)
+        )
+    )
+    return request if any(x is not None for x in request) else None
 
 
 class RawMeta(Struct, gc=False):
@@ -99,6 +111,8 @@ class RawJob(Struct, gc=False):
     cpus: int | None = None
     tasks: int | None = None
     cpus_per_task: int | str | None = None
+    sockets_per_node: int | str | None = None
+    cores_per_socket: int | str | None = None
     threads_per_core: int | str | None = None
     tasks_per_core: int | str | None = None
     memory_per_node: int | None = None
@@ -221,8 +235,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=(r.shared or "").lower() == "none",
                 exclusive_to=(r.shared or "").lower() if (r.shared or "").lower() in ("user", "mcs") else "",
-                threads_per_core=_num(r.threads_per_core) or None,
-                tasks_per_core=_num(r.tasks_per_core) or None,
+                cores_request=_cores_request(r),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )

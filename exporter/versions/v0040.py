@@ -30,6 +30,7 @@ from exporter import slurmtext
 from exporter.model import (
     MIB,
     Association,
+    CoreRequest,
     EndedJob,
     Envelope,
     Job,
@@ -94,6 +95,8 @@ class RawJob(Struct, gc=False):
     cpus: N | None = None
     tasks: N | None = None
     cpus_per_task: N | None = None
+    sockets_per_node: N | None = None
+    cores_per_socket: N | None = None
     threads_per_core: N | None = None
     tasks_per_core: N | None = None
     memory_per_node: N | None = None
@@ -261,8 +264,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
                 exclusive_to=exclusive_to,
-                threads_per_core=_set_number(r.threads_per_core),
-                tasks_per_core=_set_number(r.tasks_per_core),
+                cores_request=_cores_request(r),
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -307,9 +309,20 @@ class RawNodes(RawEnvelope, gc=False):
 
 
 def _set_number(x: N | None) -> int | None:
-    """A job's optional count (``--threads-per-core``, ``--ntasks-per-core``): None unless set, finite and
-    positive."""
+    """A job's optional count (``--threads-per-core``, ``--ntasks-per-core``, ...): None unless set, finite
+    and positive."""
     return x.number if x is not None and x.set and not x.infinite and x.number > 0 else None
+
+
+def _cores_request(r: RawJob) -> CoreRequest | None:
+    """What the job asks of sockets, cores and threads, or None (most jobs: every count unset)."""
+    s, c, t, k = r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core
+    if not ((s is not None and s.set) or (c is not None and c.set) or (t is not None and t.set)) and (
+        k is None or not k.set
+    ):
+        return None  # the common case, in the decoder's hot loop
+    request = CoreRequest(_set_number(s), _set_number(c), _set_number(t), _set_number(k))
+    return request if any(x is not None for x in request) else None
 
 
 def _exclusive_to(shared: tuple[str, ...] | None, exclusive: tuple[str, ...] | None) -> str:

@@ -120,6 +120,12 @@ third's last GPU.
 ``mem_per_gpu`` → 2: ``--gpus=2 --mem-per-gpu=5000`` is 10000 MB; two do not share a node (1 before: the
 per-GPU figure Slurm keeps in ``memory_per_node`` was read as the node's).
 
+``sockets`` → 1: the lab's nodes have ``CPUs=8`` only, which slurmctld lays out as 8 sockets of one core:
+``--sockets-per-node=1 --cores-per-socket=4`` and ``--cores-per-socket=2`` pend with ``BadConstraints`` at
+the first pass, ``-n6 --sockets-per-node=2`` takes p1. The model reads the nodes' layout (at zero the
+target's ``socketsPerNode``/``coresPerSocket``) and reports the two as too large (it counted them before:
+2).
+
 ``smt`` → 3, on six CLOUD nodes of 4 cores × 2 threads made for the mix (``CR_Core_Memory``: whole cores):
 ``-n1`` takes a core (2 CPUs), ``-n2`` one core (a task per thread), ``-c3`` two cores (4): s1 full;
 ``-n2 --hint=nomultithread`` and ``-n2 --threads-per-core=1`` a core per task (4 CPUs each) fill s2;
@@ -220,8 +226,9 @@ from testkit.tools import eventually
 
 CLOUD_NODES = 12
 """p[1-12] in the lab's slurm.conf."""
-NODE_SHAPE = NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB)
-"""What a cloud node and a dynamic node added with the lab's defaults register: 8 CPUs, 16000 MB."""
+NODE_SHAPE = NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, sockets=NODE_CPUS, cores_per_socket=1)
+"""What a cloud node and a dynamic node added with the lab's defaults register: 8 CPUs, 16000 MB, as
+8 sockets of one core (slurm.conf gives only ``CPUs=8``)."""
 DYN_TARGET = Target("dyn", "dyn", nodeset_feature=DYN_FEATURE, max_nodes=CLOUD_NODES, shape=NODE_SHAPE)
 GPU_PARTITION = "cloudgpu"
 """Made per GPU mix from the lab's CLOUD GPU nodes q[1-4] (8 CPUs, 16000 MB, 4 GPUs; in no partition)."""
@@ -230,7 +237,7 @@ DYN_GPU_TARGET = Target(
     "dyn",
     nodeset_feature=DYN_FEATURE,
     max_nodes=len(hostlist_expand(CLOUD_GPU_NODES)),
-    shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, CLOUD_GPU_COUNT),
+    shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, CLOUD_GPU_COUNT, sockets=NODE_CPUS, cores_per_socket=1),
 )
 SMT_PARTITION = "smt"
 SMT_CONF = (
@@ -244,7 +251,7 @@ DYN_SMT_TARGET = Target(
     "dyn",
     nodeset_feature=DYN_FEATURE,
     max_nodes=6,
-    shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, 0, 2),
+    shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, 0, 2, sockets=1, cores_per_socket=4),
 )
 SETTLE_TIMEOUT = 60.0
 UNSETTLED_REASONS = frozenset({"None", "Resources", "Priority", "PartitionDown"})
@@ -590,8 +597,6 @@ MIXES += (
 KNOWN_DIFFERENCES = {
     "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"
     " partition has one; the model's first fit knows no adjacency (its 6 nodes suffice: module docstring)",
-    "sockets": "the snapshot has no socket/core layout: the lab's nodes (CPUs=8: 8 sockets of 1 core) can"
-    " never give --cores-per-socket=2 or 4 (BadConstraints at the first pass), the model counts those jobs",
     "gpus_per_socket": "--gpus-per-socket is not read (no GPUs seen: both jobs on one node); Slurm puts the"
     " two jobs on two GPU nodes (8 one-core sockets each)",
 }

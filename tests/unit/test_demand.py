@@ -21,7 +21,7 @@ from autoscaler.demand.types import MisfitKind
 from autoscaler.eligibility import Bars
 from autoscaler.reasons import Eligibility, classify, normalize
 from autoscaler.report import misfit_text
-from exporter.model import MIB, Job, Node, Partition, SlurmConfig, Snapshot
+from exporter.model import MIB, CoreRequest, Job, Node, Partition, SlurmConfig, Snapshot
 from exporter.slurmtext import hostlist_expand
 from testkit import builders
 from testkit.paths import ROOT
@@ -488,13 +488,15 @@ def test_recorded_2605_cpu_and_gpu() -> None:
         "PartitionNodeLimit": 1,
         "JobArrayTaskLimit": 18,
     }
-    assert cpu.shape == SHAPE and cpu.shape_source == "snapshot" and cpu.too_large == ()
+    # the lab's nodes: 8 sockets of one core, one thread each (as slurmrestd reports them)
+    assert cpu.shape == NodeShape(8, 16000 * MIB, sockets=8, cores_per_socket=1)
+    assert cpu.shape_source == "snapshot" and cpu.too_large == ()
     # gpu: g1 = 8 CPUs, 16000 MiB, 2 GPUs; MIXED with job 12 (2 CPUs, 1 GPU) → busy 1.
     # Pending 13 "gpu_two" (Resources, --gres=gpu:2): needs 2 GPUs per node, g1 has 1 free and
     # Slurm already judged it (Resources) → 1 new node. Desired 1 + 1 = 2.
     gpu = out["gpu"]
     assert (gpu.busy, gpu.needed, gpu.desired, gpu.ignored) == (1, 1, 2, {})
-    assert gpu.shape == NodeShape(8, 16000 * MIB, 2)
+    assert gpu.shape == NodeShape(8, 16000 * MIB, 2, sockets=8, cores_per_socket=1)
     # dyn: zero nodes; job 15 pends with PartitionConfig (counts: target empty), 2 CPUs 1000 MiB
     # on the configured 8-CPU shape → 1 node.
     assert (out["dyn"].needed, out["dyn"].desired, out["dyn"].shape_source) == (1, 1, "config")
@@ -719,7 +721,7 @@ def test_request_fields_in_the_order_size_unpacks_them() -> None:
     assert Request._fields == (
         "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task", "memory_per_node_bytes",
         "memory_per_cpu_bytes", "whole_node_memory", "memory_bytes", "gpus_per_node", "gpus", "exclusive",
-        "spread", "threads_per_core", "tasks_per_core",
+        "spread", "cores_request",
     )  # fmt: skip
 
 
@@ -731,7 +733,7 @@ def test_key_layout() -> None:
         5, "Priority", min_nodes=2, max_nodes=3, cpus=4, tasks=5, cpus_per_task=6, memory_per_node_bytes=7,
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
-        threads_per_core=1, tasks_per_core=2,
+        cores_request=CoreRequest(threads_per_core=1, tasks_per_core=2),
     )  # fmt: skip
     key = key_of(job, NO_BARS)
     partitions, reason, features, tasks, array, who = key[: queue.REQUEST]
@@ -1018,9 +1020,9 @@ SMT = NodeShape(cpus=8, memory_bytes=16000 * MIB, threads_per_core=2)
         ({"cpus": 6, "tasks": 2, "cpus_per_task": 3}, 6),
         ({"cpus": 3, "tasks": 3}, 4),
         ({"cpus": 5, "tasks": 5}, 6),
-        ({"cpus": 2, "tasks": 2, "threads_per_core": 1}, 4),  # --hint=nomultithread
-        ({"cpus": 2, "cpus_per_task": 2, "threads_per_core": 1}, 4),
-        ({"cpus": 3, "tasks": 3, "tasks_per_core": 1}, 6),
+        ({"cpus": 2, "tasks": 2, "cores_request": CoreRequest(threads_per_core=1)}, 4),  # nomultithread
+        ({"cpus": 2, "cpus_per_task": 2, "cores_request": CoreRequest(threads_per_core=1)}, 4),
+        ({"cpus": 3, "tasks": 3, "cores_request": CoreRequest(tasks_per_core=1)}, 6),
     ],
 )
 def test_smt_nodes_allocate_whole_cores(job: dict[str, Any], cpus: int) -> None:
@@ -1033,7 +1035,11 @@ def test_smt_nodes_allocate_whole_cores(job: dict[str, Any], cpus: int) -> None:
 
 def test_smt_tasks_of_whole_cores_span_nodes() -> None:
     # -n3 -c2 --threads-per-core=1: 4 CPUs (2 cores) per task, two tasks a node → 2 nodes (lab: 12 CPUs)
-    req = request_of(key_of(pend(1, cpus=6, tasks=3, cpus_per_task=2, threads_per_core=1), NO_BARS))
+    req = request_of(
+        key_of(
+            pend(1, cpus=6, tasks=3, cpus_per_task=2, cores_request=CoreRequest(threads_per_core=1)), NO_BARS
+        )
+    )
     assert size(req, SMT, None)[0] == 2
     # -N2 -n3: 2 tasks on one node (one core), 1 on the other (one core): 2 CPUs each
     req = request_of(key_of(pend(1, cpus=3, tasks=3, min_nodes=2), NO_BARS))
@@ -1047,9 +1053,9 @@ def test_smt_queue_needs_what_slurm_resumed_and_cr_cpu_shares_cores() -> None:
         pend(1, cpus=1, priority=6),
         pend(2, cpus=2, tasks=2, priority=5),
         pend(3, cpus=3, cpus_per_task=3, priority=4),
-        pend(4, cpus=2, tasks=2, threads_per_core=1, priority=3),
-        pend(5, cpus=2, tasks=2, threads_per_core=1, priority=2),
-        pend(6, cpus=3, tasks=3, tasks_per_core=1, priority=1),
+        pend(4, cpus=2, tasks=2, cores_request=CoreRequest(threads_per_core=1), priority=3),
+        pend(5, cpus=2, tasks=2, cores_request=CoreRequest(threads_per_core=1), priority=2),
+        pend(6, cpus=3, tasks=3, cores_request=CoreRequest(tasks_per_core=1), priority=1),
     ]
     assert one(jobs, shape=SMT).needed == 3
     assert one(jobs).needed == 2
@@ -1065,3 +1071,36 @@ def test_smt_queue_needs_what_slurm_resumed_and_cr_cpu_shares_cores() -> None:
     )
     t = Target(name="t", partition="p", shape=SMT)
     assert compute_demand(cr_cpu, [t])["t"].needed == 2
+
+
+def test_a_socket_or_core_count_the_nodes_lack_never_fits() -> None:
+    # oracle sockets (Slurm 1): the lab's nodes are 8 sockets of one core; --cores-per-socket=4 and =2 pend
+    # with BadConstraints, -n6 --sockets-per-node=2 runs; the shape knows its layout from the nodes or the
+    # trigger keys (socketsPerNode, coresPerSocket)
+    layout = NodeShape(cpus=8, memory_bytes=16000 * MIB, sockets=8, cores_per_socket=1)
+    jobs = [
+        pend(
+            1, cpus=4, tasks=4, cores_request=CoreRequest(sockets_per_node=1, cores_per_socket=4), priority=3
+        ),
+        pend(2, cpus=6, tasks=6, cores_request=CoreRequest(sockets_per_node=2), priority=2),
+        pend(3, cpus=2, tasks=2, cores_request=CoreRequest(cores_per_socket=2), priority=1),
+    ]
+    d = one(jobs, shape=layout)
+    assert d.needed == 1
+    assert [(t.job, t.misfit.kind) for t in d.too_large] == [
+        ("1", "cores_per_socket"),
+        ("3", "cores_per_socket"),
+    ]
+    assert one(jobs).needed == 2  # a layout the shape does not know is not judged
+    wide = [pend(1, cpus=2, cores_request=CoreRequest(sockets_per_node=9))]
+    assert one(wide, shape=layout).too_large[0].misfit.kind == "sockets_per_node"
+    assert one([pend(1, cores_request=CoreRequest(threads_per_core=2))], shape=layout).too_large[
+        0
+    ].misfit == (
+        "threads_per_core",
+        2,
+        1,
+    )
+    # nodes report their layout: the shape carries it
+    nodes = [node(f"n{i}", sockets=8, cores_per_socket=1) for i in (1, 2)]
+    assert one(jobs, nodes, shape=None).shape == layout

@@ -62,6 +62,9 @@ def test_shape_for_scale_from_zero() -> None:
     assert target_from_metadata({"partition": "p", "cpusPerNode": "4"}).shape == NodeShape(4, 0, 0)
     smt = target_from_metadata({"partition": "p", "cpusPerNode": "8", "threadsPerCore": "2"}).shape
     assert smt == NodeShape(8, 0, 0, threads_per_core=2)
+    laid_out = {"partition": "p", "cpusPerNode": "16", "threadsPerCore": "2", "socketsPerNode": "2"}
+    assert target_from_metadata(laid_out | {"coresPerSocket": "4"}).shape == NodeShape(16, 0, 0, 2, 2, 4)
+    assert target_from_metadata(laid_out).shape == NodeShape(16, 0, 0, 2, 2, 0)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +90,16 @@ def test_memory_units_are_binary(text: str, mib: int) -> None:
         ({"partition": "p", "threadsPerCore": "2"}, "threadsPerCore"),  # no cpusPerNode
         ({"partition": "p", "cpusPerNode": "6", "threadsPerCore": "4"}, "threadsPerCore"),  # not a divisor
         ({"partition": "p", "cpusPerNode": "6", "threadsPerCore": "0"}, "threadsPerCore"),
+        ({"partition": "p", "socketsPerNode": "2"}, "socketsPerNode"),  # no cpusPerNode
+        (
+            {"partition": "p", "cpusPerNode": "8", "socketsPerNode": "2", "coresPerSocket": "2"},
+            "coresPerSocket",
+        ),
+        ({"partition": "p", "cpusPerNode": "8", "socketsPerNode": "3"}, "socketsPerNode"),
+        (
+            {"partition": "p", "cpusPerNode": "8", "threadsPerCore": "2", "coresPerSocket": "8"},
+            "coresPerSocket",
+        ),
         ({"partition": "p", "nodeNames": "ns-[3-"}, "nodeNames"),
         ({"partition": "p;rm", "nodeset": "x"}, "partition"),
         # found by a bad-input probe: each once escaped as an UNKNOWN gRPC error or was believed
