@@ -36,6 +36,8 @@ class CoreRequest(NamedTuple):
     """``--threads-per-core`` (``--hint=nomultithread`` sets 1): the threads of each core its tasks use."""
     tasks_per_core: int | None = None
     """``--ntasks-per-core``: at most this many tasks on one core."""
+    gpus_per_socket: int | None = None
+    """``--gpus-per-socket`` (``tres_per_socket`` ``gres/gpu:N``): GPUs for each socket the job uses."""
 
 
 class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):

@@ -29,7 +29,8 @@ and what it costs: ``docs/demand.md``):
    minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
    ``--spread-job``; on SMT nodes whole cores (``threads_per_core`` of the shape; ``--hint=nomultithread``,
    ``--threads-per-core``, ``--ntasks-per-core=1`` give a task cores of its own; ``--sockets-per-node`` /
-   ``--cores-per-socket`` beyond the shape's layout never fit); exclusive jobs
+   ``--cores-per-socket`` beyond the shape's layout never fit; ``--gpus-per-socket`` for each socket the
+   job's CPUs span); exclusive jobs
    (``--exclusive``, ``OverSubscribe=EXCLUSIVE``) take whole nodes, ``--exclusive=user`` jobs share nodes
    with their own user's jobs only; above the partition's ``MaxMemPerCPU`` a job gets more CPUs, as
    slurmctld gives it when it schedules. A job that can never fit is ``too_large``, not counted.
@@ -45,8 +46,7 @@ size are placed together at the first one's place (interleaved sizes may cost a 
 ``--exclusive=user|mcs`` (an MCS label taken as the user's): up to 500 jobs packed job by job with users
 kept apart (exact first fit), beyond each such user's jobs on nodes of their own (may cost a node more);
 such users' fresh jobs never go into busy nodes' room, nor any job into the room of a node another
-user's such job holds (whose jobs hold a node is not read). The model reads no ``--gpus-per-socket``:
-such jobs are sized without their GPUs (the ``gpus_per_socket`` mix, an xfail). Partial ``--nodelist``
+user's such job holds (whose jobs hold a node is not read). Partial ``--nodelist``
 and ``--exclude`` are not judged (the job is sized as any other; from zero they change which nodes Slurm
 takes, not how many).
 """

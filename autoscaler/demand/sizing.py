@@ -71,7 +71,7 @@ def _on_cores(r: Request, threads: int) -> Request:
     up to whole cores per node by :func:`size` (``-n1``: 2 CPUs, ``-c3``: 4, ``-n2``: 2)."""
     if r.cores_request is None:
         return r
-    _, _, use, tasks_per_core = r.cores_request
+    use, tasks_per_core = r.cores_request.threads_per_core, r.cores_request.tasks_per_core
     cpt = max(r.cpus_per_task, 1)
     if use is not None and use < threads:
         per_task = _ceil(cpt, use) * threads
@@ -87,7 +87,11 @@ def _layout_misfit(cores: CoreRequest, shape: NodeShape) -> Misfit | None:
     """A socket, core or thread count the shape's nodes do not have (slurmctld: ``BadConstraints`` once
     such nodes exist; lab: ``--cores-per-socket=2`` on 8 one-core sockets). A layout the shape does not
     know (0) is not judged."""
-    sockets, cores_per_socket, threads, _ = cores
+    sockets, cores_per_socket, threads = (
+        cores.sockets_per_node,
+        cores.cores_per_socket,
+        cores.threads_per_core,
+    )
     if sockets is not None and shape.sockets and sockets > shape.sockets:
         return Misfit("sockets_per_node", sockets, shape.sockets)
     if cores_per_socket is not None and shape.cores_per_socket and cores_per_socket > shape.cores_per_socket:
@@ -95,6 +99,15 @@ def _layout_misfit(cores: CoreRequest, shape: NodeShape) -> Misfit | None:
     if threads is not None and threads > shape.threads_per_core:
         return Misfit("threads_per_core", threads, shape.threads_per_core)
     return None
+
+
+def _gpus_by_socket(cores: CoreRequest, cpus: int, shape: NodeShape) -> int:
+    """``--gpus-per-socket`` × the sockets the job's ``cpus`` on a node span (at least its
+    ``--sockets-per-node``): lab, 26.05.5, nodes of 8 one-core sockets, GPUs without a socket binding —
+    ``--gpus-per-socket=2 --sockets-per-node=1 -n2`` was allocated 4 GPUs (2 CPUs on 2 sockets)."""
+    per_socket = shape.cores_per_socket * shape.threads_per_core
+    sockets = _ceil(cpus, per_socket) if per_socket else 1
+    return (cores.gpus_per_socket or 0) * max(sockets, cores.sockets_per_node or 1)
 
 
 def size(
@@ -167,6 +180,11 @@ def size(
         cpu_pn = max(cpu_pn, _ceil(mem_per_node, max_memory_per_cpu))
         if cpu_pn > c_node:
             return Misfit("cpus_for_memory", cpu_pn, c_node)
+    gpu_pn = gpus_per_node or _ceil(gpus, n)
+    if cores is not None and cores.gpus_per_socket:
+        gpu_pn = _gpus_by_socket(cores, cpu_pn, shape)
+        if gpu_pn > g_node:
+            return Misfit("gpus_per_node", gpu_pn, g_node)
     if whole_node_memory:
         mem_pn = m_node
     elif mem_per_node is not None:
@@ -175,4 +193,4 @@ def size(
         mem_pn = cpu_pn * mem_per_cpu
     else:
         mem_pn = _ceil(total_mem, n)
-    return (n, cpu_pn, mem_pn, gpus_per_node or _ceil(gpus, n))
+    return (n, cpu_pn, mem_pn, gpu_pn)

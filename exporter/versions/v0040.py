@@ -23,6 +23,8 @@ Raw schemas declare ONLY the fields we use; msgspec skips the rest (e.g. ``job_r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 from msgspec import UNSET, Struct, UnsetType
 
@@ -121,6 +123,7 @@ class RawJob(Struct, gc=False):
     exclusive: tuple[str, ...] | None = None
     flags: tuple[str, ...] | None = None
     tres_per_task: str | None = None
+    tres_per_socket: str | None = None
     memory_per_tres: str | None = None
     admin_comment: str | None = None
     comment: str | None = None
@@ -264,7 +267,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
                 exclusive_to=exclusive_to,
-                cores_request=_cores_request(r),
+                cores_request=_cores_request(r, gpus_of),
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -314,14 +317,23 @@ def _set_number(x: N | None) -> int | None:
     return x.number if x is not None and x.set and not x.infinite and x.number > 0 else None
 
 
-def _cores_request(r: RawJob) -> CoreRequest | None:
+def _cores_request(r: RawJob, gpus_of: Callable[[str | None], int]) -> CoreRequest | None:
     """What the job asks of sockets, cores and threads, or None (most jobs: every count unset)."""
     s, c, t, k = r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core
-    if not ((s is not None and s.set) or (c is not None and c.set) or (t is not None and t.set)) and (
-        k is None or not k.set
+    tps = r.tres_per_socket
+    if (
+        not ((s is not None and s.set) or (c is not None and c.set) or (t is not None and t.set))
+        and (k is None or not k.set)
+        and not tps
     ):
         return None  # the common case, in the decoder's hot loop
-    request = CoreRequest(_set_number(s), _set_number(c), _set_number(t), _set_number(k))
+    request = CoreRequest(
+        _set_number(s),
+        _set_number(c),
+        _set_number(t),
+        _set_number(k),
+        (gpus_of(tps) or None) if tps else None,
+    )
     return request if any(x is not None for x in request) else None
 
 

@@ -126,6 +126,11 @@ the first pass, ``-n6 --sockets-per-node=2`` takes p1. The model reads the nodes
 target's ``socketsPerNode``/``coresPerSocket``) and reports the two as too large (it counted them before:
 2).
 
+``gpus_per_socket`` → 2 (GPU nodes): ``--gpus-per-socket=1 --sockets-per-node=1 -n1`` gets 1 GPU on q1;
+``--gpus-per-socket=2 --sockets-per-node=1 -n2`` gets all 4 GPUs of q2 (its 2 CPUs span 2 one-core
+sockets, each with 2 GPUs: the lab's GPUs have no socket binding). The model said 1 before it read
+``tres_per_socket`` (3 GPUs, one node).
+
 ``smt`` → 3, on six CLOUD nodes of 4 cores × 2 threads made for the mix (``CR_Core_Memory``: whole cores):
 ``-n1`` takes a core (2 CPUs), ``-n2`` one core (a task per thread), ``-c3`` two cores (4): s1 full;
 ``-n2 --hint=nomultithread`` and ``-n2 --threads-per-core=1`` a core per task (4 CPUs each) fill s2;
@@ -597,8 +602,6 @@ MIXES += (
 KNOWN_DIFFERENCES = {
     "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"
     " partition has one; the model's first fit knows no adjacency (its 6 nodes suffice: module docstring)",
-    "gpus_per_socket": "--gpus-per-socket is not read (no GPUs seen: both jobs on one node); Slurm puts the"
-    " two jobs on two GPU nodes (8 one-core sockets each)",
 }
 """Mixes where the model and Slurm differ (xfail; a plain failure once the model agrees)."""
 

@@ -1104,3 +1104,20 @@ def test_a_socket_or_core_count_the_nodes_lack_never_fits() -> None:
     # nodes report their layout: the shape carries it
     nodes = [node(f"n{i}", sockets=8, cores_per_socket=1) for i in (1, 2)]
     assert one(jobs, nodes, shape=None).shape == layout
+
+
+def test_gpus_per_socket_for_each_socket_the_cpus_span() -> None:
+    # oracle gpus_per_socket (Slurm 2): on nodes of 8 one-core sockets and 4 GPUs, -n1 with 1 GPU per
+    # socket takes 1 GPU, -n2 with 2 per socket takes 4 (2 sockets): 5 GPUs, two nodes
+    layout = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4, sockets=8, cores_per_socket=1)
+    jobs = [
+        pend(1, cpus=1, gpus=1, cores_request=CoreRequest(sockets_per_node=1, gpus_per_socket=1), priority=2),
+        pend(2, cpus=2, tasks=2, gpus=2, cores_request=CoreRequest(sockets_per_node=1, gpus_per_socket=2)),
+    ]
+    assert one(jobs, shape=layout).needed == 2
+    # more GPUs than a node has: never fits
+    wide = [pend(1, cpus=4, tasks=4, gpus=2, cores_request=CoreRequest(gpus_per_socket=2))]
+    assert one(wide, shape=layout).too_large[0].misfit == ("gpus_per_node", 8, 4)
+    # sockets of 4 cores: -n2 stays on one socket (2 GPUs)
+    quad = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4, sockets=2, cores_per_socket=4)
+    assert one(jobs, shape=quad).needed == 1
