@@ -154,17 +154,18 @@ GrpTRES=cpu=16``: ``-c8`` (p1), ``-c4`` (p2) start; the second ``-c8`` would mak
 (``AssocGrpCpuLimit``); the second ``-c4`` starts beside the first (16 CPUs, 3 jobs); the ``-c1`` would be a
 fourth job (``AssocMaxJobsLimit``). Without the limits: 4 nodes.
 
-Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees):
-
-``multinode_after`` → Slurm 9, model 6: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
+Known differences (xfail after Slurm's count is checked; they fail the run the day the model agrees): none
+left. ``multinode_after`` (``test_multinode_after_starts_every_job_on_the_models_nodes``) → Slurm 9, model 6,
+and the model's 6 suffice: a 3-node job takes 2 CPUs on each of p1..p3 and a 2-node
 exclusive job p4, p5; then the 4-node ``--ntasks-per-node=2 -c2`` job lands on p6..p9, not on p1..p3 +
 p6: the nodes that can hold it form the runs p1..p3 and p6..p12, and only the second holds it alone
 (placed one at a time, the same jobs use 6 nodes). The model's first fit puts pieces into any bins with
 room and has no notion of adjacent bins (the bounded packing keeps no bin order at all). With only the
 model's 6 nodes, no run holds that job alone and Slurm falls back to the largest runs: checked by hand
 with the cloud partition cut to p[1-6], it starts all four jobs, the 4-node one on p[1-3,6] and the
-``--mem-per-cpu`` one on p6. The 12 powered-down cloud nodes, not the jobs, let Slurm use 9; so this
-stays a known difference rather than a rule the model copies.
+``--mem-per-cpu`` one on p6. The 12 powered-down cloud nodes, not the jobs, let Slurm use 9; so the test
+asserts the bound instead of copying the rule: on a cloud partition of exactly the model's 6 nodes (a
+NodeSet scaled to the model's answer), every job starts, on those 6.
 
 ``overcommit`` → 2: ``-O -n16`` and ``-O -n24`` get one CPU each (an overcommitting job is allocated as
 if it ran one task per node) on p1 beside the ``-c4`` job; ``-O -N2 -n16`` takes p1, p2. Slurm's
@@ -430,18 +431,18 @@ MIXES += (
         1,
     ),
 )
-MIXES += (
-    Mix(
-        "multinode_after",
-        (
-            ("three", "-N3 -n3 -c2 --mem=1000"),
-            ("exclusive_pair", "-N2 --exclusive"),
-            ("four", "-N4 --ntasks-per-node=2 -c2 --mem=2000"),
-            ("mem_per_cpu", "-n4 --mem-per-cpu=3000"),
-        ),
-        9,
+MULTINODE_AFTER = Mix(
+    "multinode_after",
+    (
+        ("three", "-N3 -n3 -c2 --mem=1000"),
+        ("exclusive_pair", "-N2 --exclusive"),
+        ("four", "-N4 --ntasks-per-node=2 -c2 --mem=2000"),
+        ("mem_per_cpu", "-n4 --mem-per-cpu=3000"),
     ),
+    9,
 )
+"""Where Slurm's adjacency makes it resume more nodes than the model asks for, and the model's suffice
+(:func:`test_multinode_after_starts_every_job_on_the_models_nodes`)."""
 MIXES += (
     Mix(
         "gpus",
@@ -599,10 +600,7 @@ MIXES += (
         ),
     ),
 )
-KNOWN_DIFFERENCES = {
-    "multinode_after": "Slurm gives a multi-node job a run of adjacent nodes that holds it alone if the"
-    " partition has one; the model's first fit knows no adjacency (its 6 nodes suffice: module docstring)",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}
 """Mixes where the model and Slurm differ (xfail; a plain failure once the model agrees)."""
 
 
@@ -708,6 +706,29 @@ async def test_oracle_desired_equals_nodes_slurm_resumed(lab26: Lab, mix: Mix) -
             pytest.xfail(f"{KNOWN_DIFFERENCES[mix.name]} (desired {demand.desired})")
         pytest.fail(f"the model now agrees with Slurm on {mix.name}: move it to MIXES")
     assert demand.desired == len(resumed), "\n".join(explain(mix.target, demand))
+
+
+async def test_multinode_after_starts_every_job_on_the_models_nodes(lab26: Lab) -> None:
+    """Adjacency: with 12 powered-down nodes Slurm gives the 4-node job a run of adjacent nodes that holds
+    it alone (9 nodes resumed), while the model's first fit counts 6; on a partition of exactly the
+    model's count — what a NodeSet scaled to the model's answer is — Slurm starts every job on them."""
+    mix = MULTINODE_AFTER
+    resumed, demand = await run_mix(lab26, mix)
+    print(f"\noracle {mix.name}: Slurm resumed {len(resumed)} of 12; desired {demand.desired}")
+    assert len(resumed) == mix.slurm_nodes
+    assert demand.desired == 6, "\n".join(explain(mix.target, demand))
+    lab26.extra_conf = ()
+    lab26.restart()
+    nodes = f"p[1-{demand.desired}]"
+    lab26.run(["scontrol", "update", "partitionname=cloud", f"nodes={nodes}", "state=down"])
+    submit_mix(lab26, "cloud", mix)
+    lab26.run(["scontrol", "update", "partitionname=cloud", "state=up"])
+    allocated = await eventually(
+        lambda: cloud_allocation(lab26), SETTLE_TIMEOUT, f"every job of {mix.name} to start on {nodes}"
+    )
+    pending = lab26.run(["squeue", "-h", "-p", "cloud", "-t", "PENDING", "-o", "%j %r"]).split("\n")
+    assert not [line for line in pending if line.strip()], f"jobs left pending on {nodes}: {pending}"
+    assert allocated == set(hostlist_expand(nodes))
 
 
 # ----------------------------------------------------------------------------- end to end, side by side
