@@ -23,7 +23,12 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
 * any eligible reason, with a **reservation**: unless the reservation is in the snapshot, has started and
   is FLEX, the job runs only on the reservation's nodes, which new nodes never join → ``Reservation``.
 * any eligible reason, with ``--nodelist`` naming at least the nodes it needs → ``RequiredNodes``
-  (:func:`required_nodes_reason`).
+  (:func:`required_nodes_reason`); naming fewer, but one of them without the CPUs the job asks of each
+  node free (busy, or not in the snapshot) → ``RequiredNodes`` too: it waits for that node, new ones do
+  not start it.
+* a fresh job (``None``) whose ``--exclude`` names a node that has jobs on it → ``Resources``: it is not
+  placed in busy nodes' free room (which of them it may use is not modelled; more nodes, never fewer —
+  slurmctld's first pass, about a second later, says which).
 * otherwise Slurm's reason, its verdict.
 
 **Per-job QOS and association limits** (CPUs, ``-N``, time limit against ``MaxTRESPerJob`` and ``MaxWall``)
@@ -43,11 +48,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from autoscaler.limits import JobLimits
 from autoscaler.reasons import Eligibility, classify
-from exporter.model import Job, License, Partition, Reservation, Snapshot
-from exporter.slurmtext import hostlist_count
+from exporter.model import Job, License, Node, Partition, Reservation, Snapshot
+from exporter.slurmtext import hostlist_count, hostlist_expand
 
 __all__ = ["CLOCK_SLACK", "UNSETTLED", "Bars", "dependency_reason", "settled_reason", "slurm_now"]
 
@@ -154,6 +160,8 @@ class Bars:
     reservations: Mapping[str, Reservation]
     limits: JobLimits | None = None
     """Per-job QOS/association limits, where slurmctld enforces them (:mod:`autoscaler.limits`)."""
+    nodes: tuple[Node, ...] = ()
+    """The snapshot's nodes (for ``--nodelist`` and ``--exclude``: :attr:`free_cpus`)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Bars:
@@ -163,7 +171,19 @@ class Bars:
             licenses={lic.name: lic for lic in snapshot.licenses},
             reservations={r.name: r for r in snapshot.reservations},
             limits=JobLimits.of(snapshot),
+            nodes=snapshot.nodes,
         )
+
+    @cached_property
+    def free_cpus(self) -> Mapping[str, int]:
+        """Node name → CPUs free for a job now (0 on a node that is down, drained or failing); built the
+        first time a job names nodes."""
+        return {n.name: _free_cpus(n) for n in self.nodes}
+
+    @cached_property
+    def busy(self) -> frozenset[str]:
+        """Nodes with jobs on them (their free room is where fresh jobs go first)."""
+        return frozenset(n.name for n in self.nodes if n.alloc_cpus > 0)
 
     def reservation_reason(self, name: str) -> str | None:
         """``Reservation`` unless the reservation is known, started and FLEX (then new nodes may help)."""
@@ -208,13 +228,47 @@ class Bars:
         return None
 
 
-def required_nodes_reason(job: Job) -> str | None:
+_UNUSABLE = frozenset({"DOWN", "ERROR", "FUTURE", "UNKNOWN"})
+_UNUSABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "NOT_RESPONDING", "MAINTENANCE", "RESERVED", "INVALID"})
+
+
+def _free_cpus(node: Node) -> int:
+    if node.state in _UNUSABLE or not _UNUSABLE_FLAGS.isdisjoint(node.flags):
+        return 0
+    return max((node.effective_cpus or node.cpus) - node.alloc_cpus, 0)
+
+
+def required_nodes_reason(job: Job, bars: Bars | None = None) -> str | None:
     """``RequiredNodes`` when ``--nodelist`` names at least as many nodes as the job needs: it runs on
     those nodes only, which exist already — a new node never helps it (a NodeSet's future node names
-    cannot be listed: sbatch refuses unknown nodes)."""
-    if job.required_nodes and hostlist_count(job.required_nodes) >= max(job.min_nodes, 1):
+    cannot be listed: sbatch refuses unknown nodes). Naming fewer: when one of them (``bars``' nodes) has
+    fewer CPUs free than the job asks of each node, the job waits for it, and new nodes do not start it
+    either."""
+    if not job.required_nodes:
+        return None
+    nodes = max(job.min_nodes, 1)
+    if hostlist_count(job.required_nodes) >= nodes:
         return _REQUIRED_NODES
+    if bars is not None:
+        per_node = -(-max(job.cpus, job.tasks * job.cpus_per_task, 1) // nodes)
+        free = bars.free_cpus
+        try:
+            named = hostlist_expand(job.required_nodes)
+        except ValueError:
+            return None
+        if any(free.get(name, 0) < per_node for name in named):
+            return _REQUIRED_NODES
     return None
+
+
+def _excludes_busy(job: Job, bars: Bars) -> bool:
+    busy = bars.busy
+    if not busy:
+        return False
+    try:
+        return not busy.isdisjoint(hostlist_expand(job.excluded_nodes))
+    except ValueError:
+        return True  # an unreadable list: not into busy rooms (more nodes, never fewer)
 
 
 def settled_reason(job: Job, bars: Bars) -> str:
@@ -226,5 +280,7 @@ def settled_reason(job: Job, bars: Bars) -> str:
     elif job.reservation and classify(reason)[1] is not Eligibility.INELIGIBLE:
         reason = bars.reservation_reason(job.reservation) or reason
     if job.required_nodes and classify(reason)[1] is not Eligibility.INELIGIBLE:
-        return required_nodes_reason(job) or reason
+        reason = required_nodes_reason(job, bars) or reason
+    if reason == "None" and job.excluded_nodes and _excludes_busy(job, bars):
+        return "Resources"
     return reason

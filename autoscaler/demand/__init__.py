@@ -47,9 +47,9 @@ size are placed together at the first one's place (interleaved sizes may cost a 
 ``--exclusive=user|mcs`` (an MCS label taken as the user's): up to 500 jobs packed job by job with users
 kept apart (exact first fit), beyond each such user's jobs on nodes of their own (may cost a node more);
 such users' fresh jobs never go into busy nodes' room, nor any job into the room of a node another
-user's such job holds (whose jobs hold a node is not read). Partial ``--nodelist``
-and ``--exclude`` are not judged (the job is sized as any other; from zero they change which nodes Slurm
-takes, not how many).
+user's such job holds (whose jobs hold a node is not read). A ``--nodelist`` naming fewer nodes than the
+job needs counts only while its named nodes have the CPUs it asks free; a fresh job whose ``--exclude``
+names a busy node is kept out of all busy rooms (``autoscaler.eligibility``).
 """
 
 from __future__ import annotations

@@ -821,12 +821,31 @@ def test_a_job_on_named_nodes_is_not_helped_by_new_ones() -> None:
     named = pend(1, cpus=2, required_nodes="n1")
     d = one([named], [busy])
     assert (d.needed, d.ignored) == (0, {"RequiredNodes": 1})
-    # -N3 with two named nodes: the third may be any node, so the job counts (sized whole: the named
-    # nodes are not subtracted from its new ones)
+    # -N3 with two named nodes: the third may be any node. Named nodes that are free: the job counts
+    # (sized whole: idle named nodes are among the desired, as every idle node is)
+    idle = [node("n1"), node("n2")]
     wider = pend(2, cpus=3, tasks=3, min_nodes=3, required_nodes="n[1-2]")
-    assert one([wider], [busy]).needed == 3
+    assert one([wider], idle).needed == 3
+    # one of them busy without the CPU it asks of each node, or not in the snapshot: it waits for it
+    assert one([wider], [busy, node("n2")]).ignored == {"RequiredNodes": 1}
+    assert one([wider], [node("n1")]).ignored == {"RequiredNodes": 1}
+    mixed = node("n1", state="MIXED", alloc_cpus=7)
+    assert one([wider], [mixed, node("n2")]).eligible == 1  # 1 CPU free: enough for its 1 per node
+    assert one([msgspec.structs.replace(wider, cpus=6)], [mixed, node("n2")]).eligible == 0  # 2 per node
     # --exclude changes nothing for new nodes
     assert one([pend(3, cpus=2, excluded_nodes="n1")], [busy]).needed == 1
+
+
+def test_a_fresh_job_excluding_a_busy_node_is_not_put_in_busy_rooms() -> None:
+    # n1 has 6 CPUs free: a fresh 2-CPU job goes there; excluding n1 it needs a node (which busy node's
+    # room it may use is not modelled: any busy node excluded keeps it out of all rooms)
+    room = [node("n1", state="MIXED", alloc_cpus=2), node("n2")]
+    running = Job(job_id=9, state="RUNNING", partitions=("p",), cpus=2, nodes="n1")
+    fresh = pend(1, reason="None", cpus=2)
+    assert one([running, fresh], room).needed == 0
+    assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n1")], room).needed == 1
+    assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n2")], room).needed == 0  # idle n2
+    assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n[")], room).needed == 1
 
 
 def test_gpu_requests_size_the_nodes() -> None:
