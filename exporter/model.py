@@ -24,9 +24,11 @@ MIB = 1_048_576
 """Bytes per Slurm megabyte (Slurm's ``M`` suffix and every ``*_memory`` field are MiB)."""
 
 
-class CoreRequest(NamedTuple):
-    """What a job asks of a node's sockets, cores and threads (``scontrol``'s ``ReqB:S:C:T`` and
-    ``NtasksPerN:B:S:C``); None: not asked."""
+class NodeRequest(NamedTuple):
+    """What few jobs ask of a node beyond CPUs, memory and GPUs: its sockets, cores and threads
+    (``scontrol``'s ``ReqB:S:C:T`` and ``NtasksPerN:B:S:C``), GPUs per socket, whom it shares a node with.
+    None: not asked. (One field on :class:`Job`, None for most jobs: the demand model's hot loop reads
+    one attribute for all of them.)"""
 
     sockets_per_node: int | None = None
     """``--sockets-per-node`` (``-B S``): only nodes with at least this many sockets."""
@@ -38,6 +40,9 @@ class CoreRequest(NamedTuple):
     """``--ntasks-per-core``: at most this many tasks on one core."""
     gpus_per_socket: int | None = None
     """``--gpus-per-socket`` (``tres_per_socket`` ``gres/gpu:N``): GPUs for each socket the job uses."""
+    exclusive_to: str | None = None
+    """``user`` / ``mcs`` for ``--exclusive=user|mcs``: the job shares nodes only with jobs of its own user
+    (MCS label)."""
 
 
 class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
@@ -125,11 +130,9 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """The advanced reservation the job must run in (``--reservation``); "" when none."""
     exclusive: bool = False
     """True when the job asked for whole nodes (``--exclusive``)."""
-    exclusive_to: str = ""
-    """``user`` / ``mcs`` for ``--exclusive=user|mcs``: the job shares nodes only with jobs of its own user
-    (MCS label); "" otherwise."""
-    cores_request: CoreRequest | None = None
-    """What the job asks of sockets, cores and threads; None when nothing (most jobs)."""
+    node_request: NodeRequest | None = None
+    """What the job asks of sockets, cores, threads, GPUs per socket, and whom it shares nodes with; None
+    when nothing (most jobs)."""
     spread: bool = False
     """True for ``--spread-job``: its tasks go to as many nodes as it may have (job flag ``SPREAD_JOB``)."""
     admin_comment: str = ""

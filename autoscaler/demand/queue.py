@@ -59,9 +59,9 @@ reservation or to named nodes, the one its own fields show (:func:`autoscaler.el
 pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
 a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
 of a throttled array count together only as job by job would: the allowance is handed out in order);
-``who``: the job's ``(qos, account, user, exclusive_to)`` where limits that depend on what runs are
-enforced (:meth:`autoscaler.limits.JobLimits.budgets`), the job shares nodes only with its own user's
-(``--exclusive=user|mcs``), or with ``users`` (:func:`scan`: some pending job is such), else None;
+``who``: the job's ``(qos, account, user)`` where limits that depend on what runs are enforced
+(:meth:`autoscaler.limits.JobLimits.budgets`) or with ``users`` (:func:`scan`: some pending job shares
+nodes only with its own user's, ``--exclusive=user|mcs``), else None;
 ``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
 (one flat tuple per job in the hot loop — a nested one doubles
 the objects the garbage collector walks; made a typed ``Request`` once per distinct key that gets sized:
@@ -123,10 +123,10 @@ def scan(
                 j.array_pending_tasks if j.array_task_id is None and j.array_task_string else 1,
                 j.array_job_id if j.array_max_tasks is None
                 else (j.array_job_id, j.array_task_id, j.array_task_string, j.array_max_tasks),
-                (j.qos, j.account, j.user, j.exclusive_to) if every or j.exclusive_to else None,
+                (j.qos, j.account, j.user) if every else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                j.exclusive, j.spread, j.cores_request,
+                j.exclusive, j.spread, j.node_request,
             ),
             ordinal(),
         ) | j.priority << 31
@@ -323,9 +323,11 @@ def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
     return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets)
 
 
-def _exclusive_users(groups: Iterable[JobKey]) -> frozenset[str]:
-    """The users with pending ``--exclusive=user|mcs`` jobs (from :func:`scan`'s keys)."""
-    return frozenset(who[2] for key in groups if (who := key[5]) is not None and who[3])
+def _exclusive_to(key: JobKey) -> bool:
+    """Whether the key's jobs share nodes only with their own user's (``--exclusive=user|mcs``: its
+    request's ``node_request``, the last field)."""
+    node_request = key[-1]
+    return node_request is not None and node_request.exclusive_to is not None
 
 
 def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
@@ -355,11 +357,12 @@ class Queue:
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         groups, codes = scan(jobs, others, self.bars)
-        owners = _exclusive_users(groups)
-        self._users = bool(owners)
-        if owners:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
+        self._users = any(map(_exclusive_to, groups))
+        owners: frozenset[str] = frozenset()
+        if self._users:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
             others.clear()
             groups, codes = scan(jobs, others, self.bars, users=True)
+            owners = frozenset(key[5][2] for key in groups if _exclusive_to(key))
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
         multiplicities, leads, priorities, positions = tally(groups, codes, positions=by_job)
@@ -399,11 +402,12 @@ class Queue:
             else:
                 request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
                 if who is not None:
-                    qos, account, user, exclusive_to = who
+                    qos, account, user = who
                     if limits is not None:
                         draws = _draws(limits.budgets(qos, account, user, home), request)
-                    if exclusive_to or user in owners:
-                        owner = (user, bool(exclusive_to))
+                    if user in owners:
+                        node_request = request.node_request
+                        owner = (user, node_request is not None and node_request.exclusive_to is not None)
                 if type(array) is tuple:
                     mkey = None  # %N: keeps its place in the order
                 elif elig is eligible:  # fresh or not, constraint, request, budgets, owner
@@ -457,7 +461,9 @@ class Queue:
         """Budget key → what running jobs hold of it (:meth:`autoscaler.limits.JobLimits.usage`)."""
         self._held_exprs = {j.nodes for j in holding if j.nodes and not wanted.isdisjoint(j.partitions)}
         self._held: set[str] | None = None
-        self._owned_exprs = {j.nodes for j in holding if j.exclusive_to and j.nodes}
+        self._owned_exprs = {
+            j.nodes for j in holding if j.nodes and j.node_request is not None and j.node_request.exclusive_to
+        }
         self._owned: set[str] | None = None
         self.nodes: dict[str, list[Node]] = {p: [] for p in wanted}
         """Per partition, its nodes in snapshot order."""

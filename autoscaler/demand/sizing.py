@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 from autoscaler.demand.packing import Piece
 from autoscaler.demand.types import Misfit, NodeShape
-from exporter.model import CoreRequest
+from exporter.model import NodeRequest
 
 __all__ = ["Request", "size"]
 
@@ -37,7 +37,7 @@ class Request(NamedTuple):
     gpus: int
     exclusive: bool
     spread: bool
-    cores_request: CoreRequest | None
+    node_request: NodeRequest | None
 
 
 def _ceil(a: int, b: int) -> int:
@@ -69,9 +69,9 @@ def _on_cores(r: Request, threads: int) -> Request:
     ``--ntasks-per-core=1`` ⌈CPUs per task / threads⌉ cores (``-n2 --hint=nomultithread``: 4 CPUs;
     ``-n3 --ntasks-per-core=1``: 6); each as CPUs per task of that many whole cores. Other jobs are rounded
     up to whole cores per node by :func:`size` (``-n1``: 2 CPUs, ``-c3``: 4, ``-n2``: 2)."""
-    if r.cores_request is None:
+    if r.node_request is None:
         return r
-    use, tasks_per_core = r.cores_request.threads_per_core, r.cores_request.tasks_per_core
+    use, tasks_per_core = r.node_request.threads_per_core, r.node_request.tasks_per_core
     cpt = max(r.cpus_per_task, 1)
     if use is not None and use < threads:
         per_task = _ceil(cpt, use) * threads
@@ -83,7 +83,7 @@ def _on_cores(r: Request, threads: int) -> Request:
     return r._replace(cpus=max(tasks * per_task, r.cpus), cpus_per_task=per_task)
 
 
-def _layout_misfit(cores: CoreRequest, shape: NodeShape) -> Misfit | None:
+def _layout_misfit(cores: NodeRequest, shape: NodeShape) -> Misfit | None:
     """A socket, core or thread count the shape's nodes do not have (slurmctld: ``BadConstraints`` once
     such nodes exist; lab: ``--cores-per-socket=2`` on 8 one-core sockets). A layout the shape does not
     know (0) is not judged."""
@@ -101,7 +101,7 @@ def _layout_misfit(cores: CoreRequest, shape: NodeShape) -> Misfit | None:
     return None
 
 
-def _gpus_by_socket(cores: CoreRequest, cpus: int, shape: NodeShape) -> int:
+def _gpus_by_socket(cores: NodeRequest, cpus: int, shape: NodeShape) -> int:
     """``--gpus-per-socket`` × the sockets the job's ``cpus`` on a node span (at least its
     ``--sockets-per-node``): lab, 26.05.5, nodes of 8 one-core sockets, GPUs without a socket binding —
     ``--gpus-per-socket=2 --sockets-per-node=1 -n2`` was allocated 4 GPUs (2 CPUs on 2 sockets)."""
@@ -117,7 +117,7 @@ def size(
     the partition's ``MaxMemPerCPU`` in bytes), or why it never fits."""
     if max_memory_per_cpu is not None:
         request = _within_memory_per_cpu(request, max_memory_per_cpu)
-    cores = request.cores_request
+    cores = request.node_request
     if cores is not None:
         misfit = _layout_misfit(cores, shape)
         if misfit is not None:

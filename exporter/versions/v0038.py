@@ -27,11 +27,11 @@ from exporter import errors, slurmtext
 from exporter.model import (
     MIB,
     Association,
-    CoreRequest,
     EndedJob,
     Envelope,
     Job,
     Node,
+    NodeRequest,
     Partition,
     QosLimits,
     Share,
@@ -57,13 +57,15 @@ def _num(x: int | str | None) -> int | None:
     return v(x)
 
 
-def _cores_request(r: RawJob) -> CoreRequest | None:
-    """What the job asks of sockets, cores and threads, or None (every count unset)."""
-    request = CoreRequest(
-        *(
-            _num(x) or None
-            for x in (r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core)
-        )
+def _node_request(r: RawJob) -> NodeRequest | None:
+    """What the job asks of sockets, cores and threads, and whom it shares nodes with; None for most."""
+    shared = (r.shared or "").lower()
+    request = NodeRequest(
+        sockets_per_node=_num(r.sockets_per_node) or None,
+        cores_per_socket=_num(r.cores_per_socket) or None,
+        threads_per_core=_num(r.threads_per_core) or None,
+        tasks_per_core=_num(r.tasks_per_core) or None,
+        exclusive_to=shared if shared in ("user", "mcs") else None,
     )
     return request if any(x is not None for x in request) else None
 
@@ -234,8 +236,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=(r.shared or "").lower() == "none",
-                exclusive_to=(r.shared or "").lower() if (r.shared or "").lower() in ("user", "mcs") else "",
-                cores_request=_cores_request(r),
+                node_request=_node_request(r),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )

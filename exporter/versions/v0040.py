@@ -32,11 +32,11 @@ from exporter import slurmtext
 from exporter.model import (
     MIB,
     Association,
-    CoreRequest,
     EndedJob,
     Envelope,
     Job,
     Node,
+    NodeRequest,
     Partition,
     QosLimits,
     Share,
@@ -188,7 +188,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         shared = r.shared
         excl = r.exclusive
         exclusive = bool((shared is not None and "none" in shared) or (excl is not None and "true" in excl))
-        exclusive_to = _exclusive_to(shared, excl) if shared or excl else ""
+        exclusive_to = _exclusive_to(shared, excl) if shared or excl else None
         x = r.cpus_per_task
         cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
         x = r.tasks
@@ -266,8 +266,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
-                exclusive_to=exclusive_to,
-                cores_request=_cores_request(r, gpus_of),
+                node_request=_node_request(r, gpus_of, exclusive_to),
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -317,34 +316,39 @@ def _set_number(x: N | None) -> int | None:
     return x.number if x is not None and x.set and not x.infinite and x.number > 0 else None
 
 
-def _cores_request(r: RawJob, gpus_of: Callable[[str | None], int]) -> CoreRequest | None:
-    """What the job asks of sockets, cores and threads, or None (most jobs: every count unset)."""
+def _node_request(
+    r: RawJob, gpus_of: Callable[[str | None], int], exclusive_to: str | None
+) -> NodeRequest | None:
+    """What the job asks of sockets, cores, threads and GPUs per socket, and whom it shares nodes with;
+    None for most jobs (every count unset)."""
     s, c, t, k = r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core
     tps = r.tres_per_socket
     if (
         not ((s is not None and s.set) or (c is not None and c.set) or (t is not None and t.set))
         and (k is None or not k.set)
         and not tps
+        and exclusive_to is None
     ):
         return None  # the common case, in the decoder's hot loop
-    request = CoreRequest(
+    request = NodeRequest(
         _set_number(s),
         _set_number(c),
         _set_number(t),
         _set_number(k),
         (gpus_of(tps) or None) if tps else None,
+        exclusive_to,
     )
     return request if any(x is not None for x in request) else None
 
 
-def _exclusive_to(shared: tuple[str, ...] | None, exclusive: tuple[str, ...] | None) -> str:
+def _exclusive_to(shared: tuple[str, ...] | None, exclusive: tuple[str, ...] | None) -> str | None:
     """``user`` / ``mcs`` for ``--exclusive=user|mcs`` (``shared`` v0.0.40–44, ``exclusive`` v0.0.40/41)."""
     for flags in (shared, exclusive):
         if flags:
             for to in ("user", "mcs"):
                 if to in flags:
                     return to
-    return ""
+    return None
 
 
 def convert_node(r: RawNode, caches: c.Caches) -> Node:

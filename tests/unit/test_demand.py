@@ -21,7 +21,7 @@ from autoscaler.demand.types import MisfitKind
 from autoscaler.eligibility import Bars
 from autoscaler.reasons import Eligibility, classify, normalize
 from autoscaler.report import misfit_text
-from exporter.model import MIB, CoreRequest, Job, Node, Partition, SlurmConfig, Snapshot
+from exporter.model import MIB, Job, Node, NodeRequest, Partition, SlurmConfig, Snapshot
 from exporter.slurmtext import hostlist_expand
 from testkit import builders
 from testkit.paths import ROOT
@@ -721,7 +721,7 @@ def test_request_fields_in_the_order_size_unpacks_them() -> None:
     assert Request._fields == (
         "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task", "memory_per_node_bytes",
         "memory_per_cpu_bytes", "whole_node_memory", "memory_bytes", "gpus_per_node", "gpus", "exclusive",
-        "spread", "cores_request",
+        "spread", "node_request",
     )  # fmt: skip
 
 
@@ -733,7 +733,7 @@ def test_key_layout() -> None:
         5, "Priority", min_nodes=2, max_nodes=3, cpus=4, tasks=5, cpus_per_task=6, memory_per_node_bytes=7,
         memory_per_cpu_bytes=8, whole_node_memory=True, memory_bytes=9, gpus_per_node=10, gpus=11,
         exclusive=True, features="fa", array_job_id=1, array_task_string="1-3", array_pending_tasks=3,
-        cores_request=CoreRequest(threads_per_core=1, tasks_per_core=2),
+        node_request=NodeRequest(threads_per_core=1, tasks_per_core=2),
     )  # fmt: skip
     key = key_of(job, NO_BARS)
     partitions, reason, features, tasks, array, who = key[: queue.REQUEST]
@@ -965,21 +965,39 @@ def test_merged_heterogeneous_job_memory_gpus_and_exclusivity() -> None:
 
 # ------------------------------------------------------------------------ --exclusive=user
 
+EXCLUSIVE_TO_USER = NodeRequest(exclusive_to="user")
+
 
 def test_exclusive_user_jobs_share_nodes_with_their_own_user_only() -> None:
     # oracle exclusive_users (Slurm 3): two users' exclusive=user jobs and root's plain ones, 2 CPUs each;
     # shared, 12 CPUs fit 2 nodes: a node per user
     jobs = []
     for i, (user, to) in enumerate([("ann", "user"), ("bob", "user"), ("root", "")] * 2):
-        jobs.append(pend(i + 1, cpus=2, user=user, exclusive_to=to, priority=100 - i))
+        jobs.append(
+            pend(
+                i + 1,
+                cpus=2,
+                user=user,
+                node_request=NodeRequest(exclusive_to=to) if to else None,
+                priority=100 - i,
+            )
+        )
     assert one(jobs).needed == 3
     # oracle exclusive_user (Slurm 1): one user's exclusive jobs and its own plain job share a node
-    same = [pend(i + 1, cpus=2, user="root", exclusive_to="user" if i < 3 else "") for i in range(4)]
+    same = [
+        pend(
+            i + 1,
+            cpus=2,
+            user="root",
+            node_request=EXCLUSIVE_TO_USER if i < 3 else None,
+        )
+        for i in range(4)
+    ]
     assert one(same).needed == 1
     # oracle exclusive_user_beside_plain (Slurm 2): ann's plain job goes beside root's plain one, not into a
     # node of its own beside her exclusive job (no room there)
     mixed = [
-        pend(1, cpus=6, user="ann", exclusive_to="user", priority=3),
+        pend(1, cpus=6, user="ann", node_request=EXCLUSIVE_TO_USER, priority=3),
         pend(2, cpus=4, user="root", priority=2),
         pend(3, cpus=4, user="ann", priority=1),
     ]
@@ -987,25 +1005,28 @@ def test_exclusive_user_jobs_share_nodes_with_their_own_user_only() -> None:
     # an exclusive job never goes beside another user's plain job: ann's -c2 after root's -c2 opens a node
     two = [
         pend(1, cpus=2, user="root", priority=2),
-        pend(2, cpus=2, user="ann", exclusive_to="user", priority=1),
+        pend(2, cpus=2, user="ann", node_request=EXCLUSIVE_TO_USER, priority=1),
     ]
     assert one(two).needed == 2
-    assert one([msgspec.structs.replace(j, exclusive_to="") for j in two]).needed == 1
+    assert one([msgspec.structs.replace(j, node_request=None) for j in two]).needed == 1
 
 
 def test_exclusive_user_multi_node_jobs_and_many_jobs() -> None:
     # a 2-node job of ann (exclusive to her) takes 2 nodes; bob's 2-node job 2 more; root's 2 one-CPU jobs
     # a fifth (they may not join either user's nodes)
     jobs = [
-        pend(1, cpus=2, min_nodes=2, user="ann", exclusive_to="user", priority=9),
-        pend(2, cpus=2, min_nodes=2, user="bob", exclusive_to="user", priority=8),
+        pend(1, cpus=2, min_nodes=2, user="ann", node_request=EXCLUSIVE_TO_USER, priority=9),
+        pend(2, cpus=2, min_nodes=2, user="bob", node_request=EXCLUSIVE_TO_USER, priority=8),
         pend(3, cpus=1, user="root", priority=7),
         pend(4, cpus=1, user="root", priority=6),
         pend(5, cpus=1, user="ann", priority=5),  # ann's plain job: beside her own exclusive job
     ]
     assert one(jobs).needed == 5
     # beyond OWNED_JOBS jobs: each such user's jobs on nodes of their own (never fewer than job by job)
-    many = [pend(i, cpus=1, user=f"u{i % 3}", exclusive_to="user", priority=10_000 - i) for i in range(600)]
+    many = [
+        pend(i, cpus=1, user=f"u{i % 3}", node_request=EXCLUSIVE_TO_USER, priority=10_000 - i)
+        for i in range(600)
+    ]
     d = one(many)
     assert d.needed == 3 * math.ceil(200 / 8)
     assert d.packing is not None and d.packing.jobs == 600
@@ -1014,12 +1035,12 @@ def test_exclusive_user_multi_node_jobs_and_many_jobs() -> None:
 def test_exclusive_user_jobs_keep_out_of_busy_nodes_room() -> None:
     busy = [node("b1", state="MIXED", alloc_cpus=2, alloc_memory_bytes=1000 * MIB)]
     running = Job(job_id=50, state="RUNNING", partitions=("p",), cpus=2, nodes="b1", user="root")
-    fresh = pend(1, reason="None", cpus=2, user="ann", exclusive_to="user")
+    fresh = pend(1, reason="None", cpus=2, user="ann", node_request=EXCLUSIVE_TO_USER)
     assert one([running, fresh], busy).needed == 1  # whose jobs hold b1 is not read: a node of her own
     plain = pend(2, reason="None", cpus=2, user="bob")
     assert one([running, plain], busy).needed == 0  # a plain job fills the room
     # the room of a node held by another user's exclusive=user job is not for a plain job
-    owned = msgspec.structs.replace(running, exclusive_to="user")
+    owned = msgspec.structs.replace(running, node_request=EXCLUSIVE_TO_USER)
     assert one([owned, plain], busy).needed == 1
 
 
@@ -1039,9 +1060,9 @@ SMT = NodeShape(cpus=8, memory_bytes=16000 * MIB, threads_per_core=2)
         ({"cpus": 6, "tasks": 2, "cpus_per_task": 3}, 6),
         ({"cpus": 3, "tasks": 3}, 4),
         ({"cpus": 5, "tasks": 5}, 6),
-        ({"cpus": 2, "tasks": 2, "cores_request": CoreRequest(threads_per_core=1)}, 4),  # nomultithread
-        ({"cpus": 2, "cpus_per_task": 2, "cores_request": CoreRequest(threads_per_core=1)}, 4),
-        ({"cpus": 3, "tasks": 3, "cores_request": CoreRequest(tasks_per_core=1)}, 6),
+        ({"cpus": 2, "tasks": 2, "node_request": NodeRequest(threads_per_core=1)}, 4),  # nomultithread
+        ({"cpus": 2, "cpus_per_task": 2, "node_request": NodeRequest(threads_per_core=1)}, 4),
+        ({"cpus": 3, "tasks": 3, "node_request": NodeRequest(tasks_per_core=1)}, 6),
     ],
 )
 def test_smt_nodes_allocate_whole_cores(job: dict[str, Any], cpus: int) -> None:
@@ -1056,7 +1077,7 @@ def test_smt_tasks_of_whole_cores_span_nodes() -> None:
     # -n3 -c2 --threads-per-core=1: 4 CPUs (2 cores) per task, two tasks a node → 2 nodes (lab: 12 CPUs)
     req = request_of(
         key_of(
-            pend(1, cpus=6, tasks=3, cpus_per_task=2, cores_request=CoreRequest(threads_per_core=1)), NO_BARS
+            pend(1, cpus=6, tasks=3, cpus_per_task=2, node_request=NodeRequest(threads_per_core=1)), NO_BARS
         )
     )
     assert size(req, SMT, None)[0] == 2
@@ -1072,9 +1093,9 @@ def test_smt_queue_needs_what_slurm_resumed_and_cr_cpu_shares_cores() -> None:
         pend(1, cpus=1, priority=6),
         pend(2, cpus=2, tasks=2, priority=5),
         pend(3, cpus=3, cpus_per_task=3, priority=4),
-        pend(4, cpus=2, tasks=2, cores_request=CoreRequest(threads_per_core=1), priority=3),
-        pend(5, cpus=2, tasks=2, cores_request=CoreRequest(threads_per_core=1), priority=2),
-        pend(6, cpus=3, tasks=3, cores_request=CoreRequest(tasks_per_core=1), priority=1),
+        pend(4, cpus=2, tasks=2, node_request=NodeRequest(threads_per_core=1), priority=3),
+        pend(5, cpus=2, tasks=2, node_request=NodeRequest(threads_per_core=1), priority=2),
+        pend(6, cpus=3, tasks=3, node_request=NodeRequest(tasks_per_core=1), priority=1),
     ]
     assert one(jobs, shape=SMT).needed == 3
     assert one(jobs).needed == 2
@@ -1099,10 +1120,10 @@ def test_a_socket_or_core_count_the_nodes_lack_never_fits() -> None:
     layout = NodeShape(cpus=8, memory_bytes=16000 * MIB, sockets=8, cores_per_socket=1)
     jobs = [
         pend(
-            1, cpus=4, tasks=4, cores_request=CoreRequest(sockets_per_node=1, cores_per_socket=4), priority=3
+            1, cpus=4, tasks=4, node_request=NodeRequest(sockets_per_node=1, cores_per_socket=4), priority=3
         ),
-        pend(2, cpus=6, tasks=6, cores_request=CoreRequest(sockets_per_node=2), priority=2),
-        pend(3, cpus=2, tasks=2, cores_request=CoreRequest(cores_per_socket=2), priority=1),
+        pend(2, cpus=6, tasks=6, node_request=NodeRequest(sockets_per_node=2), priority=2),
+        pend(3, cpus=2, tasks=2, node_request=NodeRequest(cores_per_socket=2), priority=1),
     ]
     d = one(jobs, shape=layout)
     assert d.needed == 1
@@ -1111,11 +1132,9 @@ def test_a_socket_or_core_count_the_nodes_lack_never_fits() -> None:
         ("3", "cores_per_socket"),
     ]
     assert one(jobs).needed == 2  # a layout the shape does not know is not judged
-    wide = [pend(1, cpus=2, cores_request=CoreRequest(sockets_per_node=9))]
+    wide = [pend(1, cpus=2, node_request=NodeRequest(sockets_per_node=9))]
     assert one(wide, shape=layout).too_large[0].misfit.kind == "sockets_per_node"
-    assert one([pend(1, cores_request=CoreRequest(threads_per_core=2))], shape=layout).too_large[
-        0
-    ].misfit == (
+    assert one([pend(1, node_request=NodeRequest(threads_per_core=2))], shape=layout).too_large[0].misfit == (
         "threads_per_core",
         2,
         1,
@@ -1130,12 +1149,12 @@ def test_gpus_per_socket_for_each_socket_the_cpus_span() -> None:
     # socket takes 1 GPU, -n2 with 2 per socket takes 4 (2 sockets): 5 GPUs, two nodes
     layout = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4, sockets=8, cores_per_socket=1)
     jobs = [
-        pend(1, cpus=1, gpus=1, cores_request=CoreRequest(sockets_per_node=1, gpus_per_socket=1), priority=2),
-        pend(2, cpus=2, tasks=2, gpus=2, cores_request=CoreRequest(sockets_per_node=1, gpus_per_socket=2)),
+        pend(1, cpus=1, gpus=1, node_request=NodeRequest(sockets_per_node=1, gpus_per_socket=1), priority=2),
+        pend(2, cpus=2, tasks=2, gpus=2, node_request=NodeRequest(sockets_per_node=1, gpus_per_socket=2)),
     ]
     assert one(jobs, shape=layout).needed == 2
     # more GPUs than a node has: never fits
-    wide = [pend(1, cpus=4, tasks=4, gpus=2, cores_request=CoreRequest(gpus_per_socket=2))]
+    wide = [pend(1, cpus=4, tasks=4, gpus=2, node_request=NodeRequest(gpus_per_socket=2))]
     assert one(wide, shape=layout).too_large[0].misfit == ("gpus_per_node", 8, 4)
     # sockets of 4 cores: -n2 stays on one socket (2 GPUs)
     quad = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4, sockets=2, cores_per_socket=4)
