@@ -9,8 +9,10 @@ nodes (:mod:`~autoscaler.demand.packing`), and desired clamped. The answer is fa
 
 from __future__ import annotations
 
+import gc
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack
@@ -277,9 +279,28 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
 
 
 def compute_demand(snapshot: Snapshot, targets: Sequence[Target]) -> dict[str, Demand]:
-    """Demand of every target, keyed by ``Target.name`` (names must be unique)."""
+    """Demand of every target, keyed by ``Target.name`` (names must be unique).
+
+    Python's cyclic garbage collector is paused while it runs (:func:`_collector_paused`)."""
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ValueError("target names must be unique")
-    queue = Queue(snapshot, (t.partition for t in targets))
-    return {t.name: _demand_for(t, queue) for t in targets}
+    with _collector_paused():
+        queue = Queue(snapshot, (t.partition for t in targets))
+        return {t.name: _demand_for(t, queue) for t in targets}
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for the block, back on after it if it was on. The model makes
+    ~100k short-lived tuples per 100k-job snapshot, none of them in a cycle (reference counting frees
+    them); each collection they trigger would walk every live object, the snapshot's among them (measured:
+    ``docs/demand.md``, "Cost"). Threads: whoever turned it off turns it back on."""
+    was_on = gc.isenabled()
+    if was_on:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
