@@ -1159,3 +1159,27 @@ def test_gpus_per_socket_for_each_socket_the_cpus_span() -> None:
     # sockets of 4 cores: -n2 stays on one socket (2 GPUs)
     quad = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4, sockets=2, cores_per_socket=4)
     assert one(jobs, shape=quad).needed == 1
+
+
+def test_the_cyclic_collector_is_paused_only_while_the_model_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from autoscaler.demand import compute
+
+    seen: list[bool] = []
+    demand_for = compute._demand_for
+
+    def spy(target: Target, queue: Any) -> Demand:
+        seen.append(gc.isenabled())
+        return demand_for(target, queue)
+
+    monkeypatch.setattr(compute, "_demand_for", spy)
+    assert gc.isenabled()
+    assert one([pend(1)]).needed == 1
+    assert seen == [False] and gc.isenabled()  # off inside, back on after
+    gc.disable()
+    try:
+        one([pend(1)])
+        assert not gc.isenabled()  # left off: someone else turned it off
+    finally:
+        gc.enable()
