@@ -189,6 +189,17 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         excl = r.exclusive
         exclusive = bool((shared is not None and "none" in shared) or (excl is not None and "true" in excl))
         exclusive_to = _exclusive_to(shared, excl) if shared or excl else None
+        x, y, z, w = r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core
+        node_request = (
+            _node_request(r, gpus_of, exclusive_to)
+            if (x is not None and x.set)
+            or (y is not None and y.set)
+            or (z is not None and z.set)
+            or (w is not None and w.set)
+            or r.tres_per_socket
+            or exclusive_to is not None
+            else None
+        )  # inline: most jobs ask none of it, and this is the decoder's hot loop
         x = r.cpus_per_task
         cpt = x.number if x is not None and x.set and not x.infinite and x.number else 1
         x = r.tasks
@@ -266,7 +277,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 licenses=intern(r.licenses, r.licenses) if r.licenses else "",
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
-                node_request=_node_request(r, gpus_of, exclusive_to),
+                node_request=node_request,
                 spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
@@ -323,13 +334,6 @@ def _node_request(
     None for most jobs (every count unset)."""
     s, c, t, k = r.sockets_per_node, r.cores_per_socket, r.threads_per_core, r.tasks_per_core
     tps = r.tres_per_socket
-    if (
-        not ((s is not None and s.set) or (c is not None and c.set) or (t is not None and t.set))
-        and (k is None or not k.set)
-        and not tps
-        and exclusive_to is None
-    ):
-        return None  # the common case, in the decoder's hot loop
     request = NodeRequest(
         _set_number(s),
         _set_number(c),
