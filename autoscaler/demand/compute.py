@@ -120,6 +120,8 @@ def _count(
         if isinstance(piece, Misfit):
             out.misfits.update(dict.fromkeys(kind.keys, piece))
             eligible -= count
+            for key, _, per, _ in kind.draws:  # never starts: holds nothing of its budgets
+                budget_left[key] += count * per
             continue
         fresh, owner = kind.fresh, kind.owner
         if by_job:  # consecutive jobs of one size are one run

@@ -196,6 +196,16 @@ def test_association_budgets_up_the_tree_and_per_partition() -> None:
     assert d.eligible == 1 and d.ignored == {"AssocGrpCpuLimit": 2}
 
 
+def test_a_job_that_never_fits_draws_nothing() -> None:
+    # ann's MaxJobs=2 (physics'): her first job asks 16 CPUs of one task (nodes of 8), too large — it
+    # never starts, so both of her jobs are left to the next three (two of them)
+    jobs = [fresh(job_id=1, qos="acct", cpus=16, cpus_per_task=16, priority=9)]
+    jobs += [fresh(job_id=2 + i, qos="acct", cpus=1, priority=5 - i) for i in range(3)]
+    d = demand(jobs)
+    assert [t.job for t in d.too_large] == ["1"]
+    assert d.eligible == 2 and d.ignored == {"AssocMaxJobsLimit": 1}
+
+
 def test_budgets_hold_beyond_job_by_job_order() -> None:
     # beyond ORDER_JOBS pending records the model orders kinds, not jobs: the budgets still bound them
     jobs = [fresh(job_id=i, qos="capped", cpus=1, priority=10_000 - i) for i in range(ORDER_JOBS + 10)]
