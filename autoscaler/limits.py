@@ -31,7 +31,9 @@ association — and with its reason names:
 
 A job draws 1 job, its CPUs (tasks × CPUs per task at least) and its requested nodes; a running job what
 it holds. Counted per scaling target: a user whose jobs pend in two targets' partitions gets the whole
-budget in each (more nodes, never fewer).
+budget in each (more nodes, never fewer). Node budgets add each job's nodes: where running jobs of one
+budget share a node, slurmctld counts that node once, so the model may see a node budget used up early
+(not checked in the lab; the mixes' node counts are whole nodes).
 
 Not judged (counted until Slurm names them): memory and GRES limits (per job and budgets), per-node TRES,
 a partition's QOS (the snapshot does not say which), the minutes-based limits.
