@@ -41,26 +41,32 @@ def reserved_node(lab: Lab, name: str) -> Iterator[str]:
 @contextlib.contextmanager
 def reserved_nodes(lab: Lab, names: list[str], reservation: str) -> Iterator[list[str]]:
     """New dynamic nodes (partition ``dyn``, 2 CPUs each) under one reservation (leftovers of an
-    interrupted run are cleared first). Right after they register, slurmctld may still call a node busy
-    ("Requested nodes are busy") for a moment: retried."""
+    interrupted run are cleared first). Partition ``dyn`` is DOWN from before the nodes register until the
+    reservation holds them: else a job already pending there (the lab's demo ``dyn_wait``) may start on a
+    new node first — "Requested nodes are busy" for good, and the demo job gone (seen in CI). Right after
+    they register, slurmctld may still call a node busy for a moment: retried."""
     lab.run(["scontrol", "delete", f"ReservationName={reservation}"], check=False)
     for name in names:
         clear_node(lab, name, must_exist=False)
     added = []
     try:
-        for name in names:
-            lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
-            added.append(name)
-        create = [
-            *("scontrol", "create", "reservation", f"ReservationName={reservation}"),
-            *(f"Nodes={','.join(names)}", "Users=root", "StartTime=now", "Duration=30"),
-        ]
-        for attempt in range(20):
-            result = lab.run_raw(create)
-            if result.returncode == 0:
-                break
-            assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
-            time.sleep(0.5)
+        lab.run(["scontrol", "update", "partitionname=dyn", "state=down"])
+        try:
+            for name in names:
+                lab.add_node(name, dynamic=True, cpus=2, memory_mb=2000)
+                added.append(name)
+            create = [
+                *("scontrol", "create", "reservation", f"ReservationName={reservation}"),
+                *(f"Nodes={','.join(names)}", "Users=root", "StartTime=now", "Duration=30"),
+            ]
+            for attempt in range(20):
+                result = lab.run_raw(create)
+                if result.returncode == 0:
+                    break
+                assert "busy" in result.stdout + result.stderr and attempt < 19, result.stdout + result.stderr
+                time.sleep(0.5)
+        finally:
+            lab.run(["scontrol", "update", "partitionname=dyn", "state=up"])
         yield names
     finally:
         # the jobs first: slurmctld refuses to delete a reservation with jobs, and a node in a reservation
