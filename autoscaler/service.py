@@ -3,8 +3,9 @@
 * :meth:`DemandService.answer` returns the demand of a target on the current snapshot (computed
   once per snapshot and target; a target asked for once is recomputed on every new snapshot).
 * :meth:`DemandService.run` follows the snapshot source: each new snapshot → one
-  :func:`~autoscaler.demand.compute_demand` over all known targets, in a worker thread (≤ 100 ms
-  at 100k jobs, kept off the event loop), then waiters of :meth:`changes` wake up.
+  :func:`~autoscaler.demand.compute_demand` over all known targets, in a worker thread (kept off the
+  event loop; job records read on earlier snapshots are not read again: a
+  :class:`~autoscaler.demand.queue.ScanCache`), then waiters of :meth:`changes` wake up.
 * **Missing data never scales down**: before the first snapshot with jobs *and* nodes there is no
   answer (:class:`NoSnapshotYet`); afterwards the poller keeps serving the last good data when
   slurmrestd fails, so the answer is held (``stale`` says so) and never drops to zero for lack
@@ -30,7 +31,7 @@ from dataclasses import dataclass, replace
 
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from autoscaler.demand import Demand, Target, compute_demand
+from autoscaler.demand import Demand, ScanCache, Target, compute_demand
 from exporter.model import Snapshot, wall_time
 from exporter.notify import Notifier
 from exporter.source import SnapshotSource
@@ -133,6 +134,8 @@ class DemandService:
         self._asked: dict[Target, float] = {}
         """Targets asked for by a scaler (not configured): when last asked, epoch seconds."""
         self._memo_lock = threading.Lock()
+        self._scan_cache = ScanCache()
+        """Job records read on earlier snapshots (used under ``_memo_lock``: one computation at a time)."""
         self._trusted: dict[Target, tuple[float, int]] = {}
         """Target → (taken_at, desired) of its last answer on a snapshot valid for it."""
         self._trust_lock = threading.Lock()
@@ -314,7 +317,8 @@ class DemandService:
             memo = self._memo
             if memo is not None and memo[0] is snap and memo[1] == targets:
                 return memo[2]
-            out = {t: self.judged(snap, t, d) for t, d in _compute(snap, list(targets)).items()}
+            computed = _compute(snap, list(targets), self._scan_cache)
+            out = {t: self.judged(snap, t, d) for t, d in computed.items()}
             self._memo = (snap, targets, out)
             return out
 
@@ -374,7 +378,7 @@ class DemandService:
             await updated.wait()
 
 
-def _compute(snap: Snapshot, targets: list[Target]) -> dict[Target, Demand]:
+def _compute(snap: Snapshot, targets: list[Target], cache: ScanCache | None = None) -> dict[Target, Demand]:
     """One model run for all targets; targets sharing a name are computed apart."""
     out: dict[Target, Demand] = {}
     by_name: dict[str, list[Target]] = {}
@@ -382,7 +386,7 @@ def _compute(snap: Snapshot, targets: list[Target]) -> dict[Target, Demand]:
         by_name.setdefault(t.name, []).append(t)
     while by_name:
         batch = [ts.pop() for ts in by_name.values()]
-        result = compute_demand(snap, batch)
+        result = compute_demand(snap, batch, cache)
         for t in batch:
             out[t] = result[t.name]
         by_name = {k: v for k, v in by_name.items() if v}

@@ -50,7 +50,7 @@ from pathlib import Path
 import msgspec
 
 from autoscaler import demand
-from autoscaler.demand import Demand, NodeShape, Target, compute_demand
+from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand
 from exporter.model import MIB, Job, Node, Snapshot
 
 TARGET_MS = 100.0
@@ -393,12 +393,75 @@ def against(rev: str, runs: int, only: list[str]) -> None:
             print(f"{label:16s} {ob:9.1f} {nb:9.1f} {nb / ob:6.3f} {om:9.1f} {nm:9.1f} {nm / om:6.3f}")
 
 
+def next_poll(snap: Snapshot, rng: random.Random, changed: float = 0.01) -> Snapshot:
+    """The snapshot a poll later, as the incremental poller makes it (:func:`exporter.jobsync.merge`):
+    the same record objects in the same order, except ``changed`` of the pending records re-read (new
+    objects: a priority a little higher, some a new reason), half as many started (new RUNNING objects in
+    their place) and half as many new pending records at the end (copies under new ids)."""
+    jobs = list(snap.jobs)
+    pending = [i for i, j in enumerate(jobs) if j.state == "PENDING"]
+    k = int(len(pending) * changed)
+    for i in rng.sample(pending, k):
+        j = jobs[i]
+        jobs[i] = msgspec.structs.replace(
+            j, priority=j.priority + 1, reason=rng.choice(["Priority", "Resources", j.reason])
+        )
+    for i in rng.sample(pending, k // 2):
+        jobs[i] = msgspec.structs.replace(jobs[i], state="RUNNING", reason="None")
+    top = max(j.job_id for j in jobs)
+    for n, i in enumerate(rng.sample(pending, k // 2)):
+        jobs.append(msgspec.structs.replace(jobs[i], job_id=top + 1 + n))
+    return msgspec.structs.replace(snap, jobs=tuple(jobs))
+
+
+def polls(runs: int, only: list[str]) -> None:
+    """Every poll after the first, as the service computes it: with the :class:`ScanCache` of the poll
+    before (records read once) against without (every record read), alternated, on ``runs`` successive
+    polls of each snapshot (:func:`next_poll`); the answers compared."""
+    print(f"successive polls, 1% of pending records changed per poll; {runs} polls each")
+    print(
+        f"{'snapshot':16s} {'plain best':>10s} {'cache best':>10s} {'ratio':>6s}"
+        f" {'plain med':>10s} {'cache med':>10s}"
+    )
+    for label, build in SNAPSHOTS.items():
+        if only and label not in only:
+            continue
+        rng = random.Random(7)
+        snap = build()
+        cache = ScanCache()
+        compute_demand(snap, TARGETS, cache)  # the first poll: the cache fills
+        plain_ms: list[float] = []
+        cache_ms: list[float] = []
+        for r in range(runs):
+            snap = next_poll(snap, rng)
+            answers = []
+            sides = [(plain_ms, None), (cache_ms, cache)]
+            for times, memo in sides if r % 2 == 0 else sides[::-1]:
+                demand.clear_caches()
+                gc.collect()
+                t = time.perf_counter()
+                answers.append(compute_demand(snap, TARGETS, memo))
+                times.append((time.perf_counter() - t) * 1000)
+            assert answers[0] == answers[1], f"{label}: the cache changed the answer"
+        pb, cb = min(plain_ms), min(cache_ms)
+        pm, cm = statistics.median(plain_ms), statistics.median(cache_ms)
+        print(f"{label:16s} {pb:10.1f} {cb:10.1f} {cb / pb:6.3f} {pm:10.1f} {cm:10.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
-    ap.add_argument("--snapshot", action="append", choices=list(SNAPSHOTS), help="with --against: only these")
+    ap.add_argument(
+        "--snapshot", action="append", choices=list(SNAPSHOTS), help="with --against/--polls: only these"
+    )
     ap.add_argument("--against", metavar="REV", help="alternate this tree with git revision REV's model")
+    ap.add_argument(
+        "--polls", action="store_true", help="successive polls: with the scan cache against without"
+    )
     args = ap.parse_args()
+    if args.polls:
+        polls(args.runs, args.snapshot or [])
+        return
     if args.against:
         against(args.against, args.runs, args.snapshot or [])
         return

@@ -1,7 +1,9 @@
 """The demand model: how many nodes each scaling target needs, from one snapshot. Pure, no I/O.
 
-``compute_demand(snapshot, targets) -> {target name: Demand}``. A **target** is a partition, or a NodeSet:
-the nodes of a partition selected by a feature and/or a host list / prefix (:class:`Target`).
+``compute_demand(snapshot, targets[, cache]) -> {target name: Demand}``. A **target** is a partition, or a
+NodeSet: the nodes of a partition selected by a feature and/or a host list / prefix (:class:`Target`). A
+:class:`ScanCache` passed from one snapshot to the next keeps what was read of each job record (the same
+answer; a poll then reads only the records that changed).
 
 The rules, per target (why each holds, the oracle mix that checks it against Slurm's own power saving,
 and what it costs: ``docs/demand.md``):
@@ -55,12 +57,24 @@ names a busy node is kept out of all busy rooms (``autoscaler.eligibility``).
 from __future__ import annotations
 
 from autoscaler.demand.compute import compute_demand
+from autoscaler.demand.queue import ScanCache
 from autoscaler.demand.select import hosts
 from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
 
-__all__ = ["Demand", "Misfit", "NodeShape", "Packing", "Target", "TooLarge", "clear_caches", "compute_demand"]
+__all__ = [
+    "Demand",
+    "Misfit",
+    "NodeShape",
+    "Packing",
+    "ScanCache",
+    "Target",
+    "TooLarge",
+    "clear_caches",
+    "compute_demand",
+]
 
 
 def clear_caches() -> None:
-    """Forget the node lists of running jobs read so far (the model's only cache; for benchmarks)."""
+    """Forget the node lists of running jobs read so far (for benchmarks; a :class:`ScanCache` is its
+    caller's)."""
     hosts.cache_clear()

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack
-from autoscaler.demand.queue import Draw, JobKey, Kind, Owner, Queue, job_label
+from autoscaler.demand.queue import Draw, JobKey, Kind, Owner, Queue, ScanCache, job_label
 from autoscaler.demand.select import (
     busy_nodes,
     constraint_fits,
@@ -72,7 +72,9 @@ def _count(
     pieces, run_jobs, run_fresh, run_owners = runs_out.pieces, runs_out.jobs, runs_out.fresh, runs_out.owners
     by_job = queue.by_job
     run_at: dict[tuple[Piece, bool, Owner | None], int] = {}  # (piece, fresh, owner) → its run
-    sizes: dict[Request, Piece | Misfit] = {}
+    sizes: dict[Request, Piece | Misfit] = (
+        queue.cache.sizes(shape, target.max_nodes, max_memory_per_cpu) if queue.cache is not None else {}
+    )
     allowance: dict[int, int] = {}
     budget_left: dict[tuple[str, ...], int] = {}
     constraint_ok: dict[str, bool] = {}
@@ -280,15 +282,19 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     )
 
 
-def compute_demand(snapshot: Snapshot, targets: Sequence[Target]) -> dict[str, Demand]:
+def compute_demand(
+    snapshot: Snapshot, targets: Sequence[Target], cache: ScanCache | None = None
+) -> dict[str, Demand]:
     """Demand of every target, keyed by ``Target.name`` (names must be unique).
 
-    Python's cyclic garbage collector is paused while it runs (:func:`_collector_paused`)."""
+    ``cache``: what the previous call read of the same job records (:class:`ScanCache`: the same answer,
+    reading only the records that changed); one caller at a time. Python's cyclic garbage collector is
+    paused while it runs (:func:`_collector_paused`)."""
     names = [t.name for t in targets]
     if len(set(names)) != len(names):
         raise ValueError("target names must be unique")
     with _collector_paused():
-        queue = Queue(snapshot, (t.partition for t in targets))
+        queue = Queue(snapshot, (t.partition for t in targets), cache)
         return {t.name: _demand_for(t, queue) for t in targets}
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -33,12 +34,14 @@ __all__ = [
     "Kind",
     "Owner",
     "Queue",
+    "ScanCache",
     "first_partition",
     "job_label",
     "key_of",
     "rank",
     "request_of",
     "scan",
+    "scan_cached",
     "tally",
 ]
 
@@ -137,6 +140,142 @@ def scan(
     return groups, codes
 
 
+class ScanCache:
+    """What :func:`scan_cached` read of each job record, kept from one snapshot to the next.
+
+    The poller keeps unchanged job records as the same objects from poll to poll (incremental reads,
+    :mod:`exporter.jobsync`), so each record is read once: ``rows`` maps ``id(job)`` to a row of columns
+    (``kid``: its key's id, −1 when not pending; ``priority``; ``volatile``: its key's reason is read from
+    the snapshot — :func:`autoscaler.eligibility.settled_reason`: a reason in :data:`UNSETTLED`, a
+    reservation, ``--nodelist`` — and is made afresh each time). ``jobs`` holds every row's record, so its
+    id is never another object's while the row lives. Keys are interned as dense ids (``ids``, ``keys``).
+    Emptied when the keys would hold other fields (``who`` on or off) and when most rows or keys are of
+    snapshots gone by. Also the pieces sizing found per request (:meth:`sizes`).
+
+    Not thread-safe: one caller at a time.
+    """
+
+    __slots__ = ("_sizes", "every", "ids", "jobs", "keys", "kid", "priority", "rows", "volatile")
+
+    def __init__(self) -> None:
+        self.rows: dict[int, int] = {}
+        self.jobs: list[Job] = []
+        self.kid: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
+        self.priority: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
+        self.volatile: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+        self.ids: dict[JobKey, int] = {}
+        self.keys: list[JobKey] = []
+        self.every: bool | None = None
+        """Whether the cached keys carry ``who`` (:func:`job_keys`)."""
+        self._sizes: dict[tuple[Any, ...], dict[Any, Any]] = {}
+
+    def clear(self) -> None:
+        self.__init__()  # type: ignore[misc]
+
+    def sizes(self, *context: Any) -> dict[Any, Any]:
+        """The sizing memo of one context (shape, target maximum, ``MaxMemPerCPU``): request → piece or
+        misfit (:func:`autoscaler.demand.compute._count`); started afresh beyond :data:`SIZES_KEPT`."""
+        memo = self._sizes.get(context)
+        if memo is None:
+            if len(self._sizes) >= 64:
+                self._sizes.clear()
+            memo = self._sizes[context] = {}
+        elif len(memo) > SIZES_KEPT:
+            memo.clear()
+        return memo
+
+    def intern(self, keys: Iterable[JobKey]) -> list[int]:
+        """The id of each key, new keys numbered on."""
+        ids = self.ids
+        before = len(ids)
+        put = ids.setdefault
+        out = [put(key, len(ids)) for key in keys]
+        if len(ids) > before:
+            self.keys.extend(islice(ids, before, None))
+        return out
+
+
+SIZES_KEPT = 1 << 18
+"""Requests a :meth:`ScanCache.sizes` memo holds at most."""
+
+
+def scan_cached(
+    jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
+) -> tuple[dict[JobKey, int], np.ndarray[Any, np.dtype[np.int64]]]:
+    """:func:`scan` through ``cache``: the same groups, the same codes (an int64 array), reading only the
+    records the cache has not seen and the volatile ones (by :func:`scan` itself)."""
+    every = users or (bars.limits is not None and bars.limits.running)
+    if cache.every is not every:
+        cache.clear()
+        cache.every = every
+    get = cache.rows.get
+    n = len(jobs)
+    row = np.fromiter([get(id(j), -1) for j in jobs] if cache.rows else [-1] * n, dtype=np.int64, count=n)
+    missing = np.flatnonzero(row < 0)
+    if missing.size:
+        fresh = [jobs[i] for i in missing.tolist()] if missing.size < n else list(jobs)
+        kid, priority = _scan_ids(fresh, bars, cache, users)
+        first = len(cache.jobs)
+        cache.jobs.extend(fresh)
+        cache.rows.update(zip(map(id, fresh), range(first, first + len(fresh)), strict=True))
+        unsettled = UNSETTLED
+        volatile = [
+            j.state == "PENDING" and (j.reason in unsettled or bool(j.reservation or j.required_nodes))
+            for j in fresh
+        ]
+        cache.kid = np.concatenate([cache.kid, kid])
+        cache.priority = np.concatenate([cache.priority, priority])
+        cache.volatile = np.concatenate([cache.volatile, volatile])
+        row[missing] = np.arange(first, first + len(fresh))
+    kid = cache.kid[row]
+    stale = cache.volatile[row]
+    stale[missing] = False  # read just now
+    redo = np.flatnonzero(stale)
+    if redo.size:
+        kid[redo] = _scan_ids([jobs[i] for i in redo.tolist()], bars, cache, users)[0]
+    pending = kid >= 0
+    others.extend([jobs[i] for i in np.flatnonzero(~pending).tolist()])
+    code = np.zeros(n, dtype=np.int64)
+    groups: dict[JobKey, int] = {}
+    if pending.any():
+        present, first_at, inverse = np.unique(kid[pending], return_index=True, return_inverse=True)
+        group = first_at + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
+        code[pending] = cache.priority[row[pending]] << 31 | group[inverse.ravel()]
+        keys = cache.keys
+        by_first = np.argsort(first_at)
+        groups = {
+            keys[k]: g for k, g in zip(present[by_first].tolist(), group[by_first].tolist(), strict=True)
+        }
+        if len(cache.jobs) > 2 * n + 1024 or len(keys) > 2 * len(present) + 1024:
+            cache.clear()  # mostly records and keys of snapshots gone by: start afresh next time
+    return groups, code
+
+
+def _scan_ids(
+    jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool
+) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
+    """:func:`scan` of ``jobs``, as each job's key id in ``cache`` (−1: not pending) and priority."""
+    groups, codes = scan(jobs, [], bars, users=users)
+    code = _code_array(codes)
+    lut = np.full(len(jobs) + 1, -1, dtype=np.int64)  # group → key id (group 0: not pending)
+    lut[np.fromiter(groups.values(), dtype=np.int64, count=len(groups))] = cache.intern(groups)
+    return lut[code & _GROUP], code >> 31
+
+
+def _code_array(
+    codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
+) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """:func:`scan`'s codes as an int64 array; a priority beyond Slurm's uint32 clamped (never seen)."""
+    if isinstance(codes, np.ndarray):
+        return codes
+    try:
+        return np.fromiter(codes, dtype=np.int64, count=len(codes))
+    except OverflowError:
+        return np.fromiter(
+            (c & _GROUP | min(max(c >> 31, 0), _U32) << 31 for c in codes), dtype=np.int64, count=len(codes)
+        )
+
+
 def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
     """The :data:`JobKey` :func:`scan` groups a pending job under (with the same ``users``)."""
     (key,) = scan((job,), [], bars, users=users)[0]
@@ -144,7 +283,10 @@ def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
 
 
 def tally(
-    groups: Mapping[JobKey, int], codes: Sequence[int], *, positions: bool = False
+    groups: Mapping[JobKey, int],
+    codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
+    *,
+    positions: bool = False,
 ) -> tuple[list[int], list[int], list[int], list[int]]:
     """Per key of :func:`scan` (in its order): pending jobs, index of its *lead* job in the snapshot,
     the lead's priority; with ``positions``, also the snapshot indices of the pending jobs (else
@@ -157,14 +299,7 @@ def tally(
     """
     if not groups:
         return [], [], [], []
-    try:
-        code = np.fromiter(codes, dtype=np.int64, count=len(codes))
-    except OverflowError:  # a priority beyond Slurm's uint32: clamped (never seen)
-        code = np.fromiter(
-            (c & _GROUP | min(max(c >> 31, 0), _U32) << 31 for c in codes),
-            dtype=np.int64,
-            count=len(codes),
-        )
+    code = _code_array(codes)
     n = len(codes)
     group = code & _GROUP  # 0 for the jobs that are not pending
     size = int(group.max()) + 1
@@ -189,14 +324,17 @@ def rank(job: Job) -> Rank:
 
 
 def _job_order(
-    jobs: Sequence[Job], positions: Iterable[int], codes: Sequence[int], key_index: Mapping[int, int]
+    jobs: Sequence[Job],
+    positions: Iterable[int],
+    codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
+    key_index: Mapping[int, int],
 ) -> list[list[int]]:
     """The pending jobs at ``positions`` of the snapshot in Slurm's scheduling order (:func:`rank`;
     equal ranks — an array's tasks — in snapshot order), as runs ``[key index, jobs]`` of consecutive
     jobs of one key (``key_index``: a :func:`scan` group → the index of its key)."""
     runs: list[list[int]] = []
     for _, i in sorted([(rank(jobs[i]), i) for i in positions]):
-        k = key_index[codes[i] & _GROUP]
+        k = key_index[int(codes[i]) & _GROUP]
         if runs and runs[-1][0] == k:
             runs[-1][1] += 1
         else:
@@ -343,8 +481,10 @@ class Queue:
     """What every target needs from the snapshot, built once per snapshot: per partition its pending
     jobs as runs ``(kind, jobs)`` in Slurm's order (:meth:`runs`), its nodes, and which nodes jobs hold."""
 
-    def __init__(self, snapshot: Snapshot, partitions: Iterable[str]) -> None:
+    def __init__(self, snapshot: Snapshot, partitions: Iterable[str], cache: ScanCache | None = None) -> None:
         wanted = frozenset(partitions)
+        self.cache = cache
+        """Kept from the previous snapshot (:class:`ScanCache`), or None."""
         self.jobs = jobs = merge_hetjobs(snapshot.jobs)
         others: list[Job] = []
         self.bars = Bars.of(snapshot)
@@ -356,7 +496,12 @@ class Queue:
         says)."""
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
-        groups, codes = scan(jobs, others, self.bars)
+        groups: dict[JobKey, int]
+        codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
+        if cache is not None:
+            groups, codes = scan_cached(jobs, others, self.bars, cache)
+        else:
+            groups, codes = scan(jobs, others, self.bars)
         self._users = any(map(_exclusive_to, groups))
         owners: frozenset[str] = frozenset()
         if self._users:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
