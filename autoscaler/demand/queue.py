@@ -144,18 +144,36 @@ class ScanCache:
     """What :func:`scan_cached` read of each job record, kept from one snapshot to the next.
 
     The poller keeps unchanged job records as the same objects from poll to poll (incremental reads,
-    :mod:`exporter.jobsync`), so each record is read once: ``rows`` maps ``id(job)`` to a row of columns
-    (``kid``: its key's id, −1 when not pending; ``priority``; ``volatile``: its key's reason is read from
-    the snapshot — :func:`autoscaler.eligibility.settled_reason`: a reason in :data:`UNSETTLED`, a
-    reservation, ``--nodelist`` — and is made afresh each time). ``jobs`` holds every row's record, so its
-    id is never another object's while the row lives. Keys are interned as dense ids (``ids``, ``keys``).
-    Emptied when the keys would hold other fields (``who`` on or off) and when most rows or keys are of
-    snapshots gone by. Also the pieces sizing found per request (:meth:`sizes`).
+    :mod:`exporter.jobsync`), so each record is read once: ``rows`` maps ``id(job)`` to a row of columns —
+    ``kid``, its key's id (−1: not pending); ``priority``; ``volatile``: its key's reason is read from the
+    snapshot (:func:`autoscaler.eligibility.settled_reason`: a reason in :data:`UNSETTLED`, a reservation,
+    ``--nodelist``). ``jobs`` holds every row's record, so its id is never another object's while the row
+    lives. Keys are interned as dense ids (``ids``, ``keys``).
+
+    A volatile row's key is kept (its ``kid``; −2: read it again) only while nothing it was read from
+    changes: the partitions that may bar a job and the per-job limits equal (``policy``), slurmctld's clock
+    not gone back (``now``), and only for a record that names no reservation, node list, excluded nodes or
+    licenses (those follow the nodes, the clock or licenses in use: ``settled``) and whose reason was not
+    ``BeginTime`` (the clock). Emptied when the keys would hold other fields (``who`` on or off) and when
+    most rows or keys are of snapshots gone by. Also the pieces sizing found per request (:meth:`sizes`).
 
     Not thread-safe: one caller at a time.
     """
 
-    __slots__ = ("_sizes", "every", "ids", "jobs", "keys", "kid", "priority", "rows", "volatile")
+    __slots__ = (
+        "_sizes",
+        "every",
+        "ids",
+        "jobs",
+        "keys",
+        "kid",
+        "now",
+        "policy",
+        "priority",
+        "rows",
+        "settled",
+        "volatile",
+    )
 
     def __init__(self) -> None:
         self.rows: dict[int, int] = {}
@@ -163,10 +181,14 @@ class ScanCache:
         self.kid: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
         self.priority: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
         self.volatile: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+        self.settled: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+        """Volatile rows whose key may be kept (the class docstring)."""
         self.ids: dict[JobKey, int] = {}
         self.keys: list[JobKey] = []
         self.every: bool | None = None
-        """Whether the cached keys carry ``who`` (:func:`job_keys`)."""
+        """Whether the cached keys carry ``who`` (:func:`scan`)."""
+        self.policy: tuple[Any, ...] | None = None
+        self.now = 0.0
         self._sizes: dict[tuple[Any, ...], dict[Any, Any]] = {}
 
     def clear(self) -> None:
@@ -194,27 +216,44 @@ class ScanCache:
             self.keys.extend(islice(ids, before, None))
         return out
 
+    def follow(self, bars: Bars) -> None:
+        """Forget the kept keys of volatile rows if what they were read from changed."""
+        policy = (bars.partitions, bars.limits)
+        if policy != self.policy or bars.now < self.now:
+            self.kid[self.volatile] = _READ_AGAIN
+            self.policy = policy
+        self.now = bars.now
+
+    def keep(self, rows: np.ndarray[Any, np.dtype[np.int64]], kids: Sequence[int]) -> None:
+        """Keep the keys just read for volatile ``rows`` where they may be kept."""
+        keys = self.keys
+        begin = np.fromiter((keys[k][1] == "BeginTime" if k >= 0 else True for k in kids), dtype=np.bool_)
+        self.kid[rows] = np.where(self.settled[rows] & ~begin, kids, _READ_AGAIN)
+
 
 SIZES_KEPT = 1 << 18
 """Requests a :meth:`ScanCache.sizes` memo holds at most."""
+_READ_AGAIN = -2
 
 
 def scan_cached(
     jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
 ) -> tuple[dict[JobKey, int], np.ndarray[Any, np.dtype[np.int64]]]:
-    """:func:`scan` through ``cache``: the same groups, the same codes (an int64 array), reading only the
-    records the cache has not seen and the volatile ones (by :func:`scan` itself)."""
+    """:func:`scan` through ``cache``: the same groups, the same codes (an int64 array), reading (by
+    :func:`scan` itself) only the records the cache has not seen and the volatile ones it may not keep."""
     every = users or (bars.limits is not None and bars.limits.running)
     if cache.every is not every:
         cache.clear()
         cache.every = every
+    cache.follow(bars)
     get = cache.rows.get
     n = len(jobs)
     row = np.fromiter([get(id(j), -1) for j in jobs] if cache.rows else [-1] * n, dtype=np.int64, count=n)
     missing = np.flatnonzero(row < 0)
+    fresh_kid: np.ndarray[Any, np.dtype[np.int64]] | None = None
     if missing.size:
         fresh = [jobs[i] for i in missing.tolist()] if missing.size < n else list(jobs)
-        kid, priority = _scan_ids(fresh, bars, cache, users)
+        fresh_kid, priority = _scan_ids(fresh, bars, cache, users)
         first = len(cache.jobs)
         cache.jobs.extend(fresh)
         cache.rows.update(zip(map(id, fresh), range(first, first + len(fresh)), strict=True))
@@ -223,16 +262,26 @@ def scan_cached(
             j.state == "PENDING" and (j.reason in unsettled or bool(j.reservation or j.required_nodes))
             for j in fresh
         ]
-        cache.kid = np.concatenate([cache.kid, kid])
+        settled = [
+            v and not (j.reservation or j.required_nodes or j.excluded_nodes or j.licenses)
+            for j, v in zip(fresh, volatile, strict=True)
+        ]
+        cache.kid = np.concatenate([cache.kid, fresh_kid])
         cache.priority = np.concatenate([cache.priority, priority])
         cache.volatile = np.concatenate([cache.volatile, volatile])
-        row[missing] = np.arange(first, first + len(fresh))
+        cache.settled = np.concatenate([cache.settled, settled])
+        row[missing] = added = np.arange(first, first + len(fresh))
+        fresh_volatile = np.flatnonzero(cache.volatile[added])
+        if fresh_volatile.size:
+            cache.keep(added[fresh_volatile], fresh_kid[fresh_volatile].tolist())
     kid = cache.kid[row]
-    stale = cache.volatile[row]
-    stale[missing] = False  # read just now
-    redo = np.flatnonzero(stale)
+    if fresh_kid is not None:
+        kid[missing] = fresh_kid  # a volatile one's key as read now, kept or not
+    redo = np.flatnonzero(kid == _READ_AGAIN)
     if redo.size:
-        kid[redo] = _scan_ids([jobs[i] for i in redo.tolist()], bars, cache, users)[0]
+        again = _scan_ids([jobs[i] for i in redo.tolist()], bars, cache, users)[0]
+        kid[redo] = again
+        cache.keep(row[redo], again.tolist())
     pending = kid >= 0
     others.extend([jobs[i] for i in np.flatnonzero(~pending).tolist()])
     code = np.zeros(n, dtype=np.int64)

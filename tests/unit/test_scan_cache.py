@@ -15,10 +15,12 @@ from exporter.model import (
     MIB,
     Association,
     Job,
+    License,
     Node,
     NodeRequest,
     Partition,
     QosLimits,
+    Reservation,
     SlurmConfig,
     Snapshot,
 )
@@ -66,6 +68,15 @@ def random_job(rng: random.Random, job_id: int) -> Job:
         kw["excluded_nodes"] = "a2"
     elif x < 0.27:
         kw["node_request"] = NodeRequest(exclusive_to="user")
+    elif x < 0.35:
+        kw["eligible_time"] = rng.choice([900.0, 1100.0, 1300.0, 5000.0])  # the clock passes some
+    elif x < 0.4:
+        kw["dependency"] = rng.choice(["afterok:3(unfulfilled)", "afterany:4(fulfilled)"])
+    elif x < 0.45:
+        kw["licenses"] = "matlab:2"
+    elif x < 0.5:
+        kw["time_limit_seconds"] = rng.choice([600, 7200])
+        kw["min_nodes"] = rng.choice([1, 3])
     if kw["state"] == "RUNNING":
         kw |= {"reason": "None", "nodes": rng.choice(["a1", "a2", "b[1-2]"])}
     return Job(**kw)
@@ -86,13 +97,26 @@ def nodes(rng: random.Random) -> tuple[Node, ...]:
     )
 
 
-def snapshot(jobs: list[Job], rng: random.Random, limits: bool) -> Snapshot:
+def partitions(rng: random.Random) -> tuple[Partition, ...]:
+    """Partitions that bar some jobs now and then (state, node and time limits)."""
+    b = rng.choice(
+        [
+            Partition(name="b"),
+            Partition(name="b", state="DOWN"),
+            Partition(name="b", max_nodes_per_job=2, max_time_seconds=3600),
+        ]
+    )
+    return (Partition(name="a"), b)
+
+
+def snapshot(jobs: list[Job], rng: random.Random, limits: bool, now: float = 1000.0) -> Snapshot:
     return Snapshot(
-        taken_at=1000.0,
+        taken_at=now,
         api_version="v0.0.45",
         jobs=tuple(jobs),
         nodes=nodes(rng),
-        partitions=(Partition(name="a"), Partition(name="b")),
+        partitions=partitions(rng),
+        licenses=(License(name="matlab", total=4, free=rng.choice([0, 4])),),
         qos=RUNNING_QOS if limits else (),
         associations=ASSOCIATIONS if limits else (),
         config=ENFORCED if limits else None,
@@ -128,10 +152,12 @@ def test_every_answer_is_the_one_without_the_cache(seed: int) -> None:
     jobs = [random_job(rng, i) for i in range(1, top + 1)]
     cache = ScanCache()
     limits = False
+    now = 1000.0
     for _ in range(10):
         if rng.random() < 0.2:
             limits = not limits  # keys with and without ``who``: the cache starts afresh
-        snap = snapshot(jobs, rng, limits)
+        now += rng.choice([0.0, 100.0, 150.0, -400.0])  # slurmctld's clock: on, still, once back
+        snap = snapshot(jobs, rng, limits, now)
         assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)
         assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)  # all cached now
         jobs, top = next_jobs(jobs, rng, top)
@@ -164,6 +190,81 @@ def test_records_are_read_once_and_volatile_reasons_each_time() -> None:
         assert flag == (job.state == "PENDING" and bool(settled_by_snapshot))
     compute_demand(snap, TARGETS, cache)
     assert len(cache.jobs) == len(jobs)  # nothing read twice
+
+
+def test_a_volatile_key_is_kept_while_what_it_was_read_from_holds() -> None:
+    """A fresh job's reason read from its partition: kept while the partitions are the same and the clock
+    goes on, read again when the partition changes; ``--begin`` in the future is read again each time."""
+    waiting = Job(job_id=1, state="PENDING", reason="None", partitions=("b",), cpus=1, priority=1)
+    later = msgspec.structs.replace(waiting, job_id=2, eligible_time=1500.0)
+    target = [Target("b", "b", shape=SHAPE)]
+    cache = ScanCache()
+
+    def counted(part: Partition, now: float) -> tuple[int, dict[str, int]]:
+        snap = Snapshot(
+            taken_at=now, api_version="v0.0.45", jobs=(waiting, later), partitions=(part,), nodes=()
+        )
+        got = compute_demand(snap, target, cache)["b"]
+        assert got == compute_demand(snap, target)["b"]
+        return got.eligible, dict(got.ignored)
+
+    up, down = Partition(name="b"), Partition(name="b", state="DOWN")
+    assert counted(up, 1000.0) == (1, {"BeginTime": 1})
+    kept = cache.kid[cache.rows[id(waiting)]]
+    assert kept >= 0 and cache.kid[cache.rows[id(later)]] == -2  # BeginTime: the clock may end it
+    assert counted(up, 1200.0) == (1, {"BeginTime": 1})
+    assert counted(up, 1600.0) == (2, {})  # the clock passed --begin
+    assert counted(down, 1700.0) == (0, {"PartitionDown": 2})  # the partition changed: read again
+    assert counted(up, 1800.0) == (2, {})
+    assert counted(up, 1400.0) == (1, {"BeginTime": 1})  # the clock went back: read again
+
+
+def test_reservations_and_node_lists_are_read_again_each_time() -> None:
+    """A fresh job in a FLEX reservation counts once the reservation has started (the clock, the
+    partitions the same); one naming fewer nodes than it needs counts while its named node has room."""
+    in_resv = Job(
+        job_id=1, state="PENDING", reason="None", partitions=("a",), cpus=1, priority=1, reservation="r"
+    )
+    named = Job(
+        job_id=2, state="PENDING", reason="None", partitions=("a",), cpus=4, min_nodes=2, priority=1,
+        required_nodes="a1",
+    )  # fmt: skip
+    resv = Reservation(name="r", start_time=1500.0, flags=("FLEX",))
+    full = Node(
+        name="a1", partitions=("a",), state="ALLOCATED", cpus=8, alloc_cpus=8, memory_bytes=16000 * MIB
+    )
+    free = msgspec.structs.replace(full, state="MIXED", alloc_cpus=2)
+    target = [Target("a", "a", shape=SHAPE)]
+    cache = ScanCache()
+    seen = []
+    for now, a1 in ((1000.0, full), (1600.0, free), (1700.0, full)):
+        snap = Snapshot(
+            taken_at=now, api_version="v0.0.45", jobs=(in_resv, named), nodes=(a1,), reservations=(resv,)
+        )
+        got = compute_demand(snap, target, cache)["a"]
+        assert got == compute_demand(snap, target)["a"]
+        seen.append(dict(got.ignored))
+    assert seen == [{"Reservation": 1, "RequiredNodes": 1}, {}, {"RequiredNodes": 1}]
+
+
+def test_a_fresh_job_waiting_for_licenses_is_read_again_each_time() -> None:
+    job = Job(
+        job_id=1, state="PENDING", reason="None", partitions=("a",), cpus=1, priority=1, licenses="lic:2"
+    )
+    target = [Target("a", "a", shape=SHAPE)]
+    cache = ScanCache()
+    seen = []
+    for free in (4, 0, 4):
+        snap = Snapshot(
+            taken_at=0.0,
+            api_version="v0.0.45",
+            jobs=(job,),
+            licenses=(License(name="lic", total=4, free=free),),
+        )
+        got = compute_demand(snap, target, cache)["a"]
+        assert got == compute_demand(snap, target)["a"]
+        seen.append(got.eligible)
+    assert seen == [1, 0, 1]
 
 
 def test_a_reason_read_from_the_nodes_follows_them() -> None:
