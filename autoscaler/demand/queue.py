@@ -144,11 +144,12 @@ class ScanCache:
     """What :func:`scan_cached` read of each job record, kept from one snapshot to the next.
 
     The poller keeps unchanged job records as the same objects from poll to poll (incremental reads,
-    :mod:`exporter.jobsync`), so each record is read once: ``rows`` maps ``id(job)`` to a row of columns —
+    :mod:`exporter.jobsync`), so each record is read once: its ``id`` leads to a row of columns (``ids``
+    sorted, ``at``: their rows; found by bisection, vectorised) —
     ``kid``, its key's id (−1: not pending); ``priority``; ``volatile``: its key's reason is read from the
     snapshot (:func:`autoscaler.eligibility.settled_reason`: a reason in :data:`UNSETTLED`, a reservation,
     ``--nodelist``). ``jobs`` holds every row's record, so its id is never another object's while the row
-    lives. Keys are interned as dense ids (``ids``, ``keys``).
+    lives. Keys are interned as dense ids (``key_ids``, ``keys``).
 
     A volatile row's key is kept (its ``kid``; −2: read it again) only while nothing it was read from
     changes: the partitions that may bar a job and the per-job limits equal (``policy``), slurmctld's clock
@@ -162,28 +163,30 @@ class ScanCache:
 
     __slots__ = (
         "_sizes",
+        "at",
         "every",
         "ids",
         "jobs",
+        "key_ids",
         "keys",
         "kid",
         "now",
         "policy",
         "priority",
-        "rows",
         "settled",
         "volatile",
     )
 
     def __init__(self) -> None:
-        self.rows: dict[int, int] = {}
+        self.ids: np.ndarray[Any, np.dtype[np.uint64]] = np.empty(0, dtype=np.uint64)
+        self.at: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
         self.jobs: list[Job] = []
         self.kid: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
         self.priority: np.ndarray[Any, np.dtype[np.int64]] = np.empty(0, dtype=np.int64)
         self.volatile: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
         self.settled: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
         """Volatile rows whose key may be kept (the class docstring)."""
-        self.ids: dict[JobKey, int] = {}
+        self.key_ids: dict[JobKey, int] = {}
         self.keys: list[JobKey] = []
         self.every: bool | None = None
         """Whether the cached keys carry ``who`` (:func:`scan`)."""
@@ -208,13 +211,38 @@ class ScanCache:
 
     def intern(self, keys: Iterable[JobKey]) -> list[int]:
         """The id of each key, new keys numbered on."""
-        ids = self.ids
+        ids = self.key_ids
         before = len(ids)
         put = ids.setdefault
         out = [put(key, len(ids)) for key in keys]
         if len(ids) > before:
             self.keys.extend(islice(ids, before, None))
         return out
+
+    def rows_of(self, jobs: Sequence[Job]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The row of each job record, −1 where it has none."""
+        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
+        if not self.jobs:
+            return np.full(len(jobs), -1, dtype=np.int64)
+        at = np.searchsorted(self.ids, ids)
+        np.minimum(at, len(self.ids) - 1, out=at)
+        return np.where(self.ids[at] == ids, self.at[at], -1)
+
+    def add(self, jobs: Sequence[Job]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """New rows for ``jobs`` (their columns appended by the caller): their row numbers."""
+        first = len(self.jobs)
+        self.jobs.extend(jobs)
+        rows = np.arange(first, first + len(jobs), dtype=np.int64)
+        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
+        order = np.argsort(ids)
+        where = np.searchsorted(self.ids, ids[order])
+        self.ids = np.insert(self.ids, where, ids[order])
+        self.at = np.insert(self.at, where, rows[order])
+        return rows
+
+    def row_of(self, job: Job) -> int:
+        """The row of one record (−1: none)."""
+        return int(self.rows_of((job,))[0])
 
     def follow(self, bars: Bars) -> None:
         """Forget the kept keys of volatile rows if what they were read from changed."""
@@ -246,17 +274,14 @@ def scan_cached(
         cache.clear()
         cache.every = every
     cache.follow(bars)
-    get = cache.rows.get
     n = len(jobs)
-    row = np.fromiter([get(id(j), -1) for j in jobs] if cache.rows else [-1] * n, dtype=np.int64, count=n)
+    row = cache.rows_of(jobs)
     missing = np.flatnonzero(row < 0)
     fresh_kid: np.ndarray[Any, np.dtype[np.int64]] | None = None
     if missing.size:
         fresh = [jobs[i] for i in missing.tolist()] if missing.size < n else list(jobs)
         fresh_kid, priority = _scan_ids(fresh, bars, cache, users)
-        first = len(cache.jobs)
-        cache.jobs.extend(fresh)
-        cache.rows.update(zip(map(id, fresh), range(first, first + len(fresh)), strict=True))
+        added = cache.add(fresh)
         unsettled = UNSETTLED
         volatile = [
             j.state == "PENDING" and (j.reason in unsettled or bool(j.reservation or j.required_nodes))
@@ -270,7 +295,7 @@ def scan_cached(
         cache.priority = np.concatenate([cache.priority, priority])
         cache.volatile = np.concatenate([cache.volatile, volatile])
         cache.settled = np.concatenate([cache.settled, settled])
-        row[missing] = added = np.arange(first, first + len(fresh))
+        row[missing] = added
         fresh_volatile = np.flatnonzero(cache.volatile[added])
         if fresh_volatile.size:
             cache.keep(added[fresh_volatile], fresh_kid[fresh_volatile].tolist())

@@ -210,8 +210,8 @@ def test_a_volatile_key_is_kept_while_what_it_was_read_from_holds() -> None:
 
     up, down = Partition(name="b"), Partition(name="b", state="DOWN")
     assert counted(up, 1000.0) == (1, {"BeginTime": 1})
-    kept = cache.kid[cache.rows[id(waiting)]]
-    assert kept >= 0 and cache.kid[cache.rows[id(later)]] == -2  # BeginTime: the clock may end it
+    kept = cache.kid[cache.row_of(waiting)]
+    assert kept >= 0 and cache.kid[cache.row_of(later)] == -2  # BeginTime: the clock may end it
     assert counted(up, 1200.0) == (1, {"BeginTime": 1})
     assert counted(up, 1600.0) == (2, {})  # the clock passed --begin
     assert counted(down, 1700.0) == (0, {"PartitionDown": 2})  # the partition changed: read again
@@ -296,4 +296,4 @@ def test_stays_bounded_when_every_record_changes() -> None:
         snap = snapshot(jobs, rng, limits=False)
         assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)
         assert len(cache.jobs) <= 2 * len(jobs) + 1024
-        assert len(cache.rows) == len(cache.jobs) == len(cache.kid) == len(cache.volatile)
+        assert len(cache.ids) == len(cache.jobs) == len(cache.kid) == len(cache.volatile)
