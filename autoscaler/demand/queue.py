@@ -266,9 +266,10 @@ _READ_AGAIN = -2
 
 def scan_cached(
     jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
-) -> tuple[dict[JobKey, int], np.ndarray[Any, np.dtype[np.int64]]]:
-    """:func:`scan` through ``cache``: the same groups, the same codes (an int64 array), reading (by
-    :func:`scan` itself) only the records the cache has not seen and the volatile ones it may not keep."""
+) -> tuple[list[JobKey], list[int], np.ndarray[Any, np.dtype[np.int64]]]:
+    """:func:`scan` through ``cache``: its groups as two lists (the keys, their group numbers: no dict
+    hashing every key again), the same codes (an int64 array); reading (by :func:`scan` itself) only the
+    records the cache has not seen and the volatile ones it may not keep."""
     every = users or (bars.limits is not None and bars.limits.running)
     if cache.every is not every:
         cache.clear()
@@ -310,19 +311,19 @@ def scan_cached(
     pending = kid >= 0
     others.extend([jobs[i] for i in np.flatnonzero(~pending).tolist()])
     code = np.zeros(n, dtype=np.int64)
-    groups: dict[JobKey, int] = {}
+    keys_in_order: list[JobKey] = []
+    numbers: list[int] = []
     if pending.any():
         present, first_at, inverse = np.unique(kid[pending], return_index=True, return_inverse=True)
         group = first_at + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
         code[pending] = cache.priority[row[pending]] << 31 | group[inverse.ravel()]
         keys = cache.keys
         by_first = np.argsort(first_at)
-        groups = {
-            keys[k]: g for k, g in zip(present[by_first].tolist(), group[by_first].tolist(), strict=True)
-        }
+        keys_in_order = [keys[k] for k in present[by_first].tolist()]
+        numbers = group[by_first].tolist()
         if len(cache.jobs) > 2 * n + 1024 or len(keys) > 2 * len(present) + 1024:
             cache.clear()  # mostly records and keys of snapshots gone by: start afresh next time
-    return groups, code
+    return keys_in_order, numbers, code
 
 
 def _scan_ids(
@@ -339,15 +340,20 @@ def _scan_ids(
 def _code_array(
     codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
 ) -> np.ndarray[Any, np.dtype[np.int64]]:
-    """:func:`scan`'s codes as an int64 array; a priority beyond Slurm's uint32 clamped (never seen)."""
+    """:func:`scan`'s codes as an int64 array, a priority outside Slurm's uint32 clamped into it (never
+    seen: the same whatever else the codes hold)."""
     if isinstance(codes, np.ndarray):
         return codes
     try:
-        return np.fromiter(codes, dtype=np.int64, count=len(codes))
+        code = np.fromiter(codes, dtype=np.int64, count=len(codes))
     except OverflowError:
         return np.fromiter(
             (c & _GROUP | min(max(c >> 31, 0), _U32) << 31 for c in codes), dtype=np.int64, count=len(codes)
         )
+    priority = code >> 31
+    if len(code) and (priority.min() < 0 or priority.max() > _U32):
+        code = np.clip(priority, 0, _U32) << 31 | code & _GROUP
+    return code
 
 
 def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
@@ -357,21 +363,21 @@ def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
 
 
 def tally(
-    groups: Mapping[JobKey, int],
+    numbers: Sequence[int],
     codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
     *,
     positions: bool = False,
 ) -> tuple[list[int], list[int], list[int], list[int]]:
-    """Per key of :func:`scan` (in its order): pending jobs, index of its *lead* job in the snapshot,
-    the lead's priority; with ``positions``, also the snapshot indices of the pending jobs (else
-    ``[]``).
+    """Per group of :func:`scan` (``numbers``: the group numbers, in its order): pending jobs, index of
+    its *lead* job in the snapshot, the lead's priority; with ``positions``, also the snapshot indices of
+    the pending jobs (else ``[]``).
 
     The lead is the job of the key that Slurm takes up first: the highest priority, and among those the
     first one listed (slurmctld lists job records in job id order, except an array's pending record,
     which moves to the end each time a task is split off: why each array's records are keyed apart).
     Vectorised (numpy).
     """
-    if not groups:
+    if not numbers:
         return [], [], [], []
     code = _code_array(codes)
     n = len(codes)
@@ -383,7 +389,7 @@ def tally(
     best |= np.arange(n, 0, -1, dtype=np.int64)
     top = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(top, group, best)
-    keys = np.fromiter(groups.values(), dtype=np.int64, count=len(groups))
+    keys = np.fromiter(numbers, dtype=np.int64, count=len(numbers))
     top = top[keys]
     leads = (n - (top & _GROUP)).tolist()
     priorities = (top >> 31).tolist()
@@ -570,21 +576,24 @@ class Queue:
         says)."""
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
-        groups: dict[JobKey, int]
+        groups: Sequence[JobKey]
+        numbers: Sequence[int]
         codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
         if cache is not None:
-            groups, codes = scan_cached(jobs, others, self.bars, cache)
+            groups, numbers, codes = scan_cached(jobs, others, self.bars, cache)
         else:
-            groups, codes = scan(jobs, others, self.bars)
+            by_key, codes = scan(jobs, others, self.bars)
+            groups, numbers = list(by_key), list(by_key.values())
         self._users = any(map(_exclusive_to, groups))
         owners: frozenset[str] = frozenset()
         if self._users:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
             others.clear()
-            groups, codes = scan(jobs, others, self.bars, users=True)
+            by_key, codes = scan(jobs, others, self.bars, users=True)
+            groups, numbers = list(by_key), list(by_key.values())
             owners = frozenset(key[5][2] for key in groups if _exclusive_to(key))
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
-        multiplicities, leads, priorities, positions = tally(groups, codes, positions=by_job)
+        multiplicities, leads, priorities, positions = tally(numbers, codes, positions=by_job)
         kinds: dict[str, list[Kind]] = {p: [] for p in wanted}
         tiers = {p.name: p.priority_tier for p in snapshot.partitions}
         kind_at: dict[str, dict[int, Kind]] = {p: {} for p in wanted}  # key index → its kind
@@ -652,7 +661,7 @@ class Queue:
         self._order: dict[str, list[tuple[Kind, int]]] = {}
         self._kinds: dict[str, list[Kind]] = {}
         if by_job:
-            key_index = {g: k for k, g in enumerate(groups.values())}
+            key_index = {g: k for k, g in enumerate(numbers)}
             tasks_of = [key[3] for key in groups]
             job_runs = _job_order(jobs, positions, codes, key_index)
             for p in wanted:
