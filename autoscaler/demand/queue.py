@@ -284,18 +284,22 @@ def scan_cached(
         fresh_kid, priority = _scan_ids(fresh, bars, cache, users)
         added = cache.add(fresh)
         unsettled = UNSETTLED
-        volatile = [
-            j.state == "PENDING" and (j.reason in unsettled or bool(j.reservation or j.required_nodes))
-            for j in fresh
-        ]
-        settled = [
-            v and not (j.reservation or j.required_nodes or j.excluded_nodes or j.licenses)
-            for j, v in zip(fresh, volatile, strict=True)
-        ]
+        how = np.fromiter(  # 0: not volatile; 1: volatile, its key may be kept; 2: read each time
+            [
+                0 if j.state != "PENDING"
+                else 2 if j.reservation or j.required_nodes
+                else 0 if j.reason not in unsettled
+                else 2 if j.excluded_nodes or j.licenses
+                else 1
+                for j in fresh
+            ],
+            dtype=np.int8,
+            count=len(fresh),
+        )  # fmt: skip
         cache.kid = np.concatenate([cache.kid, fresh_kid])
         cache.priority = np.concatenate([cache.priority, priority])
-        cache.volatile = np.concatenate([cache.volatile, volatile])
-        cache.settled = np.concatenate([cache.settled, settled])
+        cache.volatile = np.concatenate([cache.volatile, how > 0])
+        cache.settled = np.concatenate([cache.settled, how == 1])
         row[missing] = added
         fresh_volatile = np.flatnonzero(cache.volatile[added])
         if fresh_volatile.size:
