@@ -156,7 +156,8 @@ class ScanCache:
     not gone back (``now``), and only for a record that names no reservation, node list, excluded nodes or
     licenses (those follow the nodes, the clock or licenses in use: ``settled``) and whose reason was not
     ``BeginTime`` (the clock). Emptied when the keys would hold other fields (``who`` on or off) and when
-    most rows or keys are of snapshots gone by. Also the pieces sizing found per request (:meth:`sizes`).
+    most keys are of snapshots gone by; cut to the current snapshot's rows when a fifth are of records
+    gone by (:meth:`compact`). Also the pieces sizing found per request (:meth:`sizes`).
 
     Not thread-safe: one caller at a time.
     """
@@ -239,6 +240,16 @@ class ScanCache:
         self.ids = np.insert(self.ids, where, ids[order])
         self.at = np.insert(self.at, where, rows[order])
         return rows
+
+    def compact(self, jobs: Sequence[Job], rows: np.ndarray[Any, np.dtype[np.int64]]) -> None:
+        """Keep only the rows of ``jobs`` (``rows``: theirs), in their order: the records of snapshots
+        gone by are let go."""
+        self.jobs = list(jobs)
+        self.kid, self.priority = self.kid[rows], self.priority[rows]
+        self.volatile, self.settled = self.volatile[rows], self.settled[rows]
+        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
+        self.at = np.argsort(ids).astype(np.int64)
+        self.ids = ids[self.at]
 
     def row_of(self, job: Job) -> int:
         """The row of one record (−1: none)."""
@@ -325,8 +336,10 @@ def scan_cached(
         by_first = np.argsort(first_at)
         keys_in_order = [keys[k] for k in present[by_first].tolist()]
         numbers = group[by_first].tolist()
-        if len(cache.jobs) > 2 * n + 1024 or len(keys) > 2 * len(present) + 1024:
-            cache.clear()  # mostly records and keys of snapshots gone by: start afresh next time
+        if len(keys) > 2 * len(present) + 1024:
+            cache.clear()  # mostly keys of snapshots gone by: start afresh next time
+    if len(cache.jobs) > n + n // 4 + 1024:
+        cache.compact(jobs, row)  # records of snapshots gone by: keep this one's only
     return keys_in_order, numbers, code
 
 

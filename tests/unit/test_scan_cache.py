@@ -295,5 +295,29 @@ def test_stays_bounded_when_every_record_changes() -> None:
         jobs = [random_job(rng, poll * 1000 + i) for i in range(1, 300)]
         snap = snapshot(jobs, rng, limits=False)
         assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)
-        assert len(cache.jobs) <= 2 * len(jobs) + 1024
+        assert len(cache.jobs) <= len(jobs) + len(jobs) // 4 + 1024
         assert len(cache.ids) == len(cache.jobs) == len(cache.kid) == len(cache.volatile)
+
+
+def test_rows_of_records_gone_by_are_let_go() -> None:
+    """With 30% of the records re-read at each poll, the cache is cut back to the snapshot's own records
+    (the same answers after it; records no snapshot holds are not kept alive by it)."""
+    rng = random.Random(8)
+    jobs = [random_job(rng, i) for i in range(1, 5001)]
+    cache = ScanCache()
+    compactions = 0
+    for _ in range(6):
+        snap = snapshot(jobs, rng, limits=False)
+        before = len(cache.jobs)
+        assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)
+        assert len(cache.jobs) <= len(jobs) + len(jobs) // 4 + 1024
+        assert all(cache.row_of(j) >= 0 for j in jobs)
+        if len(cache.jobs) < before:
+            compactions += 1
+            assert [id(j) for j in cache.jobs] == [id(j) for j in jobs]
+        jobs = [
+            j if rng.random() < 0.7 else msgspec.structs.replace(j, priority=j.priority + 1) for j in jobs
+        ]
+    assert compactions
+    snap = snapshot(jobs, rng, limits=False)
+    assert compute_demand(snap, TARGETS, cache) == compute_demand(snap, TARGETS)
