@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autoscaler.limits import JobLimits
+from autoscaler.nodes import free_cpus
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job, License, Node, Partition, Reservation, Snapshot
 from exporter.slurmtext import hostlist_count, hostlist_expand
@@ -148,9 +149,10 @@ def _short_of(option: str, licenses: Mapping[str, License]) -> bool:
     return wanted > lic.free
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Bars:
-    """What of a snapshot :func:`settled_reason` reads besides the job: built once per snapshot."""
+    """What of a snapshot :func:`settled_reason` reads besides the job: built once per snapshot (compared
+    and hashed as itself: its fields hold the snapshot's nodes)."""
 
     now: float
     """slurmctld's clock when the jobs were read, epoch seconds: :func:`slurm_now`."""
@@ -178,7 +180,7 @@ class Bars:
     def free_cpus(self) -> Mapping[str, int]:
         """Node name → CPUs free for a job now (0 on a node that is down, drained or failing); built the
         first time a job names nodes."""
-        return {n.name: _free_cpus(n) for n in self.nodes}
+        return {n.name: free_cpus(n) for n in self.nodes}
 
     @cached_property
     def busy(self) -> frozenset[str]:
@@ -226,16 +228,6 @@ class Bars:
         if job.reservation:
             return self.reservation_reason(job.reservation)
         return None
-
-
-_UNUSABLE = frozenset({"DOWN", "ERROR", "FUTURE", "UNKNOWN"})
-_UNUSABLE_FLAGS = frozenset({"DRAIN", "DRAINING", "NOT_RESPONDING", "MAINTENANCE", "RESERVED", "INVALID"})
-
-
-def _free_cpus(node: Node) -> int:
-    if node.state in _UNUSABLE or not _UNUSABLE_FLAGS.isdisjoint(node.flags):
-        return 0
-    return max((node.effective_cpus or node.cpus) - node.alloc_cpus, 0)
 
 
 def required_nodes_reason(job: Job, bars: Bars | None = None) -> str | None:

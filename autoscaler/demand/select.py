@@ -15,6 +15,7 @@ from functools import lru_cache
 
 from autoscaler.demand.packing import Bins
 from autoscaler.demand.types import NodeShape, Target
+from autoscaler.nodes import POWERING_DOWN_FLAGS, free_cpus
 from exporter.model import Node
 from exporter.slurmtext import hostlist_expand
 
@@ -29,11 +30,6 @@ __all__ = [
 ]
 
 BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
-UNUSABLE_NODE_STATES = frozenset({"DOWN", "ERROR", "FUTURE", "UNKNOWN"})
-"""A busy node in these states (or with one of :data:`UNUSABLE_NODE_FLAGS`) offers no free room."""
-UNUSABLE_NODE_FLAGS = frozenset(
-    {"DRAIN", "DRAINING", "POWERING_DOWN", "POWER_DOWN", "POWERED_DOWN", "MAINTENANCE", "RESERVED", "FAIL"}
-)
 
 
 def _name_matcher(expr: str) -> Callable[[str], bool]:
@@ -162,10 +158,8 @@ def free_room(busy: Iterable[Node], max_cpus: int | None = None) -> Bins:
     runs: list[list[int]] = []
     last = [0, 0, 0, 0]
     for n in busy:
-        c = (n.effective_cpus or n.cpus) - n.alloc_cpus
-        if max_cpus is not None:
-            c = min(c, max_cpus - n.alloc_cpus)
-        if c <= 0 or n.state in UNUSABLE_NODE_STATES or not UNUSABLE_NODE_FLAGS.isdisjoint(n.flags):
+        c = free_cpus(n, max_cpus)
+        if c <= 0 or not POWERING_DOWN_FLAGS.isdisjoint(n.flags):
             continue
         m = max(n.memory_bytes - n.alloc_memory_bytes, 0)
         g = max(n.gpus - n.gpus_used, 0)
