@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from exporter.model import Node
 
-__all__ = ["POWERING_DOWN_FLAGS", "UNUSABLE_NODE_FLAGS", "UNUSABLE_NODE_STATES", "free_cpus", "usable"]
+__all__ = ["POWERING_DOWN_FLAGS", "UNUSABLE_NODE_FLAGS", "UNUSABLE_NODE_STATES", "free_cpus"]
 
 UNUSABLE_NODE_STATES = frozenset({"DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 UNUSABLE_NODE_FLAGS = frozenset(
@@ -22,15 +22,13 @@ POWERING_DOWN_FLAGS = frozenset({"POWERING_DOWN", "POWER_DOWN", "POWERED_DOWN"})
 """A busy node going to (or gone to) power saving offers no free room to the jobs already pending."""
 
 
-def usable(node: Node) -> bool:
-    """Whether the node may take a new job (module docstring)."""
-    return node.state not in UNUSABLE_NODE_STATES and UNUSABLE_NODE_FLAGS.isdisjoint(node.flags)
-
-
 def free_cpus(node: Node, max_cpus: int | None = None) -> int:
     """CPUs a new job may have on the node now: its effective CPUs less those allocated (``max_cpus``: the
-    partition's ``MaxCPUsPerNode``, counted against all of them); 0 when it takes no new job."""
-    if not usable(node):
+    partition's ``MaxCPUsPerNode``, counted against all of them); 0 when it takes no new job (a state or
+    flag above)."""
+    if node.state in UNUSABLE_NODE_STATES or not UNUSABLE_NODE_FLAGS.isdisjoint(
+        node.flags
+    ):  # usable(), inline
         return 0
     free = (node.effective_cpus or node.cpus) - node.alloc_cpus
     if max_cpus is not None:
