@@ -29,7 +29,7 @@ import time
 from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, replace
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from autoscaler.demand import Demand, ScanCache, Target, compute_demand
 from exporter.model import Snapshot, wall_time
@@ -147,6 +147,10 @@ class DemandService:
         self._stale = False
         self.computations = 0
         self.last_compute_seconds = 0.0
+        self.model_runs = 0
+        """Runs of the model over every target on a new snapshot (:meth:`demands_on`)."""
+        self.model_seconds = 0.0
+        """Seconds those runs took, in all."""
 
     @property
     def targets(self) -> list[Target]:
@@ -193,7 +197,9 @@ class DemandService:
         return stale
 
     def health_families(self, now: float) -> list[Metric]:
-        """Per scrape (time passes without a new snapshot): ``slurm_autoscaler_stale``."""
+        """Per scrape (time passes without a new snapshot): ``slurm_autoscaler_stale``, and the model's
+        runs and the time they took (``slurm_autoscaler_computations_total``,
+        ``slurm_autoscaler_computation_seconds_total``: their rates' ratio is the time per snapshot)."""
         fam = GaugeMetricFamily(
             "slurm_autoscaler_stale",
             "1 while the demand served to KEDA and on /metrics is held on jobs/nodes data older than "
@@ -202,7 +208,18 @@ class DemandService:
         age = self.data_age(now)
         if age is not None:
             fam.add_metric([], 1.0 if age > self.stale_after else 0.0)
-        return [fam]
+        runs = CounterMetricFamily(
+            "slurm_autoscaler_computations",
+            "Runs of the demand model over every target, one per new snapshot with jobs and nodes",
+            value=self.model_runs,
+        )
+        seconds = CounterMetricFamily(
+            "slurm_autoscaler_computation_seconds",
+            "Seconds the demand model's runs took (job records read on an earlier snapshot are not read "
+            "again)",
+            value=self.model_seconds,
+        )
+        return [fam, runs, seconds]
 
     def status_line(self, now: float) -> str:
         """One line for the status page."""
@@ -317,7 +334,10 @@ class DemandService:
             memo = self._memo
             if memo is not None and memo[0] is snap and memo[1] == targets:
                 return memo[2]
+            started = time.perf_counter()
             computed = _compute(snap, list(targets), self._scan_cache)
+            self.model_runs += 1
+            self.model_seconds += time.perf_counter() - started
             out = {t: self.judged(snap, t, d) for t, d in computed.items()}
             self._memo = (snap, targets, out)
             return out

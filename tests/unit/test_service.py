@@ -215,7 +215,7 @@ async def test_staleness_is_visible_in_a_metric_a_status_line_and_one_log_line_e
     service = DemandService(source, stale_after=60.0, clock=lambda: now[0])
 
     def stale() -> float:
-        (fam,) = service.health_families(now[0])
+        fam = service.health_families(now[0])[0]
         (sample,) = fam.samples
         return sample.value
 
@@ -273,3 +273,32 @@ def test_the_status_line_counts_the_targets_metrics_export() -> None:
     )
     configured = DemandService(StaticSource(snap), targets=[T], clock=lambda: snap.taken_at + 1.0)
     assert configured.status_line(snap.taken_at + 1.0).startswith("demand: 1 target (configured); ")
+
+
+def test_each_model_run_and_its_time_are_counted_once_per_snapshot() -> None:
+    """``slurm_autoscaler_computations_total`` / ``..._computation_seconds_total``: one run per new snapshot,
+    whoever asks first (the renderer or the refresh); the same snapshot again is the memo."""
+    now = [5000.0]
+    source = SnapshotFeed()
+    first = snap(now[0], [pend(1)], [Node(name="n1", partitions=("p",), state="IDLE", cpus=8)])
+    service = DemandService(source, clock=lambda: now[0])
+
+    def counters() -> dict[str, float]:
+        return {
+            s.name: s.value
+            for fam in service.health_families(now[0])[1:]
+            for s in fam.samples
+            if s.name.endswith("_total")
+        }
+
+    assert counters() == {
+        "slurm_autoscaler_computations_total": 0.0,
+        "slurm_autoscaler_computation_seconds_total": 0.0,
+    }
+    service.demands_on(first)
+    service.demands_on(first)
+    got = counters()
+    assert got["slurm_autoscaler_computations_total"] == 1.0
+    assert got["slurm_autoscaler_computation_seconds_total"] > 0.0
+    service.demands_on(snap(now[0] + 1, [pend(1), pend(2)], list(first.nodes)))
+    assert counters()["slurm_autoscaler_computations_total"] == 2.0
