@@ -123,10 +123,13 @@ class DemandService:
         forget_after: float = 3600.0,
         targets: Iterable[Target] = (),
         clock: Callable[[], float] = wall_time,
+        timer: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._source = source
         self.stale_after = stale_after
         self._clock = clock
+        self._timer = timer
+        """Times the model's runs (``slurm_autoscaler_computation_seconds_total``)."""
         self._targets: dict[Target, None] = dict.fromkeys(targets)
         self._configured = bool(self._targets)
         self._fixed = frozenset(self._targets)
@@ -334,10 +337,10 @@ class DemandService:
             memo = self._memo
             if memo is not None and memo[0] is snap and memo[1] == targets:
                 return memo[2]
-            started = time.perf_counter()
+            started = self._timer()
             computed = _compute(snap, list(targets), self._scan_cache)
             self.model_runs += 1
-            self.model_seconds += time.perf_counter() - started
+            self.model_seconds += self._timer() - started
             out = {t: self.judged(snap, t, d) for t, d in computed.items()}
             self._memo = (snap, targets, out)
             return out

@@ -173,7 +173,7 @@ def _bridge_plan(snap: Snapshot) -> str:
 
 
 async def _metrics_and_snapshot(snap: Snapshot) -> tuple[bytes, bytes, bytes]:
-    demand = DemandService(StaticSource(snap), targets=[])
+    demand = DemandService(StaticSource(snap), targets=[], timer=lambda: 0.0)  # no measured seconds
     now = snap.taken_at + 2.0
     app = make_app(
         _Source(snap, _status(snap)),  # type: ignore[arg-type]
