@@ -46,7 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -372,6 +372,13 @@ def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]],
     return old.compute_demand, clear
 
 
+def _chosen(only: list[str]) -> Iterator[tuple[str, Snapshot]]:
+    """The snapshots named in ``only`` (all when empty), built one at a time."""
+    for label, build in SNAPSHOTS.items():
+        if not only or label in only:
+            yield label, build()
+
+
 def against(rev: str, runs: int, only: list[str]) -> None:
     """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process; each run
     starts from a collected heap (``gc.collect()``), so neither side pays for the other's garbage."""
@@ -382,10 +389,7 @@ def against(rev: str, runs: int, only: list[str]) -> None:
             f"{'snapshot':16s} {'old best':>9s} {'new best':>9s} {'ratio':>6s}"
             f" {'old med':>9s} {'new med':>9s} {'ratio':>6s}"
         )
-        for label, build in SNAPSHOTS.items():
-            if only and label not in only:
-                continue
-            snap = build()
+        for label, snap in _chosen(only):
             old_ms: list[float] = []
             new_ms: list[float] = []
             for r in range(runs):
@@ -432,11 +436,8 @@ def polls(runs: int, only: list[str]) -> None:
         f"{'snapshot':16s} {'plain best':>10s} {'cache best':>10s} {'ratio':>6s}"
         f" {'plain med':>10s} {'cache med':>10s}"
     )
-    for label, build in SNAPSHOTS.items():
-        if only and label not in only:
-            continue
+    for label, snap in _chosen(only):
         rng = random.Random(7)
-        snap = build()
         first_ms: list[float] = []
         for _ in range(3):  # the first poll: the cache fills (what it costs over the plain model)
             cache = ScanCache()
