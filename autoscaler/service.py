@@ -149,7 +149,7 @@ class DemandService:
         self._following = False
         self._stale = False
         self.computations = 0
-        self.last_compute_seconds = 0.0
+        """Refreshes on a new snapshot (the model runs in the first of them or the renderer to ask)."""
         self.model_runs = 0
         """Runs of the model over every target on a new snapshot (:meth:`demands_on`)."""
         self.model_seconds = 0.0
@@ -362,9 +362,7 @@ class DemandService:
         if not _usable(snap):
             return
         self._forget_unasked()
-        t0 = time.perf_counter()
         by_name = dict(await asyncio.to_thread(self.demands_on, snap))
-        self.last_compute_seconds = time.perf_counter() - t0
         self.computations += 1
         for t in self._targets:  # targets first asked for while the thread ran
             if t not in by_name:

@@ -110,7 +110,7 @@ def scan(
     returns None).
     """
     other = others.append
-    every = users or (bars.limits is not None and bars.limits.running)  # every key has its who
+    every = _every(bars, users)
     unsettled = UNSETTLED
     settle = partial(settled_reason, bars=bars)
     groups: dict[JobKey, int] = {}
@@ -220,40 +220,44 @@ class ScanCache:
             self.keys.extend(islice(ids, before, None))
         return out
 
-    def rows_of(self, jobs: Sequence[Job]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The row of each job record, −1 where it has none."""
-        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
+    def rows_of(self, ids: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The row of each job record (``ids``: :func:`_ids`), −1 where it has none."""
         if not self.jobs:
-            return np.full(len(jobs), -1, dtype=np.int64)
+            return np.full(len(ids), -1, dtype=np.int64)
         at = np.searchsorted(self.ids, ids)
         np.minimum(at, len(self.ids) - 1, out=at)
         return np.where(self.ids[at] == ids, self.at[at], -1)
 
-    def add(self, jobs: Sequence[Job]) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """New rows for ``jobs`` (their columns appended by the caller): their row numbers."""
+    def add(
+        self, jobs: Sequence[Job], ids: np.ndarray[Any, np.dtype[np.uint64]]
+    ) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """New rows for ``jobs`` (``ids``: theirs; their columns appended by the caller): their numbers."""
         first = len(self.jobs)
         self.jobs.extend(jobs)
         rows = np.arange(first, first + len(jobs), dtype=np.int64)
-        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
         order = np.argsort(ids)
         where = np.searchsorted(self.ids, ids[order])
         self.ids = np.insert(self.ids, where, ids[order])
         self.at = np.insert(self.at, where, rows[order])
         return rows
 
-    def compact(self, jobs: Sequence[Job], rows: np.ndarray[Any, np.dtype[np.int64]]) -> None:
-        """Keep only the rows of ``jobs`` (``rows``: theirs), in their order: the records of snapshots
-        gone by are let go."""
+    def compact(
+        self,
+        jobs: Sequence[Job],
+        ids: np.ndarray[Any, np.dtype[np.uint64]],
+        rows: np.ndarray[Any, np.dtype[np.int64]],
+    ) -> None:
+        """Keep only the rows of ``jobs`` (``ids``, ``rows``: theirs), in their order: the records of
+        snapshots gone by are let go."""
         self.jobs = list(jobs)
         self.kid, self.priority = self.kid[rows], self.priority[rows]
         self.volatile, self.settled = self.volatile[rows], self.settled[rows]
-        ids = np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
         self.at = np.argsort(ids).astype(np.int64)
         self.ids = ids[self.at]
 
     def row_of(self, job: Job) -> int:
         """The row of one record (−1: none)."""
-        return int(self.rows_of((job,))[0])
+        return int(self.rows_of(_ids((job,)))[0])
 
     def follow(self, bars: Bars) -> None:
         """Forget the kept keys of volatile rows if what they were read from changed."""
@@ -281,19 +285,20 @@ def scan_cached(
     """:func:`scan` through ``cache``: its groups as two lists (the keys, their group numbers: no dict
     hashing every key again), the same codes (an int64 array); reading (by :func:`scan` itself) only the
     records the cache has not seen and the volatile ones it may not keep."""
-    every = users or (bars.limits is not None and bars.limits.running)
+    every = _every(bars, users)
     if cache.every is not every:
         cache.clear()
         cache.every = every
     cache.follow(bars)
     n = len(jobs)
-    row = cache.rows_of(jobs)
+    ids = _ids(jobs)
+    row = cache.rows_of(ids)
     missing = np.flatnonzero(row < 0)
     fresh_kid: np.ndarray[Any, np.dtype[np.int64]] | None = None
     if missing.size:
         fresh = [jobs[i] for i in missing.tolist()] if missing.size < n else list(jobs)
         fresh_kid, priority = _scan_ids(fresh, bars, cache, users)
-        added = cache.add(fresh)
+        added = cache.add(fresh, ids[missing])
         unsettled = UNSETTLED
         how = np.fromiter(  # 0: not volatile; 1: volatile, its key may be kept; 2: read each time
             [
@@ -339,7 +344,7 @@ def scan_cached(
         if len(keys) > 2 * len(present) + 1024:
             cache.clear()  # mostly keys of snapshots gone by: start afresh next time
     if len(cache.jobs) > n + n // 4 + 1024:
-        cache.compact(jobs, row)  # records of snapshots gone by: keep this one's only
+        cache.compact(jobs, ids, row)  # records of snapshots gone by: keep this one's only
     return keys_in_order, numbers, code
 
 
@@ -371,6 +376,16 @@ def _code_array(
     if len(code) and (priority.min() < 0 or priority.max() > _U32):
         code = np.clip(priority, 0, _U32) << 31 | code & _GROUP
     return code
+
+
+def _every(bars: Bars, users: bool) -> bool:
+    """Whether every key carries its job's ``who``: limits on what runs are enforced, or ``users``."""
+    return users or (bars.limits is not None and bars.limits.running)
+
+
+def _ids(jobs: Sequence[Job]) -> np.ndarray[Any, np.dtype[np.uint64]]:
+    """The records' ids (what :class:`ScanCache` finds its rows by)."""
+    return np.fromiter(map(id, jobs), dtype=np.uint64, count=len(jobs))
 
 
 def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
