@@ -295,7 +295,9 @@ def compute_demand(
         raise ValueError("target names must be unique")
     with _collector_paused():
         queue = Queue(snapshot, (t.partition for t in targets), cache)
-        return {t.name: _demand_for(t, queue) for t in targets}
+        demands = {t.name: _demand_for(t, queue) for t in targets}
+        del queue  # freed while the collector is off: its objects never reach a collection
+    return demands
 
 
 @contextmanager
@@ -303,7 +305,9 @@ def _collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off for the block, back on after it if it was on. The model makes
     ~100k short-lived tuples per 100k-job snapshot, none of them in a cycle (reference counting frees
     them); each collection they trigger would walk every live object, the snapshot's among them (measured:
-    ``docs/demand.md``, "Cost"). Threads: whoever turned it off turns it back on."""
+    ``docs/demand.md``, "Cost"). What the block built and does not return must be freed inside it: the
+    first collection after it walks every object allocated while it was off and still alive. Threads:
+    whoever turned it off turns it back on."""
     was_on = gc.isenabled()
     if was_on:
         gc.disable()

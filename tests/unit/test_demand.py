@@ -1161,6 +1161,32 @@ def test_gpus_per_socket_for_each_socket_the_cpus_span() -> None:
     assert one(jobs, shape=quad).needed == 1
 
 
+def test_the_model_frees_what_it_built_before_the_collector_runs_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The queue (a kind per distinct key: 3,000 here) is freed while the collector is still off, so the
+    first collection after the model walks only what the call returns, not every object it built."""
+    import gc
+    import types
+
+    from autoscaler.demand import compute
+
+    young: list[int] = []
+
+    def enable() -> None:  # what the collector finds when it comes back on
+        young.append(len(gc.get_objects(generation=0)))
+        gc.enable()
+
+    monkeypatch.setattr(
+        compute, "gc", types.SimpleNamespace(isenabled=gc.isenabled, disable=gc.disable, enable=enable)
+    )
+    jobs = [pend(i, cpus=1 + i % 8, memory_per_node_bytes=(100 + i) * MIB) for i in range(3000)]
+    snapshot = snap(jobs)
+    gc.collect()
+    assert compute_demand(snapshot, [Target(name="t", partition="p", shape=SHAPE)])["t"].eligible == 3000
+    assert len(young) == 1 and young[0] < 1000, young  # before: the queue's kinds, keys, lists (~12,000)
+
+
 def test_the_cyclic_collector_is_paused_only_while_the_model_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     import gc
 
