@@ -3,18 +3,21 @@
 # No Docker engine runs where this is developed: tests/unit/test_packaging.py builds the wheel exactly as the
 # build stage does and checks what the final stage installs (see README, "Image").
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The build stage compiles the demand model's best fit (setup.py: autoscaler/demand/_bestfit.c): the full image
+# of the same Python and Debian release has gcc and Python's headers; only the wheels reach the final image.
+ARG BUILD_IMAGE=python:3.11-bookworm
 
-FROM ${PYTHON_IMAGE} AS build
+FROM ${BUILD_IMAGE} AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY slurm_keda slurm_keda
 COPY exporter exporter
 COPY autoscaler autoscaler
 COPY bridge bridge
 COPY dashboards dashboards
 # Only the product's packages are copied: the local Slurm lab (lab/), the tests and the benchmarks are
-# development tools beside them. Every dependency has a binary wheel for linux/amd64 and arm64, so no
-# compiler is needed here either.
+# development tools beside them (.dockerignore keeps a checkout's built modules out). Every dependency has a
+# binary wheel for linux/amd64 and arm64.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}

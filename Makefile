@@ -5,10 +5,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 # the local Slurm lab: a development tool beside the product (lab/, not in the wheel or the image)
 LAB := $(BIN)/python -m lab
-# Debian packages: debootstrap builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots;
-# prometheus gives promtool (metric and rule checks) and a real server for scrape tests; the host's own
-# Slurm 22.05 + munge run the "host" lab (API v0.0.38).
-APT_PACKAGES := debootstrap ca-certificates prometheus slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin
+# Debian packages: gcc and Python's headers build the demand model's compiled best fit (setup.py); debootstrap
+# builds the lab's trixie (Slurm 24.11) and sid (Slurm 26.05) chroots; prometheus gives promtool (metric and
+# rule checks) and a real server for scrape tests; the host's own Slurm 22.05 + munge run the "host" lab (API
+# v0.0.38).
+APT_PACKAGES := gcc python3-dev debootstrap ca-certificates prometheus slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 DEMO_GRPC_PORT ?= 9342
@@ -26,7 +27,7 @@ apt:
 
 venv: $(BIN)/slurm-keda
 
-$(BIN)/slurm-keda: pyproject.toml
+$(BIN)/slurm-keda: pyproject.toml setup.py autoscaler/demand/_bestfit.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
