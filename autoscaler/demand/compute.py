@@ -15,8 +15,23 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack
-from autoscaler.demand.queue import Draw, JobKey, Kind, Owner, Queue, ScanCache, job_label
+from autoscaler.demand.queue import (
+    INELIGIBLE_CODE,
+    WHEN_EMPTY_CODE,
+    Draw,
+    JobKey,
+    KeyFacts,
+    Kind,
+    KindTable,
+    Owner,
+    PieceIds,
+    Queue,
+    ScanCache,
+    job_label,
+)
 from autoscaler.demand.select import (
     busy_nodes,
     constraint_fits,
@@ -145,6 +160,132 @@ def _count(
     return out
 
 
+def _count_table(
+    target: Target,
+    nodes: Sequence[Node],
+    shape: NodeShape | None,
+    queue: Queue,
+    table: KindTable,
+    max_memory_per_cpu: int | None,
+) -> _Count:
+    """:func:`_count` of a partition's kinds as columns (:class:`KindTable`; no budgets, no owners): the
+    same walk in numpy — only the throttled kinds one by one (their allowance is handed out in order) —
+    and the same answer (``tests/unit/test_kind_tables.py`` compares the two)."""
+    out = _Count()
+    facts = queue.facts
+    assert facts is not None
+    count = table.jobs.copy()
+    elig = table.elig
+    empty = not nodes
+    ignored_at = (elig == INELIGIBLE_CODE) | ((elig == WHEN_EMPTY_CODE) & (not empty))
+    live = ~ignored_at
+    firsts: list[tuple[int, str, int]] = []  # (first place, reason, jobs): the Counter in walk order
+    if ignored_at.any():
+        at = np.flatnonzero(ignored_at)
+        names, first, which = np.unique(table.name[at], return_index=True, return_inverse=True)
+        jobs = np.bincount(which.ravel(), weights=count[at], minlength=len(names))
+        reasons = [facts.names[i] for i in names.tolist()]
+        firsts += zip(at[first].tolist(), reasons, jobs.astype(np.int64).tolist(), strict=True)
+    feature = target.nodeset_feature
+    if feature is not None or nodes or target.features:
+        constrained = live & (table.feature != facts.feature_id(""))
+        if constrained.any():
+            feature_sets = node_feature_sets(nodes) if nodes else _configured_features(target)
+            ids = np.unique(table.feature[constrained]).tolist()
+            bad = [i for i in ids if not constraint_fits(facts.features[i], feature, feature_sets)]
+            if bad:
+                skip = constrained & np.isin(table.feature, bad)
+                out.skipped = int(count[skip].sum())
+                live &= ~skip
+    throttled = np.flatnonzero(live & (table.throttle_id >= 0))
+    if throttled.size:
+        allowance: dict[int, int] = {}
+        short_at, short = -1, 0
+        for i, array_id, throttle in zip(
+            throttled.tolist(),
+            table.throttle_id[throttled].tolist(),
+            table.throttle_limit[throttled].tolist(),
+            strict=True,
+        ):
+            c = int(count[i])
+            left = allowance.get(array_id)
+            if left is None:
+                left = max(0, throttle - queue.array_running[array_id])
+            take = min(c, left)
+            allowance[array_id] = left - take
+            if take < c:
+                if short_at < 0:
+                    short_at = i
+                short += c - take
+            count[i] = take
+            if not take:
+                live[i] = False
+        if short:
+            firsts.append((short_at, "JobArrayTaskLimit", short))
+    for _, reason, jobs_ignored in sorted(firsts, key=lambda f: f[0]):
+        out.ignored[reason] += jobs_ignored
+    live_at = np.flatnonzero(live)
+    out.eligible = int(count[live_at].sum())
+    if shape is None or not live_at.size:
+        return out
+    memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu)
+    requests = table.request[live_at]
+    unsized = np.unique(requests[memo.ids[requests] == -2]).tolist()
+    if unsized:
+        sizes: dict[Request, Piece | Misfit] = (
+            queue.cache.sizes(shape, target.max_nodes, max_memory_per_cpu) if queue.cache is not None else {}
+        )
+        for r in unsized:
+            request = facts.requests[r]
+            piece = sizes.get(request)
+            if piece is None:
+                piece = sizes[request] = size(request, shape, target.max_nodes, max_memory_per_cpu)
+            if isinstance(piece, Misfit):
+                memo.ids[r] = -1
+                memo.misfits[r] = piece
+            else:
+                pid = memo.index.get(piece)
+                if pid is None:
+                    pid = memo.index[piece] = len(memo.pieces)
+                    memo.pieces.append(piece)
+                memo.ids[r] = pid
+    pieces = memo.ids[requests]
+    misfit = pieces < 0
+    if misfit.any():
+        at = live_at[misfit]
+        out.eligible -= int(count[at].sum())
+        for kind, r in zip(table.kind[at].tolist(), table.request[at].tolist(), strict=True):
+            out.misfits.update(dict.fromkeys(queue.keys_of((kind,)), memo.misfits[r]))
+        live_at, pieces = live_at[~misfit], pieces[~misfit]
+    if not live_at.size:
+        return out
+    # all jobs of one (piece, fresh) are one run, at the first one's place
+    run_key = pieces * 2 + table.fresh[live_at]
+    keys, first, which = np.unique(run_key, return_index=True, return_inverse=True)
+    jobs = np.zeros(len(keys), dtype=np.int64)
+    np.add.at(jobs, which.ravel(), count[live_at])
+    in_order = np.argsort(first)
+    runs = out.runs
+    runs.pieces = [memo.pieces[k >> 1] for k in keys[in_order].tolist()]
+    runs.jobs = jobs[in_order].tolist()
+    runs.fresh = [bool(k & 1) for k in keys[in_order].tolist()]
+    runs.owners = [None] * len(in_order)
+    return out
+
+
+def _piece_ids(
+    queue: Queue, facts: KeyFacts, shape: NodeShape, max_nodes: int | None, max_memory_per_cpu: int | None
+) -> PieceIds:
+    """The sizing memo by request id (kept in the cache across polls), grown to every request known."""
+    memo = (
+        queue.cache.piece_ids(shape, max_nodes, max_memory_per_cpu) if queue.cache is not None else PieceIds()
+    )
+    known = len(facts.requests)
+    if len(memo.ids) < known:
+        memo.ids = np.concatenate([memo.ids, np.full(known - len(memo.ids), -2, dtype=np.int64)])
+    return memo
+
+
 def _draw(
     draws: Sequence[Draw],
     count: int,
@@ -252,7 +393,12 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     cpus_cap = None
     if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
         shape, cpus_cap = replace(shape, cpus=max_cpus), max_cpus
-    counted = _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu)
+    table = queue.table(target.partition)
+    counted = (
+        _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu)
+        if table is None
+        else _count_table(target, nodes, shape, queue, table, max_memory_per_cpu)
+    )
     needed, packing = 0, None
     if shape is not None and counted.runs.pieces:
         owned = queue.owned_nodes()

@@ -15,7 +15,7 @@ from functools import partial
 from itertools import count as counter
 from itertools import islice
 from operator import attrgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -140,6 +140,167 @@ def scan(
     return groups, codes
 
 
+INELIGIBLE_CODE, ELIGIBLE_CODE, WHEN_EMPTY_CODE = 0, 1, 2
+"""A reason's class in :class:`KeyFacts` and :class:`KindTable` columns (:class:`Eligibility`)."""
+_ELIG_CODE = {
+    Eligibility.INELIGIBLE: INELIGIBLE_CODE,
+    Eligibility.ELIGIBLE: ELIGIBLE_CODE,
+    Eligibility.ELIGIBLE_WHEN_EMPTY: WHEN_EMPTY_CODE,
+}
+
+_I64 = np.ndarray[Any, np.dtype[np.int64]]
+
+
+class KeyFacts:
+    """What the kinds of a large queue need of each :data:`JobKey`, as numpy columns by key id (its
+    index here), the values interned: ``partition`` (id in ``partitions``), ``name`` and ``elig`` (its
+    reason's class: :func:`autoscaler.reasons.classify`, ``names``; codes :data:`ELIGIBLE_CODE` …),
+    ``feature`` (``features``), ``tasks``, ``solo`` (an array record keyed apart: ``%N``), ``throttle_id``
+    and ``throttle_limit`` (the array and its ``%N``; −1: none), ``request`` (``requests``).
+
+    A key never changes, so neither do its facts: :class:`ScanCache` keeps them by its key ids;
+    without a cache they are made for one snapshot's keys."""
+
+    __slots__ = (
+        "_ids",
+        "_reasons",
+        "elig",
+        "feature",
+        "features",
+        "name",
+        "names",
+        "partition",
+        "partitions",
+        "request",
+        "requests",
+        "solo",
+        "tasks",
+        "throttle_id",
+        "throttle_limit",
+    )
+
+    def __init__(self) -> None:
+        self.partitions: list[tuple[str, ...]] = []
+        self.names: list[str] = []
+        self.features: list[str] = []
+        self.requests: list[Request] = []
+        self._ids: tuple[dict[Any, int], ...] = (
+            {},
+            {},
+            {},
+            {},
+            {},
+        )  # partitions, reason, name, feature, request
+        self._reasons: list[tuple[int, int]] = []  # reason id → (name id, elig code)
+        empty = np.empty(0, dtype=np.int64)
+        self.partition, self.name, self.elig, self.feature, self.tasks = empty, empty, empty, empty, empty
+        self.throttle_id, self.throttle_limit, self.request = empty, empty, empty
+        self.solo: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+
+    def __len__(self) -> int:
+        return len(self.partition)
+
+    def name_id(self, name: str) -> int:
+        """The id of a reason class name (−1: no key has it)."""
+        return self._ids[2].get(name, -1)
+
+    def feature_id(self, features: str) -> int:
+        """The id of a constraint (−1: no key has it)."""
+        return self._ids[3].get(features, -1)
+
+    def extend(self, keys: Sequence[JobKey]) -> None:
+        """The facts of these keys, numbered on (keys without ``who``: :func:`scan` with ``who`` None)."""
+        if not keys:
+            return
+        partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
+        columns: list[list[int]] = [[] for _ in range(8)]
+        partition, name, elig, feature, tasks, throttle_id, throttle_limit, request = columns
+        solo: list[bool] = []
+        reasons, new_tuple = self._reasons, tuple.__new__
+        for key in keys:
+            partitions_, reason, features, n_tasks, array, _ = key[:REQUEST]
+            p = partition_ids.get(partitions_)
+            if p is None:
+                p = partition_ids[partitions_] = len(self.partitions)
+                self.partitions.append(partitions_)
+            r = reason_ids.get(reason)
+            if r is None:
+                r = reason_ids[reason] = len(reasons)
+                reason_name, reason_elig = classify(reason)[:2]
+                n = name_ids.get(reason_name)
+                if n is None:
+                    n = name_ids[reason_name] = len(self.names)
+                    self.names.append(reason_name)
+                reasons.append((n, _ELIG_CODE[reason_elig]))
+            f = feature_ids.get(features)
+            if f is None:
+                f = feature_ids[features] = len(self.features)
+                self.features.append(features)
+            fields = key[REQUEST:]
+            q = request_ids.get(fields)
+            if q is None:
+                q = request_ids[fields] = len(self.requests)
+                self.requests.append(new_tuple(Request, fields))
+            partition.append(p)
+            n, e = reasons[r]
+            name.append(n)
+            elig.append(e)
+            feature.append(f)
+            tasks.append(n_tasks)
+            is_solo = type(array) is tuple
+            solo.append(is_solo)
+            if is_solo and array[0] is not None:
+                throttle_id.append(array[0])
+                throttle_limit.append(array[3])
+            else:
+                throttle_id.append(-1)
+                throttle_limit.append(-1)
+            request.append(q)
+        arrays = [np.array(c, dtype=np.int64) for c in columns]
+        self.partition = np.concatenate([self.partition, arrays[0]])
+        self.name = np.concatenate([self.name, arrays[1]])
+        self.elig = np.concatenate([self.elig, arrays[2]])
+        self.feature = np.concatenate([self.feature, arrays[3]])
+        self.tasks = np.concatenate([self.tasks, arrays[4]])
+        self.throttle_id = np.concatenate([self.throttle_id, arrays[5]])
+        self.throttle_limit = np.concatenate([self.throttle_limit, arrays[6]])
+        self.request = np.concatenate([self.request, arrays[7]])
+        self.solo = np.concatenate([self.solo, np.array(solo, dtype=np.bool_)])
+
+
+class PieceIds:
+    """The sizing of one context (shape, target maximum, ``MaxMemPerCPU``) by request id of
+    :class:`KeyFacts`: ``ids`` the piece's id in ``pieces`` (−1: a misfit, in ``misfits``; −2: not sized
+    yet); ``index``: piece → id."""
+
+    __slots__ = ("ids", "index", "misfits", "pieces")
+
+    def __init__(self) -> None:
+        self.ids: _I64 = np.empty(0, dtype=np.int64)
+        self.pieces: list[Any] = []
+        self.index: dict[Any, int] = {}
+        self.misfits: dict[int, Any] = {}
+
+
+class KindTable(NamedTuple):
+    """One partition's kinds in Slurm's order, as columns (a large queue whose keys carry no ``who``:
+    what :class:`Kind` objects hold, without an object per kind). Ids are :class:`KeyFacts`'."""
+
+    jobs: _I64
+    """Jobs (array tasks individually)."""
+    elig: _I64
+    """Code of its reason's class (:data:`INELIGIBLE_CODE` …)."""
+    name: _I64
+    fresh: np.ndarray[Any, np.dtype[np.bool_]]
+    feature: _I64
+    request: _I64
+    throttle_id: _I64
+    """Its throttled array (−1: none) and the array's ``%N``."""
+    throttle_limit: _I64
+    kind: _I64
+    """Its number (:meth:`Queue.keys_of`)."""
+
+
 class ScanCache:
     """What :func:`scan_cached` read of each job record, kept from one snapshot to the next.
 
@@ -163,9 +324,11 @@ class ScanCache:
     """
 
     __slots__ = (
+        "_pieces",
         "_sizes",
         "at",
         "every",
+        "facts",
         "ids",
         "jobs",
         "key_ids",
@@ -194,6 +357,9 @@ class ScanCache:
         self.policy: tuple[Any, ...] | None = None
         self.now = 0.0
         self._sizes: dict[tuple[Any, ...], dict[Any, Any]] = {}
+        self.facts = KeyFacts()
+        """What the kinds of a large queue need of each key, by key id (:class:`KeyFacts`)."""
+        self._pieces: dict[tuple[Any, ...], PieceIds] = {}
 
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]
@@ -208,6 +374,15 @@ class ScanCache:
             memo = self._sizes[context] = {}
         elif len(memo) > SIZES_KEPT:
             memo.clear()
+        return memo
+
+    def piece_ids(self, *context: Any) -> PieceIds:
+        """The sizing memo of one context by request id of :attr:`facts` (:class:`PieceIds`)."""
+        memo = self._pieces.get(context)
+        if memo is None:
+            if len(self._pieces) >= 64:
+                self._pieces.clear()
+            memo = self._pieces[context] = PieceIds()
         return memo
 
     def intern(self, keys: Iterable[JobKey]) -> list[int]:
@@ -281,10 +456,13 @@ _READ_AGAIN = -2
 
 def scan_cached(
     jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
-) -> tuple[list[JobKey], list[int], np.ndarray[Any, np.dtype[np.int64]]]:
+) -> tuple[
+    list[JobKey], list[int], np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]] | None
+]:
     """:func:`scan` through ``cache``: its groups as two lists (the keys, their group numbers: no dict
-    hashing every key again), the same codes (an int64 array); reading (by :func:`scan` itself) only the
-    records the cache has not seen and the volatile ones it may not keep."""
+    hashing every key again), the same codes (an int64 array), and the keys' ids in the cache (None if the
+    cache was emptied on the way); reading (by :func:`scan` itself) only the records the cache has not
+    seen and the volatile ones it may not keep."""
     every = _every(bars, users)
     if cache.every is not every:
         cache.clear()
@@ -333,19 +511,22 @@ def scan_cached(
     code = np.zeros(n, dtype=np.int64)
     keys_in_order: list[JobKey] = []
     numbers: list[int] = []
+    kids: np.ndarray[Any, np.dtype[np.int64]] | None = np.empty(0, dtype=np.int64)
     if pending.any():
         present, first_at, inverse = np.unique(kid[pending], return_index=True, return_inverse=True)
         group = first_at + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
         code[pending] = cache.priority[row[pending]] << 31 | group[inverse.ravel()]
         keys = cache.keys
         by_first = np.argsort(first_at)
-        keys_in_order = [keys[k] for k in present[by_first].tolist()]
+        kids = present[by_first]
+        keys_in_order = [keys[k] for k in kids.tolist()]
         numbers = group[by_first].tolist()
         if len(keys) > 2 * len(present) + 1024:
             cache.clear()  # mostly keys of snapshots gone by: start afresh next time
-    if len(cache.jobs) > n + n // 4 + 1024:
+            kids = None
+    if kids is not None and len(cache.jobs) > n + n // 4 + 1024:
         cache.compact(jobs, ids, row)  # records of snapshots gone by: keep this one's only
-    return keys_in_order, numbers, code
+    return keys_in_order, numbers, code, kids
 
 
 def _scan_ids(
@@ -582,6 +763,116 @@ def _by_lead(kinds: list[Kind], jobs: Sequence[Job]) -> list[Kind]:
     return out
 
 
+TABLES = True
+"""Whether large queues without ``who`` become :class:`KindTable` columns (tests turn it off to compare
+with :class:`Kind` objects, the reference)."""
+
+
+def _kind_tables(
+    facts: KeyFacts,
+    kids: np.ndarray[Any, np.dtype[np.int64]],
+    wanted: Sequence[str],
+    tiers: Mapping[str, int],
+    multiplicities: Sequence[int],
+    leads: Sequence[int],
+    priorities: Sequence[int],
+    jobs: Sequence[Job],
+) -> tuple[dict[str, KindTable], np.ndarray[Any, np.dtype[np.int64]]]:
+    """The kinds :class:`Queue` makes of its keys (``kids``: their ids in ``facts``; the rest: what
+    :func:`tally` gives for each), as one :class:`KindTable` per wanted partition, merged and ordered as
+    :class:`Kind` objects are: a kind per (reason class or fresh, constraint, request) — per reason for
+    an ineligible one, per key for an array keyed apart — its priority the highest of its keys', ordered
+    by priority, then (kinds of one priority ≥ 0) by the first :func:`rank` among the leads of its keys
+    of that priority, then by its first key. Also each key's kind number (−1: no wanted partition)."""
+    n_keys = len(kids)
+    home_of = np.full(len(facts.partitions) + 1, -1, dtype=np.int64)
+    where = {p: i for i, p in enumerate(wanted)}
+    for i, partitions_ in enumerate(facts.partitions):
+        tried = first_partition(partitions_, tiers)
+        if tried is not None and tried in where:
+            home_of[i] = where[tried]
+    home = home_of[facts.partition[kids]]
+    name, elig, feature = facts.name[kids], facts.elig[kids], facts.feature[kids]
+    request, solo = facts.request[kids], facts.solo[kids]
+    count = np.asarray(multiplicities, dtype=np.int64) * facts.tasks[kids]
+    priority = np.where(elig == INELIGIBLE_CODE, -1, np.asarray(priorities, dtype=np.int64))
+    fresh = name == facts.name_id("None")
+    index = np.arange(n_keys, dtype=np.int64)
+    # what a kind merges by: (home, what, a, feature, request)
+    what = np.where(
+        elig == INELIGIBLE_CODE, 0, np.where(solo, 1, np.where(elig == ELIGIBLE_CODE, 2, 3))
+    )  # 0 ineligible: by reason; 1 keyed apart; 2 eligible: fresh or not; 3 by reason
+    a = np.where(what == 1, index, np.where(what == 2, fresh, name))
+    merged = what >= 2
+    feature_m = np.where(merged, feature, 0)
+    request_m = np.where(merged, request, 0)
+    keep = np.flatnonzero(home >= 0)
+    by_merge = keep[np.lexsort((keep, request_m[keep], feature_m[keep], a[keep], what[keep], home[keep]))]
+    key_kind = np.full(n_keys, -1, dtype=np.int64)
+    if not by_merge.size:
+        return {p: _empty_table() for p in wanted}, key_kind
+    change = np.zeros(len(by_merge), dtype=np.bool_)  # where a kind starts
+    change[0] = True
+    for column in (home, what, a, feature_m, request_m):
+        c = column[by_merge]
+        change[1:] |= c[1:] != c[:-1]
+    starts = np.flatnonzero(change)
+    key_kind[by_merge] = np.cumsum(change) - 1
+    first_key = by_merge[starts]  # the kind's first key (keys of one kind are in key order)
+    kind_count = np.add.reduceat(count[by_merge], starts)
+    kind_priority = np.maximum.reduceat(priority[by_merge], starts)
+    kind_home = home[first_key]
+    n_kinds = len(starts)
+    # the rank of kinds that share their priority (≥ 0) in their partition with another kind
+    hp = np.lexsort((kind_priority, kind_home))
+    same = (kind_home[hp][1:] == kind_home[hp][:-1]) & (kind_priority[hp][1:] == kind_priority[hp][:-1])
+    shared_sorted = np.zeros(n_kinds, dtype=np.bool_)
+    shared_sorted[1:] |= same
+    shared_sorted[:-1] |= same
+    shared = np.zeros(n_kinds, dtype=np.bool_)
+    shared[hp] = shared_sorted
+    shared &= kind_priority >= 0
+    kind_submit = np.zeros(n_kinds, dtype=np.float64)
+    kind_ident = np.zeros(n_kinds, dtype=np.int64)
+    kk = np.maximum(key_kind, 0)
+    ranked = np.flatnonzero((key_kind >= 0) & shared[kk] & (priority == kind_priority[kk]))
+    if ranked.size:
+        lead_jobs = [jobs[i] for i in np.asarray(leads, dtype=np.int64)[ranked].tolist()]
+        m = len(lead_jobs)
+        submit = np.fromiter((job.submit_time or 0.0 for job in lead_jobs), dtype=np.float64, count=m)
+        ident = np.fromiter((job.array_job_id or job.job_id for job in lead_jobs), dtype=np.int64, count=m)
+        owner = key_kind[ranked]
+        best = np.lexsort((ident, submit, owner))
+        firsts = best[np.flatnonzero(np.r_[True, owner[best][1:] != owner[best][:-1]])]
+        kind_submit[owner[firsts]] = submit[firsts]
+        kind_ident[owner[firsts]] = ident[firsts]
+    order = np.lexsort((first_key, kind_ident, kind_submit, -kind_priority, kind_home))
+    homes = kind_home[order]
+    tables: dict[str, KindTable] = {}
+    throttle_id, throttle_limit = facts.throttle_id[kids], facts.throttle_limit[kids]
+    for h, p in enumerate(wanted):
+        lo, hi = np.searchsorted(homes, [h, h + 1]).tolist()
+        sel = order[lo:hi]
+        at = first_key[sel]
+        tables[p] = KindTable(
+            jobs=kind_count[sel],
+            elig=elig[at],
+            name=name[at],
+            fresh=fresh[at],
+            feature=feature[at],
+            request=request[at],
+            throttle_id=throttle_id[at],
+            throttle_limit=throttle_limit[at],
+            kind=sel,
+        )
+    return tables, key_kind
+
+
+def _empty_table() -> KindTable:
+    none = np.empty(0, dtype=np.int64)
+    return KindTable(none, none, none, np.empty(0, dtype=np.bool_), none, none, none, none, none)
+
+
 def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
     """The budgets with what one job of ``request`` draws from each: 1 job, its CPUs, its nodes."""
     if not budgets:
@@ -628,8 +919,9 @@ class Queue:
         groups: Sequence[JobKey]
         numbers: Sequence[int]
         codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
+        kids: np.ndarray[Any, np.dtype[np.int64]] | None = None
         if cache is not None:
-            groups, numbers, codes = scan_cached(jobs, others, self.bars, cache)
+            groups, numbers, codes, kids = scan_cached(jobs, others, self.bars, cache)
         else:
             by_key, codes = scan(jobs, others, self.bars)
             groups, numbers = list(by_key), list(by_key.values())
@@ -643,90 +935,108 @@ class Queue:
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
         multiplicities, leads, priorities, positions = tally(numbers, codes, positions=by_job)
-        kinds: dict[str, list[Kind]] = {p: [] for p in wanted}
         tiers = {p.name: p.priority_tier for p in snapshot.partitions}
-        kind_at: dict[str, dict[int, Kind]] = {p: {} for p in wanted}  # key index → its kind
-        merged: dict[str, dict[Any, Kind]] = {p: {} for p in wanted}
-        home_of: dict[tuple[str, ...], str | None] = {}
-        class_of: dict[str, tuple[str, Eligibility]] = {}
-        ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
-        new_tuple = tuple.__new__
         limits = self.bars.limits
-        for k, (key, multiplicity, lead, priority) in enumerate(
-            zip(groups, multiplicities, leads, priorities, strict=True)
-        ):
-            partitions_, reason, features, tasks, array, who = key[:REQUEST]
-            home = home_of.get(partitions_, "")  # "": not seen yet; None: not a wanted partition
-            if not home:
-                if home is None:
-                    continue
-                first = first_partition(partitions_, tiers)
-                home = home_of[partitions_] = first if first in wanted else None
-                if home is None:
-                    continue
-            cls = class_of.get(reason)
-            if cls is None:
-                cls = class_of[reason] = classify(reason)[:2]
-            name, elig = cls
-            count = multiplicity * tasks
-            request: Request | None = None
-            draws: tuple[Draw, ...] = ()
-            owner: Owner | None = None
-            mkey: Any
-            if elig is ineligible:
-                mkey = name  # all that counts is how many
-                priority = -1
-            else:
-                request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
-                if who is not None:
-                    qos, account, user = who
-                    if limits is not None:
-                        draws = _draws(limits.budgets(qos, account, user, home), request)
-                    if user in owners:
-                        node_request = request.node_request
-                        owner = (user, node_request is not None and node_request.exclusive_to is not None)
-                if type(array) is tuple:
-                    mkey = None  # %N: keeps its place in the order
-                elif elig is eligible:  # fresh or not, constraint, request, budgets, owner
-                    mkey = (name == "None", features, request, draws, owner)
-                else:
-                    mkey = (name, features, request, draws, owner)
-            if mkey is None:
-                kind = Kind(key, request, name, elig, count, priority, lead)
-                kind.draws, kind.owner = draws, owner
-            else:
-                same = merged[home]
-                seen = same.get(mkey)
-                if seen is not None:
-                    seen.add(key, count, priority, lead)
-                    if by_job:
-                        kind_at[home][k] = seen
-                    continue
-                kind = same[mkey] = Kind(key, request, name, elig, count, priority, lead)
-                kind.draws, kind.owner = draws, owner
-            kinds[home].append(kind)
-            if by_job:
-                kind_at[home][k] = kind
         self._order: dict[str, list[tuple[Kind, int]]] = {}
         self._kinds: dict[str, list[Kind]] = {}
-        if by_job:
-            key_index = {g: k for k, g in enumerate(numbers)}
-            tasks_of = [key[3] for key in groups]
-            job_runs = _job_order(jobs, positions, codes, key_index)
-            for p in wanted:
-                at = kind_at[p]
-                order: list[list[Any]] = []
-                for k, n in job_runs:
-                    run_kind = at.get(k)
-                    if run_kind is None:
-                        continue
-                    if order and order[-1][0] is run_kind:
-                        order[-1][1] += n * tasks_of[k]
-                    else:
-                        order.append([run_kind, n * tasks_of[k]])
-                self._order[p] = [(run_kind, n) for run_kind, n in order]
+        self.tables: dict[str, KindTable] | None = None
+        """Per partition its kinds as columns (:class:`KindTable`): beyond :data:`ORDER_JOBS` pending
+        records where no key carries ``who`` (else :meth:`runs`)."""
+        self.facts: KeyFacts | None = None
+        self._groups = groups
+        self._key_kind: np.ndarray[Any, np.dtype[np.int64]] | None = None
+        if not by_job and not _every(self.bars, self._users) and TABLES:
+            if cache is not None and kids is not None and len(cache.keys) >= len(cache.facts):
+                facts = cache.facts
+                facts.extend(cache.keys[len(facts) :])
+            else:  # no cache, or emptied on the way: this snapshot's keys only
+                facts, kids = KeyFacts(), np.arange(len(groups), dtype=np.int64)
+                facts.extend(groups)
+            self.facts = facts
+            self.tables, self._key_kind = _kind_tables(
+                facts, kids, sorted(wanted), tiers, multiplicities, leads, priorities, jobs
+            )
         else:
-            self._kinds = {p: _by_lead(kinds[p], jobs) for p in wanted}
+            kinds: dict[str, list[Kind]] = {p: [] for p in wanted}
+            kind_at: dict[str, dict[int, Kind]] = {p: {} for p in wanted}  # key index → its kind
+            merged: dict[str, dict[Any, Kind]] = {p: {} for p in wanted}
+            home_of: dict[tuple[str, ...], str | None] = {}
+            class_of: dict[str, tuple[str, Eligibility]] = {}
+            ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
+            new_tuple = tuple.__new__
+            for k, (key, multiplicity, lead, priority) in enumerate(
+                zip(groups, multiplicities, leads, priorities, strict=True)
+            ):
+                partitions_, reason, features, tasks, array, who = key[:REQUEST]
+                home = home_of.get(partitions_, "")  # "": not seen yet; None: not a wanted partition
+                if not home:
+                    if home is None:
+                        continue
+                    first = first_partition(partitions_, tiers)
+                    home = home_of[partitions_] = first if first in wanted else None
+                    if home is None:
+                        continue
+                cls = class_of.get(reason)
+                if cls is None:
+                    cls = class_of[reason] = classify(reason)[:2]
+                name, elig = cls
+                count = multiplicity * tasks
+                request: Request | None = None
+                draws: tuple[Draw, ...] = ()
+                owner: Owner | None = None
+                mkey: Any
+                if elig is ineligible:
+                    mkey = name  # all that counts is how many
+                    priority = -1
+                else:
+                    request = new_tuple(Request, key[REQUEST:])  # request_of, without its frame
+                    if who is not None:
+                        qos, account, user = who
+                        if limits is not None:
+                            draws = _draws(limits.budgets(qos, account, user, home), request)
+                        if user in owners:
+                            node_request = request.node_request
+                            owner = (user, node_request is not None and node_request.exclusive_to is not None)
+                    if type(array) is tuple:
+                        mkey = None  # %N: keeps its place in the order
+                    elif elig is eligible:  # fresh or not, constraint, request, budgets, owner
+                        mkey = (name == "None", features, request, draws, owner)
+                    else:
+                        mkey = (name, features, request, draws, owner)
+                if mkey is None:
+                    kind = Kind(key, request, name, elig, count, priority, lead)
+                    kind.draws, kind.owner = draws, owner
+                else:
+                    same = merged[home]
+                    seen = same.get(mkey)
+                    if seen is not None:
+                        seen.add(key, count, priority, lead)
+                        if by_job:
+                            kind_at[home][k] = seen
+                        continue
+                    kind = same[mkey] = Kind(key, request, name, elig, count, priority, lead)
+                    kind.draws, kind.owner = draws, owner
+                kinds[home].append(kind)
+                if by_job:
+                    kind_at[home][k] = kind
+            if by_job:
+                key_index = {g: k for k, g in enumerate(numbers)}
+                tasks_of = [key[3] for key in groups]
+                job_runs = _job_order(jobs, positions, codes, key_index)
+                for p in wanted:
+                    at = kind_at[p]
+                    order: list[list[Any]] = []
+                    for k, n in job_runs:
+                        run_kind = at.get(k)
+                        if run_kind is None:
+                            continue
+                        if order and order[-1][0] is run_kind:
+                            order[-1][1] += n * tasks_of[k]
+                        else:
+                            order.append([run_kind, n * tasks_of[k]])
+                    self._order[p] = [(run_kind, n) for run_kind, n in order]
+            else:
+                self._kinds = {p: _by_lead(kinds[p], jobs) for p in wanted}
         holding = [j for j in others if j.state in HOLDING_STATES or "COMPLETING" in j.state_flags]
         self.array_running: Counter[int] = Counter(
             j.array_job_id for j in holding if j.array_task_id is not None and j.array_job_id is not None
@@ -757,6 +1067,16 @@ class Queue:
         if self.by_job:
             return self._order[partition]
         return ((kind, kind.count) for kind in self._kinds[partition])
+
+    def table(self, partition: str) -> KindTable | None:
+        """The partition's kinds as columns (:attr:`tables`), or None: read :meth:`runs`."""
+        return self.tables[partition] if self.tables is not None else None
+
+    def keys_of(self, kinds: Iterable[int]) -> list[JobKey]:
+        """The keys of these kinds of :attr:`tables` (:attr:`KindTable.kind`), in key order."""
+        assert self._key_kind is not None
+        at = np.flatnonzero(np.isin(self._key_kind, np.fromiter(kinds, dtype=np.int64)))
+        return [self._groups[i] for i in at.tolist()]
 
     def held_nodes(self) -> set[str]:
         """Names of nodes held by jobs (RUNNING, SUSPENDED, COMPLETING) of the wanted partitions."""

@@ -1,0 +1,219 @@
+"""Kinds as columns (``queue.KindTable``, ``compute._count_table``) give the answers :class:`Kind` objects
+give (``queue.TABLES`` off: the reference) — on mixes of every kind of key the model reads, with and
+without the scan cache, the ignored reasons in the same order."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import msgspec
+import pytest
+
+from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand, queue
+from exporter.model import MIB, Job, Node, Partition, Snapshot
+from tests.unit.test_scan_cache import next_jobs, random_job, snapshot
+
+SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=2)
+REASONS = [
+    "Resources",
+    "Priority",
+    "None",
+    "PartitionConfig",
+    "JobArrayTaskLimit",
+    "JobHeldUser",
+    "Dependency",
+]
+
+
+def varied_job(rng: random.Random, job_id: int) -> Job:
+    """:func:`random_job` and more of what kinds merge and order by: constraints, GPUs, jobs too large,
+    equal priorities (kinds ordered by their leads' submit time and id), partitions tried by tier."""
+    job = random_job(rng, job_id)
+    kw: dict[str, Any] = {
+        "reason": rng.choice(REASONS),
+        "priority": rng.choice([0, 7, 7, 7, 50, 50, 900]),
+        "submit_time": rng.choice([None, 100.0, 100.0, 250.0]),
+        "features": rng.choice(["", "", "", "fast", "slow", "fast|slow"]),
+        "gpus_per_node": rng.choice([None, None, 1, 2, 3]),
+        "cpus": rng.choice([1, 2, 4, 8, 16]),  # 16: more than a node has
+        "partitions": rng.choice([("a",), ("b",), ("a", "b"), ("b", "a"), ("c",)]),
+    }
+    if rng.random() < 0.15:  # ranked by an earlier id than its own (an array's): before kinds made earlier
+        kw["array_job_id"] = rng.randint(1, job_id)
+    return msgspec.structs.replace(job, **kw)
+
+
+def targets(rng: random.Random) -> list[Target]:
+    return [
+        Target("a", "a", shape=SHAPE, nodeset_feature=rng.choice([None, "fast"])),
+        Target("b", "b", shape=SHAPE, max_nodes=rng.choice([None, 3, 40])),
+        Target("c", "c", shape=rng.choice([None, SHAPE]), features=frozenset({"slow"})),
+    ]
+
+
+def with_tiers(snap: Snapshot, rng: random.Random) -> Snapshot:
+    parts = (
+        Partition(name="a", priority_tier=rng.choice([1, 2])),
+        Partition(name="b", priority_tier=rng.choice([1, 2])),
+        Partition(name="c"),
+    )
+    nodes = snap.nodes + tuple(
+        Node(
+            name=f"c{i}",
+            partitions=("c",),
+            state="IDLE",
+            cpus=8,
+            memory_bytes=16000 * MIB,
+            features=("slow",),
+        )
+        for i in range(rng.choice([0, 2]))
+    )
+    return msgspec.structs.replace(snap, partitions=parts, nodes=nodes)
+
+
+def answers(snap: Snapshot, wanted: list[Target], cache: ScanCache | None, tables: bool) -> dict[str, Demand]:
+    queue.TABLES = tables
+    try:
+        return compute_demand(snap, wanted, cache)
+    finally:
+        queue.TABLES = True
+
+
+def same(got: dict[str, Demand], want: dict[str, Demand]) -> None:
+    assert got == want
+    for name in want:  # the reasons in the order the walk met them (a dict compares regardless)
+        assert list(got[name].ignored) == list(want[name].ignored)
+
+
+@pytest.fixture
+def large(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(queue, "ORDER_JOBS", 0)  # kind by kind from the first pending record
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_same_answers_as_kind_objects(seed: int) -> None:
+    rng = random.Random(seed)
+    jobs = [varied_job(rng, i) for i in range(1, rng.randint(2, 400))]
+    snap = with_tiers(snapshot(jobs, rng, limits=False), rng)
+    wanted = targets(rng)
+    got = answers(snap, wanted, None, tables=True)
+    same(got, answers(snap, wanted, None, tables=False))
+
+
+def kinds_in_order(q: queue.Queue, partition: str) -> list[tuple[Any, ...]]:
+    """What each kind of the partition is, in the queue's order: from its table, or its Kind objects."""
+    table = q.table(partition)
+    if table is None:
+        return [
+            (n, k.name, k.elig.name, k.request, k.fresh, k.features, k.throttle) for k, n in q.runs(partition)
+        ]
+    facts = q.facts
+    assert facts is not None
+    elig = {
+        queue.INELIGIBLE_CODE: "INELIGIBLE",
+        queue.ELIGIBLE_CODE: "ELIGIBLE",
+        queue.WHEN_EMPTY_CODE: "ELIGIBLE_WHEN_EMPTY",
+    }
+    return [
+        (
+            int(table.jobs[i]),
+            facts.names[table.name[i]],
+            elig[int(table.elig[i])],
+            facts.requests[table.request[i]] if table.elig[i] != queue.INELIGIBLE_CODE else None,
+            bool(table.fresh[i]) if table.elig[i] != queue.INELIGIBLE_CODE else False,
+            facts.features[table.feature[i]],
+            (int(table.throttle_id[i]), int(table.throttle_limit[i])) if table.throttle_id[i] >= 0 else None,
+        )
+        for i in range(len(table.jobs))
+    ]
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("seed", range(40))
+def test_the_same_kinds_in_the_same_order(seed: int) -> None:
+    rng = random.Random(1000 + seed)
+    jobs = [varied_job(rng, i) for i in range(1, rng.randint(2, 300))]
+    snap = with_tiers(snapshot(jobs, rng, limits=False), rng)
+    with_tables = queue.Queue(snap, ["a", "b", "c"])
+    queue.TABLES = False
+    try:
+        with_kinds = queue.Queue(snap, ["a", "b", "c"])
+    finally:
+        queue.TABLES = True
+    for p in "abc":
+        assert kinds_in_order(with_tables, p) == kinds_in_order(with_kinds, p), p
+
+
+def merging_job(rng: random.Random, job_id: int) -> Job:
+    """Jobs whose keys merge into few kinds of few priorities (two reasons of one class, two partition
+    lists of one first partition, arrays keyed apart): kinds ordered by the first rank among many leads."""
+    return Job(
+        job_id=job_id,
+        state="PENDING",
+        reason=rng.choice(["Resources", "Priority"]),
+        partitions=rng.choice([("a",), ("a", "c"), ("c", "a")]),
+        priority=rng.choice([7, 7, 9]),
+        submit_time=rng.choice([100.0, 200.0, 300.0]),
+        array_job_id=rng.choice([None, None, rng.randint(1, 400)]),
+        cpus=rng.choice([1, 2]),
+    )
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("seed", range(20))
+def test_merged_kinds_are_ranked_by_their_first_lead(seed: int) -> None:
+    rng = random.Random(seed)
+    jobs = [merging_job(rng, i) for i in range(1, rng.randint(3, 60))]
+    snap = Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        partitions=(Partition(name="a", priority_tier=2), Partition(name="c")),
+    )
+    with_tables = queue.Queue(snap, ["a", "c"])
+    queue.TABLES = False
+    try:
+        with_kinds = queue.Queue(snap, ["a", "c"])
+    finally:
+        queue.TABLES = True
+    assert kinds_in_order(with_tables, "a") == kinds_in_order(with_kinds, "a")
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("seed", range(8))
+def test_the_same_answers_over_polls_with_the_cache(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    top = rng.randint(50, 300)
+    jobs = [varied_job(rng, i) for i in range(1, top + 1)]
+    cache = ScanCache()
+    wanted = targets(rng)
+    for _ in range(6):
+        snap = with_tiers(snapshot(jobs, rng, limits=rng.random() < 0.2), rng)
+        same(answers(snap, wanted, cache, tables=True), answers(snap, wanted, None, tables=False))
+        jobs, top = next_jobs(jobs, rng, top)
+        jobs += [varied_job(rng, top + i) for i in range(1, 4)]
+        top += 3
+
+
+@pytest.mark.usefixtures("large")
+def test_tables_are_made_only_where_no_key_carries_who() -> None:
+    rng = random.Random(5)
+    jobs = [varied_job(rng, i) for i in range(1, 60)]
+    plain = queue.Queue(snapshot(jobs, rng, limits=False), ["a", "b"])
+    assert plain.tables is not None and plain.table("a") is not None
+    limited = queue.Queue(snapshot(jobs, rng, limits=True), ["a", "b"])  # budgets: kind by kind
+    assert limited.tables is None and limited.table("a") is None and list(limited.runs("a"))
+
+
+def test_the_default_order_jobs_takes_tables_beyond_2000_records() -> None:
+    rng = random.Random(8)
+    jobs = [  # no --exclusive=user: keys would carry who
+        msgspec.structs.replace(varied_job(rng, i), state="PENDING", node_request=None)
+        for i in range(1, 2200)
+    ]
+    snap = with_tiers(snapshot(jobs, rng, limits=False), rng)
+    assert queue.Queue(snap, ["a"]).tables is not None
+    wanted = targets(rng)
+    same(answers(snap, wanted, ScanCache(), tables=True), answers(snap, wanted, None, tables=False))
