@@ -14,6 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from itertools import compress, islice
+from operator import eq
 
 import numpy as np
 
@@ -329,20 +331,37 @@ def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | N
     of their own (a node more, maybe, where Slurm puts a plain job beside other users' plain jobs)."""
     cap = (shape.cpus, shape.memory_bytes, shape.gpus)
     run_jobs = list(runs.jobs)
-    owners = runs.owners
-    fresh_runs = [r for r, fresh in enumerate(runs.fresh) if fresh and owners[r] is None]
+    owners, pieces = runs.owners, runs.pieces
+    owned = owners.count(None) != len(owners)
+    if owned:
+        fresh_runs = [r for r, fresh in enumerate(runs.fresh) if fresh and owners[r] is None]
+    else:
+        fresh_runs = list(compress(range(len(pieces)), runs.fresh))
     in_room, room_exact = 0, True
     room = free_room(busy, max_cpus) if fresh_runs else None
     if room is not None and room.blocks:
         room_exact = is_exact(len(fresh_runs), room.run_count())
-        groups = [(runs.pieces[r], run_jobs[r]) for r in fresh_runs]
+        groups = [(pieces[r], run_jobs[r]) for r in fresh_runs]
         _, unplaced = pack(groups, room, cap, open_new=False, exact=room_exact)
-        in_room = sum(run_jobs[r] for r in fresh_runs) - sum(unplaced)
+        in_room = sum(map(run_jobs.__getitem__, fresh_runs)) - sum(unplaced)
         for r, k in zip(fresh_runs, unplaced, strict=True):
             run_jobs[r] = k
-    left = [(piece, k, owner) for piece, k, owner in zip(runs.pieces, run_jobs, owners, strict=True) if k]
+    if not owned:  # every run one user's as far as nodes go: consecutive runs of one piece are one
+        kept = list(filter(None, run_jobs))
+        jobs = sum(kept)
+        groups = _consecutive(list(compress(pieces, run_jobs)), kept)
+        needed = pack(groups, Bins(), cap, open_new=True)[0] if groups else 0
+        return needed, Packing(
+            jobs=jobs,
+            runs=len(groups),
+            exact=is_exact(len(groups), 0),
+            in_free_room=in_room,
+            free_room_runs=len(fresh_runs) if in_room else 0,
+            free_room_exact=room_exact,
+        )
+    left = [(piece, k, owner) for piece, k, owner in zip(pieces, run_jobs, owners, strict=True) if k]
     jobs = sum(k for _, k, _ in left)
-    if any(owner is not None for owner in owners) and jobs <= OWNED_JOBS:
+    if jobs <= OWNED_JOBS:
         needed, n_runs, exact = first_fit_owned(left, cap), len(left), True
     else:
         needed = n_runs = 0
@@ -368,6 +387,19 @@ def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | N
         free_room_exact=room_exact,
     )
     return needed, packing
+
+
+def _consecutive(pieces: list[Piece], jobs: list[int]) -> list[tuple[Piece, int]]:
+    """Runs ``(piece, jobs)``, consecutive runs of one piece made one."""
+    if not any(map(eq, pieces, islice(pieces, 1, None))):  # mostly none: compared in C
+        return list(zip(pieces, jobs, strict=True))
+    groups: list[tuple[Piece, int]] = []
+    for piece, k in zip(pieces, jobs, strict=True):
+        if groups and groups[-1][0] == piece:
+            groups[-1] = (piece, groups[-1][1] + k)
+        else:
+            groups.append((piece, k))
+    return groups
 
 
 def desired_count(busy: int, needed: int, target: Target) -> int:

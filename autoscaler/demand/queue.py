@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
 from itertools import islice
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -881,6 +881,10 @@ def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
     return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets)
 
 
+_node_request = itemgetter(-1)
+"""A key's ``node_request`` (the last field of its request)."""
+
+
 def _exclusive_to(key: JobKey) -> bool:
     """Whether the key's jobs share nodes only with their own user's (``--exclusive=user|mcs``: its
     request's ``node_request``, the last field)."""
@@ -925,7 +929,9 @@ class Queue:
         else:
             by_key, codes = scan(jobs, others, self.bars)
             groups, numbers = list(by_key), list(by_key.values())
-        self._users = any(map(_exclusive_to, groups))
+        self._users = any(  # the keys' node requests: few distinct, most None (read in C)
+            nr is not None and nr.exclusive_to is not None for nr in set(map(_node_request, groups))
+        )
         owners: frozenset[str] = frozenset()
         if self._users:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
             others.clear()
