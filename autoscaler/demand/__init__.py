@@ -38,7 +38,8 @@ and what it costs: ``docs/demand.md``):
    slurmctld gives it when it schedules. A job that can never fit is ``too_large``, not counted.
 7. **Packing** (:mod:`~autoscaler.demand.packing`): first fit in Slurm's scheduling order (priority, submit
    time, job id), a job's pieces on distinct nodes; not-yet-scheduled jobs (reason ``None``) first into
-   busy nodes' free room. Beyond ~1000 runs of distinct jobs a bounded best fit (within 2·S + n_max).
+   busy nodes' free room. Beyond ~1000 runs of distinct jobs a bounded best fit (within 2·S + n_max),
+   compiled where the package was built with a C compiler (``_bestfit.c``; the Python one the reference).
 8. ``desired = clamp(busy + needed, min_nodes, max_nodes)``, never below busy.
 
 Where the model's answer differs from Slurm's: Slurm picks the tightest run of *adjacent* nodes for a

@@ -149,34 +149,32 @@ static void release(Index *x)
     free(x->cpus);
 }
 
-static PyObject *best_fit(PyObject *self, PyObject *args)
-{
-    PyObject *order_in, *runs_in, *cap_in;
-    int open_new;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OOOp", &order_in, &runs_in, &cap_in, &open_new)) return NULL;
-    i64 cc, cm, cg;
-    if (!PyTuple_Check(cap_in) || PyTuple_GET_SIZE(cap_in) != 3) {
-        PyErr_SetString(PyExc_TypeError, "best_fit: cap must be a tuple (cpus, memory, gpus)");
-        return NULL;
-    }
-    if (!read_int(PyTuple_GET_ITEM(cap_in, 0), 1, MAX_CPUS, &cc)
-        || !read_int(PyTuple_GET_ITEM(cap_in, 1), 0, LIMIT, &cm)
-        || !read_int(PyTuple_GET_ITEM(cap_in, 2), 0, LIMIT, &cg))
-        return NULL;
-    PyObject *order = PySequence_Fast(order_in, "best_fit: order must be a sequence");
-    if (!order) return NULL;
-    PyObject *runs = PySequence_Fast(runs_in, "best_fit: runs must be iterable");
-    if (!runs) { Py_DECREF(order); return NULL; }
-    Index x = {0};
-    Chosen *chosen = NULL;
-    i64 cap_chosen = 0, opened = 0;
-    PyObject *left = NULL, *result = NULL;
+/* A run of identical jobs: nodes, and per node CPUs, memory, GPUs; jobs. Validated on the way in. */
+typedef struct { i64 n, pc, pm, pg, k; } Run;
 
+static int check_run(Run *r)
+{
+    if (r->n < 1 || r->n > MAX_COUNT || r->pc < 1 || r->pc > MAX_CPUS || r->pm < 0 || r->pm > LIMIT
+        || r->pg < 0 || r->pg > LIMIT || r->k < 0 || r->k > MAX_COUNT) {
+        PyErr_SetString(PyExc_OverflowError, "best_fit: a number outside what the compiled path holds");
+        return 0;
+    }
+    if (r->n * r->k > MAX_COUNT) { /* pieces of one run: bounds every count and sum below 2**62 */
+        PyErr_SetString(PyExc_OverflowError, "best_fit: a run of more pieces than the compiled path holds");
+        return 0;
+    }
+    return 1;
+}
+
+/* Bins from runs [cpus, memory, gpus, count] into the index. */
+static int read_bins(PyObject *runs_in, Index *x)
+{
+    PyObject *runs = PySequence_Fast(runs_in, "best_fit: runs must be iterable");
+    if (!runs) return 0;
     Py_ssize_t n_runs = PySequence_Fast_GET_SIZE(runs);
     for (Py_ssize_t b = 0; b < n_runs; b++) {
         PyObject *run = PySequence_Fast(PySequence_Fast_GET_ITEM(runs, b), "best_fit: a run must be a sequence");
-        if (!run) goto done;
+        if (!run) { Py_DECREF(runs); return 0; }
         i64 c, m, g, cnt;
         int ok = PySequence_Fast_GET_SIZE(run) == 4;
         if (!ok) PyErr_SetString(PyExc_TypeError, "best_fit: a run is [cpus, memory, gpus, count]");
@@ -185,39 +183,42 @@ static PyObject *best_fit(PyObject *self, PyObject *args)
              && read_int(PySequence_Fast_GET_ITEM(run, 2), -LIMIT, LIMIT, &g)
              && read_int(PySequence_Fast_GET_ITEM(run, 3), -LIMIT, MAX_COUNT, &cnt);
         Py_DECREF(run);
-        if (!ok) goto done;
-        put(&x, c, m, g, cnt);
+        if (!ok) { Py_DECREF(runs); return 0; }
+        put(x, c, m, g, cnt);
     }
+    Py_DECREF(runs);
+    return 1;
+}
 
-    Py_ssize_t n_order = PySequence_Fast_GET_SIZE(order);
-    left = PyList_New(n_order);
-    if (!left) goto done;
-    for (Py_ssize_t r = 0; r < n_order; r++) {
-        PyObject *item = PySequence_Fast_GET_ITEM(order, r), *piece;
-        i64 n, pc, pm, pg, k;
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_Check(piece = PyTuple_GET_ITEM(item, 0))
-            || PyTuple_GET_SIZE(piece) != 4) {
-            PyErr_SetString(PyExc_TypeError, "best_fit: order holds ((nodes, cpus, memory, gpus), jobs)");
-            goto done;
-        }
-        if (!read_int(PyTuple_GET_ITEM(piece, 0), 1, MAX_COUNT, &n)
-            || !read_int(PyTuple_GET_ITEM(piece, 1), 1, MAX_CPUS, &pc)
-            || !read_int(PyTuple_GET_ITEM(piece, 2), 0, LIMIT, &pm)
-            || !read_int(PyTuple_GET_ITEM(piece, 3), 0, LIMIT, &pg)
-            || !read_int(PyTuple_GET_ITEM(item, 1), 0, MAX_COUNT, &k))
-            goto done;
-        if (n * k > MAX_COUNT) { /* pieces of one run: bounds every count and sum below 2**62 */
-            PyErr_SetString(PyExc_OverflowError, "best_fit: a run of more pieces than the compiled path holds");
-            goto done;
-        }
+static int read_cap(PyObject *cap_in, i64 *cc, i64 *cm, i64 *cg)
+{
+    if (!PyTuple_Check(cap_in) || PyTuple_GET_SIZE(cap_in) != 3) {
+        PyErr_SetString(PyExc_TypeError, "best_fit: cap must be a tuple (cpus, memory, gpus)");
+        return 0;
+    }
+    return read_int(PyTuple_GET_ITEM(cap_in, 0), 1, MAX_CPUS, cc) && read_int(PyTuple_GET_ITEM(cap_in, 1), 0, LIMIT, cm)
+           && read_int(PyTuple_GET_ITEM(cap_in, 2), 0, LIMIT, cg);
+}
+
+/* The best fit of the runs, in order, into x (and new bins if open_new): packing._best_fit_py. Returns
+ * (opened, [jobs left per run]) or NULL with an exception set. */
+static PyObject *place(Index *x, const Run *order, i64 n_order, i64 cc, i64 cm, i64 cg, int open_new)
+{
+    Chosen *chosen = NULL;
+    i64 cap_chosen = 0, opened = 0;
+    PyObject *left = PyList_New((Py_ssize_t)n_order), *result = NULL;
+    if (!left) return NULL;
+    for (i64 r = 0; r < n_order; r++) {
+        const i64 n = order[r].n, pc = order[r].pc, pm = order[r].pm, pg = order[r].pg;
+        i64 k = order[r].k;
         i64 per_fresh = fit(cc, cm, cg, pc, pm, pg);
         if (per_fresh < 1) per_fresh = 1;
         while (k) {
             /* the n best rooms (a room stands for its count of identical bins) */
             i64 found = 0, t = k, n_chosen = 0;
-            for (i64 ci = lower_cpus(&x, pc); ci < x.n_cpus && found < n; ci++) {
-                i64 c = x.cpus[ci];
-                const Rooms *v = &x.by_cpus[c];
+            for (i64 ci = lower_cpus(x, pc); ci < x->n_cpus && found < n; ci++) {
+                i64 c = x->cpus[ci];
+                const Rooms *v = &x->by_cpus[c];
                 if (v->a[v->len - 1].m < pm) continue;
                 for (i64 i = lower_room(v, pm, pg); i < v->len && found < n; i++) {
                     const Room *e = &v->a[i];
@@ -236,44 +237,136 @@ static PyObject *best_fit(PyObject *self, PyObject *args)
             if (found < n && !open_new) break; /* the job does not fit: place none of its pieces */
             if (!found) { /* nothing takes a piece: rounds of per_fresh jobs on n new bins */
                 i64 rounds = k / per_fresh, rest = k % per_fresh;
-                if (rounds) put(&x, cc - per_fresh * pc, cm - per_fresh * pm, cg - per_fresh * pg, rounds * n);
-                if (rest) put(&x, cc - rest * pc, cm - rest * pm, cg - rest * pg, n);
+                if (rounds) put(x, cc - per_fresh * pc, cm - per_fresh * pm, cg - per_fresh * pg, rounds * n);
+                if (rest) put(x, cc - rest * pc, cm - rest * pm, cg - rest * pg, n);
                 opened += (rounds + (rest ? 1 : 0)) * n;
                 k = 0;
                 break;
             }
             if (found < n && per_fresh < t) t = per_fresh;
             if (n == 1) { /* one-node pieces: every bin of the best room takes t */
-                i64 have = count_of(&x, chosen[0].c, chosen[0].m, chosen[0].g);
+                i64 have = count_of(x, chosen[0].c, chosen[0].m, chosen[0].g);
                 chosen[0].take = have < k / t ? have : k / t;
                 n_chosen = 1;
             }
             for (i64 j = 0; j < n_chosen; j++) {
-                take(&x, chosen[j].c, chosen[j].m, chosen[j].g, chosen[j].take);
-                put(&x, chosen[j].c - t * pc, chosen[j].m - t * pm, chosen[j].g - t * pg, chosen[j].take);
+                take(x, chosen[j].c, chosen[j].m, chosen[j].g, chosen[j].take);
+                put(x, chosen[j].c - t * pc, chosen[j].m - t * pm, chosen[j].g - t * pg, chosen[j].take);
             }
             if (found < n) {
-                put(&x, cc - t * pc, cm - t * pm, cg - t * pg, n - found);
+                put(x, cc - t * pc, cm - t * pm, cg - t * pg, n - found);
                 opened += n - found;
             }
             k -= n == 1 ? t * chosen[0].take : t;
-            if (x.failed) break;
+            if (x->failed) break;
         }
-        if (x.failed) {
+        if (x->failed) {
             PyErr_NoMemory();
             goto done;
         }
         PyObject *k_left = PyLong_FromLongLong(k);
         if (!k_left) goto done;
-        PyList_SET_ITEM(left, r, k_left);
+        PyList_SET_ITEM(left, (Py_ssize_t)r, k_left);
     }
     result = Py_BuildValue("(LO)", (long long)opened, left);
-
 done:
-    Py_XDECREF(left);
-    Py_DECREF(order);
-    Py_DECREF(runs);
+    Py_DECREF(left);
     free(chosen);
+    return result;
+}
+
+static PyObject *best_fit(PyObject *self, PyObject *args)
+{
+    PyObject *order_in, *runs_in, *cap_in;
+    int open_new;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOp", &order_in, &runs_in, &cap_in, &open_new)) return NULL;
+    i64 cc, cm, cg;
+    if (!read_cap(cap_in, &cc, &cm, &cg)) return NULL;
+    PyObject *order = PySequence_Fast(order_in, "best_fit: order must be a sequence");
+    if (!order) return NULL;
+    Py_ssize_t n_order = PySequence_Fast_GET_SIZE(order);
+    Index x = {0};
+    PyObject *result = NULL;
+    Run *runs = malloc(((size_t)n_order + 1) * sizeof(Run));
+    if (!runs) { PyErr_NoMemory(); goto done; }
+    for (Py_ssize_t r = 0; r < n_order; r++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(order, r), *piece;
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2 || !PyTuple_Check(piece = PyTuple_GET_ITEM(item, 0))
+            || PyTuple_GET_SIZE(piece) != 4) {
+            PyErr_SetString(PyExc_TypeError, "best_fit: order holds ((nodes, cpus, memory, gpus), jobs)");
+            goto done;
+        }
+        Run *run = &runs[r];
+        if (!read_int(PyTuple_GET_ITEM(piece, 0), 1, MAX_COUNT, &run->n)
+            || !read_int(PyTuple_GET_ITEM(piece, 1), 1, MAX_CPUS, &run->pc)
+            || !read_int(PyTuple_GET_ITEM(piece, 2), 0, LIMIT, &run->pm)
+            || !read_int(PyTuple_GET_ITEM(piece, 3), 0, LIMIT, &run->pg)
+            || !read_int(PyTuple_GET_ITEM(item, 1), 0, MAX_COUNT, &run->k) || !check_run(run))
+            goto done;
+    }
+    if (!read_bins(runs_in, &x)) goto done;
+    result = place(&x, runs, n_order, cc, cm, cg, open_new);
+done:
+    free(runs);
+    Py_DECREF(order);
+    release(&x);
+    return result;
+}
+
+/* One int64 column: a C-contiguous buffer of 8-byte signed integers (numpy int64). */
+static int get_column(PyObject *o, Py_buffer *view, Py_ssize_t *len)
+{
+    if (PyObject_GetBuffer(o, view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return 0;
+    const char *f = view->format ? view->format : "B";
+    if (f[0] == '<' || f[0] == '=' || f[0] == '@') f++;
+    if (view->ndim != 1 || view->itemsize != 8 || (strcmp(f, "q") && strcmp(f, "l"))) {
+        PyErr_SetString(PyExc_TypeError, "best_fit_columns: columns must be int64 arrays");
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *len = view->shape[0];
+    return 1;
+}
+
+static PyObject *best_fit_columns(PyObject *self, PyObject *args)
+{
+    PyObject *cols[5], *runs_in, *cap_in;
+    int open_new;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OOOOOOOp", &cols[0], &cols[1], &cols[2], &cols[3], &cols[4], &runs_in, &cap_in,
+                          &open_new))
+        return NULL;
+    i64 cc, cm, cg;
+    if (!read_cap(cap_in, &cc, &cm, &cg)) return NULL;
+    Py_buffer views[5];
+    int got = 0;
+    Py_ssize_t n_order = -1;
+    Index x = {0};
+    Run *runs = NULL;
+    PyObject *result = NULL;
+    for (; got < 5; got++) {
+        Py_ssize_t len;
+        if (!get_column(cols[got], &views[got], &len)) goto done;
+        if (n_order >= 0 && len != n_order) {
+            PyErr_SetString(PyExc_ValueError, "best_fit_columns: columns of different lengths");
+            got++;
+            goto done;
+        }
+        n_order = len;
+    }
+    runs = malloc(((size_t)n_order + 1) * sizeof(Run));
+    if (!runs) { PyErr_NoMemory(); goto done; }
+    const i64 *n = views[0].buf, *pc = views[1].buf, *pm = views[2].buf, *pg = views[3].buf, *k = views[4].buf;
+    for (Py_ssize_t r = 0; r < n_order; r++) {
+        runs[r] = (Run){n[r], pc[r], pm[r], pg[r], k[r]};
+        if (!check_run(&runs[r])) goto done;
+    }
+    if (!read_bins(runs_in, &x)) goto done;
+    result = place(&x, runs, n_order, cc, cm, cg, open_new);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&views[i]);
+    free(runs);
     release(&x);
     return result;
 }
@@ -281,6 +374,9 @@ done:
 static PyMethodDef methods[] = {
     {"best_fit", best_fit, METH_VARARGS,
      "best_fit(order, runs, cap, open_new) -> (opened, left): packing._best_fit_py, compiled."},
+    {"best_fit_columns", best_fit_columns, METH_VARARGS,
+     "best_fit_columns(nodes, cpus, memory, gpus, jobs, runs, cap, open_new) -> (opened, left): best_fit of "
+     "the runs given as five int64 arrays."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -9,3 +9,14 @@ def best_fit(
     open_new: bool,
     /,
 ) -> tuple[int, list[int]]: ...
+def best_fit_columns(
+    nodes: object,
+    cpus: object,
+    memory: object,
+    gpus: object,
+    jobs: object,
+    runs: Iterable[Sequence[int]],
+    cap: tuple[int, int, int],
+    open_new: bool,
+    /,
+) -> tuple[int, list[int]]: ...

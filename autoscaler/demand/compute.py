@@ -16,10 +16,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from itertools import compress, islice
 from operator import eq
+from typing import Any
 
 import numpy as np
 
-from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack
+from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack, pack_columns
 from autoscaler.demand.queue import (
     INELIGIBLE_CODE,
     WHEN_EMPTY_CODE,
@@ -64,10 +65,24 @@ class _Runs:
 
 
 @dataclass
+class _RunColumns:
+    """:class:`_Runs` as columns, none of them an owner's (from :func:`_count_table`)."""
+
+    pieces: np.ndarray[Any, np.dtype[np.int64]]
+    """Rows ``[nodes, cpus, memory, gpus]``, one per run."""
+    jobs: np.ndarray[Any, np.dtype[np.int64]]
+    fresh: np.ndarray[Any, np.dtype[np.bool_]]
+    ids: np.ndarray[Any, np.dtype[np.int64]]
+    """Each run's piece id (equal pieces, equal ids)."""
+
+
+@dataclass
 class _Count:
     """What counting a target's pending jobs found."""
 
     runs: _Runs = field(default_factory=_Runs)
+    columns: _RunColumns | None = None
+    """The runs as columns instead (:func:`_count_table`), when there are any."""
     eligible: int = 0
     ignored: Counter[str] = field(default_factory=Counter)
     skipped: int = 0
@@ -267,11 +282,20 @@ def _count_table(
     jobs = np.zeros(len(keys), dtype=np.int64)
     np.add.at(jobs, which.ravel(), count[live_at])
     in_order = np.argsort(first)
-    runs = out.runs
-    runs.pieces = [memo.pieces[k >> 1] for k in keys[in_order].tolist()]
-    runs.jobs = jobs[in_order].tolist()
-    runs.fresh = [bool(k & 1) for k in keys[in_order].tolist()]
-    runs.owners = [None] * len(in_order)
+    run_keys = keys[in_order]
+    try:
+        rows = memo.columns()
+    except OverflowError:  # a piece beyond int64 (never seen): runs as lists
+        runs = out.runs
+        runs.pieces = [memo.pieces[k >> 1] for k in run_keys.tolist()]
+        runs.jobs = jobs[in_order].tolist()
+        runs.fresh = [bool(k & 1) for k in run_keys.tolist()]
+        runs.owners = [None] * len(in_order)
+        return out
+    ids = run_keys >> 1
+    out.columns = _RunColumns(
+        pieces=rows[ids], jobs=jobs[in_order], fresh=(run_keys & 1).astype(np.bool_), ids=ids
+    )
     return out
 
 
@@ -389,6 +413,40 @@ def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | N
     return needed, packing
 
 
+def _pack_columns(
+    runs: _RunColumns, shape: NodeShape, busy: Sequence[Node], max_cpus: int | None
+) -> tuple[int, Packing]:
+    """:func:`_pack` of runs as columns (none an owner's): the same steps, on arrays."""
+    cap = (shape.cpus, shape.memory_bytes, shape.gpus)
+    jobs = runs.jobs.copy()
+    fresh_runs = np.flatnonzero(runs.fresh)
+    in_room, room_exact = 0, True
+    room = free_room(busy, max_cpus) if fresh_runs.size else None
+    if room is not None and room.blocks:
+        room_exact = is_exact(len(fresh_runs), room.run_count())
+        placed = jobs[fresh_runs]
+        _, unplaced = pack_columns(
+            runs.pieces[fresh_runs], placed, room, cap, open_new=False, exact=room_exact
+        )
+        in_room = int(placed.sum()) - sum(unplaced)
+        jobs[fresh_runs] = unplaced
+    kept = np.flatnonzero(jobs)
+    ids, left = runs.ids[kept], jobs[kept]
+    starts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else kept
+    if len(starts) < len(ids):  # consecutive runs of one piece are one
+        left = np.add.reduceat(left, starts)
+    rows = runs.pieces[kept[starts]]
+    needed = pack_columns(rows, left, Bins(), cap, open_new=True)[0] if len(rows) else 0
+    return needed, Packing(
+        jobs=int(left.sum()),
+        runs=len(rows),
+        exact=is_exact(len(rows), 0),
+        in_free_room=in_room,
+        free_room_runs=len(fresh_runs) if in_room else 0,
+        free_room_exact=room_exact,
+    )
+
+
 def _consecutive(pieces: list[Piece], jobs: list[int]) -> list[tuple[Piece, int]]:
     """Runs ``(piece, jobs)``, consecutive runs of one piece made one."""
     if not any(map(eq, pieces, islice(pieces, 1, None))):  # mostly none: compared in C
@@ -432,10 +490,13 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
         else _count_table(target, nodes, shape, queue, table, max_memory_per_cpu)
     )
     needed, packing = 0, None
-    if shape is not None and counted.runs.pieces:
+    if shape is not None and (counted.runs.pieces or counted.columns is not None):
         owned = queue.owned_nodes()
         room = [n for n in busy if n.name not in owned] if owned else busy  # another user's, maybe
-        needed, packing = _pack(counted.runs, shape, room, max_cpus)
+        if counted.columns is not None:
+            needed, packing = _pack_columns(counted.columns, shape, room, max_cpus)
+        else:
+            needed, packing = _pack(counted.runs, shape, room, max_cpus)
     too_large: tuple[TooLarge, ...] = ()
     if counted.misfits:
         too_large = tuple(

@@ -23,6 +23,9 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Iterator, Sequence
 from operator import itemgetter
 from types import ModuleType
+from typing import Any
+
+import numpy as np
 
 __all__ = [
     "BLOCK",
@@ -34,6 +37,7 @@ __all__ = [
     "first_fit_owned",
     "is_exact",
     "pack",
+    "pack_columns",
 ]
 
 _native: ModuleType | None
@@ -443,6 +447,32 @@ def pack(
         left.append(k)
         bins.tidy()
     return opened, left
+
+
+def pack_columns(
+    pieces: np.ndarray[Any, np.dtype[np.int64]],
+    jobs: np.ndarray[Any, np.dtype[np.int64]],
+    bins: Bins,
+    cap: Capacity,
+    *,
+    open_new: bool,
+    exact: bool | None = None,
+) -> tuple[int, list[int]]:
+    """:func:`pack` of runs given as columns: ``pieces`` an int64 array of rows ``[nodes, cpus, memory,
+    gpus]``, ``jobs`` the jobs of each run — the bounded path compiled reads them as they are."""
+    if exact is None:
+        exact = is_exact(len(jobs), bins.run_count())
+    if not exact and _native is not None:
+        columns = [np.ascontiguousarray(pieces[:, i], dtype=np.int64) for i in range(4)]
+        try:
+            answer: tuple[int, list[int]] = _native.best_fit_columns(
+                *columns, np.ascontiguousarray(jobs, dtype=np.int64), list(bins.runs()), cap, open_new
+            )
+            return answer
+        except OverflowError:
+            pass
+    groups: list[tuple[Piece, int]] = list(zip(map(tuple, pieces.tolist()), jobs.tolist(), strict=True))
+    return pack(groups, bins, cap, open_new=open_new, exact=exact)
 
 
 OWNED_JOBS = 500

@@ -273,13 +273,23 @@ class PieceIds:
     :class:`KeyFacts`: ``ids`` the piece's id in ``pieces`` (−1: a misfit, in ``misfits``; −2: not sized
     yet); ``index``: piece → id."""
 
-    __slots__ = ("ids", "index", "misfits", "pieces")
+    __slots__ = ("_columns", "ids", "index", "misfits", "pieces")
 
     def __init__(self) -> None:
         self.ids: _I64 = np.empty(0, dtype=np.int64)
         self.pieces: list[Any] = []
         self.index: dict[Any, int] = {}
         self.misfits: dict[int, Any] = {}
+        self._columns = np.empty((0, 4), dtype=np.int64)
+
+    def columns(self) -> np.ndarray[Any, np.dtype[np.int64]]:
+        """The pieces as an int64 array ``[nodes, cpus, memory, gpus]`` by id (OverflowError: a field
+        beyond int64, never seen)."""
+        have = len(self._columns)
+        if have < len(self.pieces):
+            new = np.array(self.pieces[have:], dtype=np.int64).reshape(-1, 4)
+            self._columns = np.concatenate([self._columns, new])
+        return self._columns
 
 
 class KindTable(NamedTuple):

@@ -11,6 +11,7 @@ import random
 import shutil
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -150,3 +151,40 @@ def test_pack_on_its_bounded_path_is_the_same_either_way(monkeypatch: pytest.Mon
     monkeypatch.setattr(packing, "_native", None)
     want = [pack(o, Bins([list(r) for r in b]), c, open_new=n, exact=False) for o, b, c, n in cases]
     assert got == want
+
+
+@needs_native
+def test_columns_give_what_tuples_give() -> None:
+    rng = random.Random(11)
+    for case in range(400):
+        order, runs, cap, open_new = random_case(rng, 120)
+        columns = [np.array([piece[i] for piece, _ in order], dtype=np.int64) for i in range(4)]
+        jobs = np.array([k for _, k in order], dtype=np.int64)
+        got = native.best_fit_columns(*columns, jobs, [list(r) for r in runs], cap, open_new)
+        assert got == native.best_fit(order, [list(r) for r in runs], cap, open_new), case
+
+
+@needs_native
+def test_columns_of_another_type_are_an_error() -> None:
+    one = np.ones(3, dtype=np.int64)
+    with pytest.raises(TypeError):
+        native.best_fit_columns(one.astype(np.int32), one, one, one, one, [], (8, 0, 0), True)
+    with pytest.raises(ValueError):
+        native.best_fit_columns(one, one, one, one, one[:2], [], (8, 0, 0), True)
+    with pytest.raises(OverflowError):  # a piece of no CPU
+        native.best_fit_columns(one, one * 0, one, one, one, [], (8, 0, 0), True)
+
+
+def test_pack_columns_is_pack(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(4)
+    cases = [random_case(rng, 150) for _ in range(60)]
+    for compiled in (True, False):
+        if not compiled:
+            monkeypatch.setattr(packing, "_native", None)
+        for order, runs, cap, open_new in cases:
+            rows = np.array([piece for piece, _ in order], dtype=np.int64).reshape(-1, 4)
+            jobs = np.array([k for _, k in order], dtype=np.int64)
+            for exact in (True, False):
+                bins = Bins([list(r) for r in runs])
+                got = packing.pack_columns(rows, jobs, bins, cap, open_new=open_new, exact=exact)
+                assert got == pack(order, Bins([list(r) for r in runs]), cap, open_new=open_new, exact=exact)

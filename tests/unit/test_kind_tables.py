@@ -217,3 +217,39 @@ def test_the_default_order_jobs_takes_tables_beyond_2000_records() -> None:
     assert queue.Queue(snap, ["a"]).tables is not None
     wanted = targets(rng)
     same(answers(snap, wanted, ScanCache(), tables=True), answers(snap, wanted, None, tables=False))
+
+
+def test_all_different_shapes_packed_by_the_bounded_path() -> None:
+    """3,000 jobs of their own sizes (beyond the exact packing's budget: the bounded best fit, from
+    columns and from tuples), half of them fresh into busy nodes' free room, some spanning nodes."""
+    rng = random.Random(12)
+    jobs = [
+        Job(
+            job_id=i,
+            state="PENDING",
+            reason="None" if rng.random() < 0.5 else "Resources",
+            partitions=("a",),
+            priority=rng.randint(1, 400),
+            cpus=rng.randint(1, 8),
+            min_nodes=rng.choice([1, 1, 2]),
+            memory_per_node_bytes=(100 + i) * MIB,
+        )
+        for i in range(1, 3001)
+    ]
+    nodes = tuple(
+        Node(
+            name=f"a{i}",
+            partitions=("a",),
+            state="MIXED",
+            cpus=8,
+            alloc_cpus=rng.randint(1, 7),
+            memory_bytes=16000 * MIB,
+        )
+        for i in range(300)
+    )
+    snap = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), nodes=nodes)
+    wanted = [Target("a", "a", shape=SHAPE)]
+    got = answers(snap, wanted, ScanCache(), tables=True)
+    packing = got["a"].packing
+    assert packing is not None and not packing.exact and not packing.free_room_exact and packing.in_free_room
+    same(got, answers(snap, wanted, None, tables=False))
