@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Sequence
+from operator import attrgetter
 
 import msgspec
 
@@ -61,9 +62,14 @@ def _merged(parts: list[Job]) -> Job:
     )
 
 
+_het_job_id = attrgetter("het_job_id")
+
+
 def merge_hetjobs(jobs: Sequence[Job]) -> Sequence[Job]:
     """``jobs`` with each pending heterogeneous job as one (module docstring), in its first component's
     place; ``jobs`` itself when none is pending."""
+    if not any(map(_het_job_id, jobs)):  # mostly none (read in C)
+        return jobs
     components: dict[int, list[Job]] = defaultdict(list)
     for j in jobs:
         if j.het_job_id is not None:

@@ -10,7 +10,7 @@ its lead job's place. Why, and what it costs: ``docs/demand.md``, "Scheduling or
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
 from itertools import islice
@@ -337,8 +337,11 @@ class ScanCache:
         "_pieces",
         "_sizes",
         "at",
+        "current",
         "every",
+        "exclusive",
         "facts",
+        "ident",
         "ids",
         "jobs",
         "key_ids",
@@ -348,6 +351,7 @@ class ScanCache:
         "policy",
         "priority",
         "settled",
+        "submit",
         "volatile",
     )
 
@@ -360,8 +364,15 @@ class ScanCache:
         self.volatile: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
         self.settled: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
         """Volatile rows whose key may be kept (the class docstring)."""
+        self.submit: np.ndarray[Any, np.dtype[np.float64]] = np.empty(0, dtype=np.float64)
+        self.ident: _I64 = np.empty(0, dtype=np.int64)
+        """Per row its record's :func:`rank` less the priority: submit time, job id (an array's id)."""
+        self.current: _I64 = np.empty(0, dtype=np.int64)
+        """The rows of the snapshot last scanned, in its order."""
         self.key_ids: dict[JobKey, int] = {}
         self.keys: list[JobKey] = []
+        self.exclusive: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+        """Per key id: its jobs share nodes only with their user's (``--exclusive=user|mcs``)."""
         self.every: bool | None = None
         """Whether the cached keys carry ``who`` (:func:`scan`)."""
         self.policy: tuple[Any, ...] | None = None
@@ -402,7 +413,10 @@ class ScanCache:
         put = ids.setdefault
         out = [put(key, len(ids)) for key in keys]
         if len(ids) > before:
-            self.keys.extend(islice(ids, before, None))
+            new = list(islice(ids, before, None))
+            self.keys.extend(new)
+            flags = np.fromiter(map(_exclusive_to, new), dtype=np.bool_, count=len(new))
+            self.exclusive = np.concatenate([self.exclusive, flags])
         return out
 
     def rows_of(self, ids: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -437,6 +451,8 @@ class ScanCache:
         self.jobs = list(jobs)
         self.kid, self.priority = self.kid[rows], self.priority[rows]
         self.volatile, self.settled = self.volatile[rows], self.settled[rows]
+        self.submit, self.ident = self.submit[rows], self.ident[rows]
+        self.current = np.arange(len(rows), dtype=np.int64)
         self.at = np.argsort(ids).astype(np.int64)
         self.ids = ids[self.at]
 
@@ -466,13 +482,12 @@ _READ_AGAIN = -2
 
 def scan_cached(
     jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
-) -> tuple[
-    list[JobKey], list[int], np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]] | None
-]:
-    """:func:`scan` through ``cache``: its groups as two lists (the keys, their group numbers: no dict
-    hashing every key again), the same codes (an int64 array), and the keys' ids in the cache (None if the
-    cache was emptied on the way); reading (by :func:`scan` itself) only the records the cache has not
-    seen and the volatile ones it may not keep."""
+) -> tuple[list[JobKey] | None, list[int], _I64, _I64 | None]:
+    """:func:`scan` through ``cache``: its groups as the keys (or their ids in the cache) and their group
+    numbers (no dict hashing every key again), and the same codes (an int64 array) — ``(None, numbers,
+    codes, key ids)``, or ``(keys, numbers, codes, None)`` if the cache was emptied on the way; reading (by
+    :func:`scan` itself) only the records the cache has not seen and the volatile ones it may not keep.
+    Sets :attr:`ScanCache.current`."""
     every = _every(bars, users)
     if cache.every is not every:
         cache.clear()
@@ -502,12 +517,17 @@ def scan_cached(
         )  # fmt: skip
         cache.kid = np.concatenate([cache.kid, fresh_kid])
         cache.priority = np.concatenate([cache.priority, priority])
+        submit = np.fromiter((j.submit_time or 0.0 for j in fresh), dtype=np.float64, count=len(fresh))
+        ident = np.fromiter((j.array_job_id or j.job_id for j in fresh), dtype=np.int64, count=len(fresh))
+        cache.submit = np.concatenate([cache.submit, submit])
+        cache.ident = np.concatenate([cache.ident, ident])
         cache.volatile = np.concatenate([cache.volatile, how > 0])
         cache.settled = np.concatenate([cache.settled, how == 1])
         row[missing] = added
         fresh_volatile = np.flatnonzero(cache.volatile[added])
         if fresh_volatile.size:
             cache.keep(added[fresh_volatile], fresh_kid[fresh_volatile].tolist())
+    cache.current = row
     kid = cache.kid[row]
     if fresh_kid is not None:
         kid[missing] = fresh_kid  # a volatile one's key as read now, kept or not
@@ -519,9 +539,8 @@ def scan_cached(
     pending = kid >= 0
     others.extend([jobs[i] for i in np.flatnonzero(~pending).tolist()])
     code = np.zeros(n, dtype=np.int64)
-    keys_in_order: list[JobKey] = []
     numbers: list[int] = []
-    kids: np.ndarray[Any, np.dtype[np.int64]] | None = np.empty(0, dtype=np.int64)
+    kids = np.empty(0, dtype=np.int64)
     if pending.any():
         present, first_at, inverse = np.unique(kid[pending], return_index=True, return_inverse=True)
         group = first_at + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
@@ -529,14 +548,14 @@ def scan_cached(
         keys = cache.keys
         by_first = np.argsort(first_at)
         kids = present[by_first]
-        keys_in_order = [keys[k] for k in kids.tolist()]
         numbers = group[by_first].tolist()
         if len(keys) > 2 * len(present) + 1024:
+            keys_in_order = [keys[k] for k in kids.tolist()]
             cache.clear()  # mostly keys of snapshots gone by: start afresh next time
-            kids = None
-    if kids is not None and len(cache.jobs) > n + n // 4 + 1024:
+            return keys_in_order, numbers, code, None
+    if len(cache.jobs) > n + n // 4 + 1024:
         cache.compact(jobs, ids, row)  # records of snapshots gone by: keep this one's only
-    return keys_in_order, numbers, code, kids
+    return None, numbers, code, kids
 
 
 def _scan_ids(
@@ -786,7 +805,7 @@ def _kind_tables(
     multiplicities: Sequence[int],
     leads: Sequence[int],
     priorities: Sequence[int],
-    jobs: Sequence[Job],
+    lead_rank: Callable[[_I64], tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]],
 ) -> tuple[dict[str, KindTable], np.ndarray[Any, np.dtype[np.int64]]]:
     """The kinds :class:`Queue` makes of its keys (``kids``: their ids in ``facts``; the rest: what
     :func:`tally` gives for each), as one :class:`KindTable` per wanted partition, merged and ordered as
@@ -847,10 +866,7 @@ def _kind_tables(
     kk = np.maximum(key_kind, 0)
     ranked = np.flatnonzero((key_kind >= 0) & shared[kk] & (priority == kind_priority[kk]))
     if ranked.size:
-        lead_jobs = [jobs[i] for i in np.asarray(leads, dtype=np.int64)[ranked].tolist()]
-        m = len(lead_jobs)
-        submit = np.fromiter((job.submit_time or 0.0 for job in lead_jobs), dtype=np.float64, count=m)
-        ident = np.fromiter((job.array_job_id or job.job_id for job in lead_jobs), dtype=np.int64, count=m)
+        submit, ident = lead_rank(np.asarray(leads, dtype=np.int64)[ranked])
         owner = key_kind[ranked]
         best = np.lexsort((ident, submit, owner))
         firsts = best[np.flatnonzero(np.r_[True, owner[best][1:] != owner[best][:-1]])]
@@ -876,6 +892,21 @@ def _kind_tables(
             kind=sel,
         )
     return tables, key_kind
+
+
+def _lead_rank(jobs: Sequence[Job], at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
+    """Submit time and job id (an array's: the array's) of the jobs at these snapshot indices."""
+    lead_jobs = [jobs[i] for i in at.tolist()]
+    m = len(lead_jobs)
+    submit = np.fromiter((job.submit_time or 0.0 for job in lead_jobs), dtype=np.float64, count=m)
+    ident = np.fromiter((job.array_job_id or job.job_id for job in lead_jobs), dtype=np.int64, count=m)
+    return submit, ident
+
+
+def _cached_rank(cache: ScanCache, at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
+    """:func:`_lead_rank` from the cache's rows (:attr:`ScanCache.current`: the snapshot just scanned)."""
+    rows = cache.current[at]
+    return cache.submit[rows], cache.ident[rows]
 
 
 def _empty_table() -> KindTable:
@@ -930,24 +961,30 @@ class Queue:
         says)."""
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
-        groups: Sequence[JobKey]
+        listed: list[JobKey] | None
         numbers: Sequence[int]
         codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
         kids: np.ndarray[Any, np.dtype[np.int64]] | None = None
         if cache is not None:
-            groups, numbers, codes, kids = scan_cached(jobs, others, self.bars, cache)
+            listed, numbers, codes, kids = scan_cached(jobs, others, self.bars, cache)
         else:
             by_key, codes = scan(jobs, others, self.bars)
-            groups, numbers = list(by_key), list(by_key.values())
-        self._users = any(  # the keys' node requests: few distinct, most None (read in C)
-            nr is not None and nr.exclusive_to is not None for nr in set(map(_node_request, groups))
-        )
+            listed, numbers = list(by_key), list(by_key.values())
+        if listed is None:  # the keys by their ids in the cache: listed only if read (:meth:`_keys`)
+            assert cache is not None and kids is not None
+            self._users = bool(cache.exclusive[kids].any())
+        else:
+            self._users = any(  # the keys' node requests: few distinct, most None (read in C)
+                nr is not None and nr.exclusive_to is not None for nr in set(map(_node_request, listed))
+            )
+        self._listed = listed
+        self._key_ids = (cache.keys, kids) if cache is not None and kids is not None else None
         owners: frozenset[str] = frozenset()
         if self._users:  # (rare) every job's user is needed: a user's plain jobs go with its exclusive ones
             others.clear()
             by_key, codes = scan(jobs, others, self.bars, users=True)
-            groups, numbers = list(by_key), list(by_key.values())
-            owners = frozenset(key[5][2] for key in groups if _exclusive_to(key))
+            self._listed, numbers = list(by_key), list(by_key.values())
+            owners = frozenset(key[5][2] for key in self._listed if _exclusive_to(key))
         self.by_job = by_job = len(codes) - len(others) <= ORDER_JOBS
         """Whether the pending jobs are ordered job by job (else kind by kind)."""
         multiplicities, leads, priorities, positions = tally(numbers, codes, positions=by_job)
@@ -959,20 +996,23 @@ class Queue:
         """Per partition its kinds as columns (:class:`KindTable`): beyond :data:`ORDER_JOBS` pending
         records where no key carries ``who`` (else :meth:`runs`)."""
         self.facts: KeyFacts | None = None
-        self._groups = groups
         self._key_kind: np.ndarray[Any, np.dtype[np.int64]] | None = None
         if not by_job and not _every(self.bars, self._users) and TABLES:
+            lead_rank = partial(_lead_rank, jobs)
             if cache is not None and kids is not None and len(cache.keys) >= len(cache.facts):
                 facts = cache.facts
                 facts.extend(cache.keys[len(facts) :])
+                lead_rank = partial(_cached_rank, cache)
             else:  # no cache, or emptied on the way: this snapshot's keys only
+                groups = self._keys()
                 facts, kids = KeyFacts(), np.arange(len(groups), dtype=np.int64)
                 facts.extend(groups)
             self.facts = facts
             self.tables, self._key_kind = _kind_tables(
-                facts, kids, sorted(wanted), tiers, multiplicities, leads, priorities, jobs
+                facts, kids, sorted(wanted), tiers, multiplicities, leads, priorities, lead_rank
             )
         else:
+            groups = self._keys()
             kinds: dict[str, list[Kind]] = {p: [] for p in wanted}
             kind_at: dict[str, dict[int, Kind]] = {p: {} for p in wanted}  # key index → its kind
             merged: dict[str, dict[Any, Kind]] = {p: {} for p in wanted}
@@ -1092,7 +1132,16 @@ class Queue:
         """The keys of these kinds of :attr:`tables` (:attr:`KindTable.kind`), in key order."""
         assert self._key_kind is not None
         at = np.flatnonzero(np.isin(self._key_kind, np.fromiter(kinds, dtype=np.int64)))
-        return [self._groups[i] for i in at.tolist()]
+        keys = self._keys()
+        return [keys[i] for i in at.tolist()]
+
+    def _keys(self) -> list[JobKey]:
+        """The pending jobs' keys in :func:`scan`'s order (listed from the cache's ids when first read)."""
+        if self._listed is None:
+            assert self._key_ids is not None
+            keys, kids = self._key_ids
+            self._listed = [keys[k] for k in kids.tolist()]
+        return self._listed
 
     def held_nodes(self) -> set[str]:
         """Names of nodes held by jobs (RUNNING, SUSPENDED, COMPLETING) of the wanted partitions."""

@@ -253,3 +253,30 @@ def test_all_different_shapes_packed_by_the_bounded_path() -> None:
     packing = got["a"].packing
     assert packing is not None and not packing.exact and not packing.free_room_exact and packing.in_free_room
     same(got, answers(snap, wanted, None, tables=False))
+
+
+@pytest.mark.usefixtures("large")
+@pytest.mark.parametrize("seed", range(6))
+def test_the_same_kinds_over_polls_with_the_cache(seed: int) -> None:
+    """Leads ranked from the cache's rows (records kept, re-read, dropped, added, compacted)."""
+    rng = random.Random(200 + seed)
+    top = rng.randint(100, 300)
+    jobs = [merging_job(rng, i) if i % 2 else varied_job(rng, i) for i in range(1, top + 1)]
+    jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]  # no keys with who
+    cache = ScanCache()
+    parts = (Partition(name="a", priority_tier=2), Partition(name="c"))
+    for _ in range(8):
+        snap = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), partitions=parts)
+        with_tables = queue.Queue(snap, ["a", "b", "c"], cache)
+        assert with_tables.tables is not None
+        queue.TABLES = False
+        try:
+            with_kinds = queue.Queue(snap, ["a", "b", "c"])
+        finally:
+            queue.TABLES = True
+        for p in "abc":
+            assert kinds_in_order(with_tables, p) == kinds_in_order(with_kinds, p), p
+        jobs, top = next_jobs(jobs, rng, top)
+        jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]  # no keys with who
+        jobs += [merging_job(rng, top + i) for i in range(1, 30)]
+        top += 29
