@@ -131,11 +131,7 @@ def _count(
                 continue
         if kind.throttle is not None:
             array_id, throttle = kind.throttle
-            left = allowance.get(array_id)
-            if left is None:
-                left = max(0, throttle - queue.array_running[array_id])
-            take = min(count, left)
-            allowance[array_id] = left - take
+            take = _allowed(allowance, array_id, throttle, count, queue.array_running)
             if take < count:
                 ignored["JobArrayTaskLimit"] += count - take
             count = take
@@ -225,11 +221,7 @@ def _count_table(
             strict=True,
         ):
             c = int(count[i])
-            left = allowance.get(array_id)
-            if left is None:
-                left = max(0, throttle - queue.array_running[array_id])
-            take = min(c, left)
-            allowance[array_id] = left - take
+            take = _allowed(allowance, array_id, throttle, c, queue.array_running)
             if take < c:
                 if short_at < 0:
                     short_at = i
@@ -310,6 +302,19 @@ def _piece_ids(
     if len(memo.ids) < known:
         memo.ids = np.concatenate([memo.ids, np.full(known - len(memo.ids), -2, dtype=np.int64)])
     return memo
+
+
+def _allowed(
+    allowance: dict[int, int], array_id: int, throttle: int, count: int, running: Mapping[int, int]
+) -> int:
+    """How many of ``count`` tasks of a ``%N`` array may start: its allowance (``N`` less its tasks that
+    hold nodes, ``running``), handed out in order (``allowance``: what each array has left)."""
+    left = allowance.get(array_id)
+    if left is None:
+        left = max(0, throttle - running[array_id])
+    take = min(count, left)
+    allowance[array_id] = left - take
+    return take
 
 
 def _draw(

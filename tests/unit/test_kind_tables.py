@@ -130,20 +130,27 @@ def kinds_in_order(q: queue.Queue, partition: str) -> list[tuple[Any, ...]]:
     ]
 
 
+def same_kinds(snap: Snapshot, partitions: str, cache: ScanCache | None = None) -> None:
+    """The queue's kinds of each partition as columns (where no key carries ``who``) are the ones made as
+    objects, in the same order."""
+    with_tables = queue.Queue(snap, list(partitions), cache)
+    assert (with_tables.tables is None) == any(j.node_request for j in snap.jobs if j.state == "PENDING")
+    queue.TABLES = False
+    try:
+        with_kinds = queue.Queue(snap, list(partitions))
+    finally:
+        queue.TABLES = True
+    for p in partitions:
+        assert kinds_in_order(with_tables, p) == kinds_in_order(with_kinds, p), p
+
+
 @pytest.mark.usefixtures("large")
 @pytest.mark.parametrize("seed", range(40))
 def test_the_same_kinds_in_the_same_order(seed: int) -> None:
     rng = random.Random(1000 + seed)
     jobs = [varied_job(rng, i) for i in range(1, rng.randint(2, 300))]
     snap = with_tiers(snapshot(jobs, rng, limits=False), rng)
-    with_tables = queue.Queue(snap, ["a", "b", "c"])
-    queue.TABLES = False
-    try:
-        with_kinds = queue.Queue(snap, ["a", "b", "c"])
-    finally:
-        queue.TABLES = True
-    for p in "abc":
-        assert kinds_in_order(with_tables, p) == kinds_in_order(with_kinds, p), p
+    same_kinds(snap, "abc")
 
 
 def merging_job(rng: random.Random, job_id: int) -> Job:
@@ -172,13 +179,7 @@ def test_merged_kinds_are_ranked_by_their_first_lead(seed: int) -> None:
         jobs=tuple(jobs),
         partitions=(Partition(name="a", priority_tier=2), Partition(name="c")),
     )
-    with_tables = queue.Queue(snap, ["a", "c"])
-    queue.TABLES = False
-    try:
-        with_kinds = queue.Queue(snap, ["a", "c"])
-    finally:
-        queue.TABLES = True
-    assert kinds_in_order(with_tables, "a") == kinds_in_order(with_kinds, "a")
+    same_kinds(snap, "ac")
 
 
 @pytest.mark.usefixtures("large")
@@ -267,15 +268,7 @@ def test_the_same_kinds_over_polls_with_the_cache(seed: int) -> None:
     parts = (Partition(name="a", priority_tier=2), Partition(name="c"))
     for _ in range(8):
         snap = Snapshot(taken_at=0.0, api_version="v0.0.45", jobs=tuple(jobs), partitions=parts)
-        with_tables = queue.Queue(snap, ["a", "b", "c"], cache)
-        assert with_tables.tables is not None
-        queue.TABLES = False
-        try:
-            with_kinds = queue.Queue(snap, ["a", "b", "c"])
-        finally:
-            queue.TABLES = True
-        for p in "abc":
-            assert kinds_in_order(with_tables, p) == kinds_in_order(with_kinds, p), p
+        same_kinds(snap, "abc", cache)
         jobs, top = next_jobs(jobs, rng, top)
         jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]  # no keys with who
         jobs += [merging_job(rng, top + i) for i in range(1, 30)]
