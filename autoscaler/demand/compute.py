@@ -21,20 +21,7 @@ from typing import Any
 import numpy as np
 
 from autoscaler.demand.packing import OWNED_JOBS, Bins, Piece, first_fit_owned, is_exact, pack, pack_columns
-from autoscaler.demand.queue import (
-    INELIGIBLE_CODE,
-    WHEN_EMPTY_CODE,
-    Draw,
-    JobKey,
-    KeyFacts,
-    Kind,
-    KindTable,
-    Owner,
-    PieceIds,
-    Queue,
-    ScanCache,
-    job_label,
-)
+from autoscaler.demand.queue import Draw, JobKey, Kind, Owner, Queue, ScanCache, job_label
 from autoscaler.demand.select import (
     busy_nodes,
     constraint_fits,
@@ -44,6 +31,7 @@ from autoscaler.demand.select import (
     target_nodes,
 )
 from autoscaler.demand.sizing import Request, size
+from autoscaler.demand.tables import INELIGIBLE_CODE, WHEN_EMPTY_CODE, KeyFacts, KindTable, PieceIds
 from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
 from autoscaler.reasons import Eligibility
 from exporter.model import Node, Snapshot

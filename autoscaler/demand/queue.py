@@ -10,18 +10,20 @@ its lead job's place. Why, and what it costs: ``docs/demand.md``, "Scheduling or
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
 from itertools import islice
 from operator import attrgetter, itemgetter
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from autoscaler.demand.hetjobs import merge_hetjobs
+from autoscaler.demand.keys import REQUEST, JobKey, request_of
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
+from autoscaler.demand.tables import KeyFacts, KindTable, PieceIds, kind_tables, lead_rank
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.limits import Budget
 from autoscaler.reasons import Eligibility, classify
@@ -52,33 +54,6 @@ of one kind); beyond, each kind is one run at its lead job's place."""
 HOLDING_STATES = frozenset({"RUNNING", "SUSPENDED", "COMPLETING"})
 """Jobs in these states (or flagged COMPLETING) hold their nodes: SUSPENDED ones hold memory."""
 
-JobKey = tuple[Any, ...]
-"""What :func:`scan` groups a pending job by: ``(partitions, reason, features, tasks, array, who,
-*request)``.
-
-``reason``: Slurm's, or for a job Slurm has not classified yet (reason in ``UNSETTLED``), bound to a
-reservation or to named nodes, the one its own fields show (:func:`autoscaler.eligibility.settled_reason`);
-``features``: its ``--constraint``; ``tasks``: ``Job.task_count`` (an array record stands for its
-pending tasks); ``array``: None outside an array, the ``array_job_id`` for a record of an array without
-a ``%N`` throttle, else ``(array_job_id, array_task_id, array_task_string, array_max_tasks)`` (records
-of a throttled array count together only as job by job would: the allowance is handed out in order);
-``who``: the job's ``(qos, account, user)`` where limits that depend on what runs are enforced
-(:meth:`autoscaler.limits.JobLimits.budgets`) or with ``users`` (:func:`scan`: some pending job shares
-nodes only with its own user's, ``--exclusive=user|mcs``), else None;
-``request``: the fields of :class:`~autoscaler.demand.sizing.Request`, in order, from :data:`REQUEST` on
-(one flat tuple per job in the hot loop — a nested one doubles
-the objects the garbage collector walks; made a typed ``Request`` once per distinct key that gets sized:
-:func:`request_of`)."""
-
-REQUEST = 6
-"""Where the request's fields start in a :data:`JobKey`."""
-
-
-def request_of(key: JobKey) -> Request:
-    """The typed request of a :data:`JobKey`."""
-    return tuple.__new__(Request, key[REQUEST:])
-
-
 Draw = tuple[tuple[str, ...], int, int, str]
 """``(budget key, limit, what one job draws, reason)``: one of a kind's :data:`autoscaler.limits.Budget`,
 with the amount (jobs, CPUs or nodes) each of its jobs takes."""
@@ -88,6 +63,8 @@ Owner = tuple[str, bool]
 
 Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`rank`."""
+
+_I64 = np.ndarray[Any, np.dtype[np.int64]]
 
 _GROUP = (1 << 31) - 1
 """The group bits of a :func:`scan` code (group 0: not pending)."""
@@ -138,177 +115,6 @@ def scan(
         for j in jobs
     ]  # fmt: skip
     return groups, codes
-
-
-INELIGIBLE_CODE, ELIGIBLE_CODE, WHEN_EMPTY_CODE = 0, 1, 2
-"""A reason's class in :class:`KeyFacts` and :class:`KindTable` columns (:class:`Eligibility`)."""
-_ELIG_CODE = {
-    Eligibility.INELIGIBLE: INELIGIBLE_CODE,
-    Eligibility.ELIGIBLE: ELIGIBLE_CODE,
-    Eligibility.ELIGIBLE_WHEN_EMPTY: WHEN_EMPTY_CODE,
-}
-
-_I64 = np.ndarray[Any, np.dtype[np.int64]]
-
-
-class KeyFacts:
-    """What the kinds of a large queue need of each :data:`JobKey`, as numpy columns by key id (its
-    index here), the values interned: ``partition`` (id in ``partitions``), ``name`` and ``elig`` (its
-    reason's class: :func:`autoscaler.reasons.classify`, ``names``; codes :data:`ELIGIBLE_CODE` …),
-    ``feature`` (``features``), ``tasks``, ``solo`` (an array record keyed apart: ``%N``), ``throttle_id``
-    and ``throttle_limit`` (the array and its ``%N``; −1: none), ``request`` (``requests``).
-
-    A key never changes, so neither do its facts: :class:`ScanCache` keeps them by its key ids;
-    without a cache they are made for one snapshot's keys."""
-
-    __slots__ = (
-        "_ids",
-        "_reasons",
-        "elig",
-        "feature",
-        "features",
-        "name",
-        "names",
-        "partition",
-        "partitions",
-        "request",
-        "requests",
-        "solo",
-        "tasks",
-        "throttle_id",
-        "throttle_limit",
-    )
-
-    def __init__(self) -> None:
-        self.partitions: list[tuple[str, ...]] = []
-        self.names: list[str] = []
-        self.features: list[str] = []
-        self.requests: list[Request] = []
-        self._ids: tuple[dict[Any, int], ...] = (
-            {},
-            {},
-            {},
-            {},
-            {},
-        )  # partitions, reason, name, feature, request
-        self._reasons: list[tuple[int, int]] = []  # reason id → (name id, elig code)
-        empty = np.empty(0, dtype=np.int64)
-        self.partition, self.name, self.elig, self.feature, self.tasks = empty, empty, empty, empty, empty
-        self.throttle_id, self.throttle_limit, self.request = empty, empty, empty
-        self.solo: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
-
-    def __len__(self) -> int:
-        return len(self.partition)
-
-    def name_id(self, name: str) -> int:
-        """The id of a reason class name (−1: no key has it)."""
-        return self._ids[2].get(name, -1)
-
-    def feature_id(self, features: str) -> int:
-        """The id of a constraint (−1: no key has it)."""
-        return self._ids[3].get(features, -1)
-
-    def extend(self, keys: Sequence[JobKey]) -> None:
-        """The facts of these keys, numbered on (keys without ``who``: :func:`scan` with ``who`` None)."""
-        if not keys:
-            return
-        partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
-        columns: list[list[int]] = [[] for _ in range(8)]
-        partition, name, elig, feature, tasks, throttle_id, throttle_limit, request = columns
-        solo: list[bool] = []
-        reasons, new_tuple = self._reasons, tuple.__new__
-        for key in keys:
-            partitions_, reason, features, n_tasks, array, _ = key[:REQUEST]
-            p = partition_ids.get(partitions_)
-            if p is None:
-                p = partition_ids[partitions_] = len(self.partitions)
-                self.partitions.append(partitions_)
-            r = reason_ids.get(reason)
-            if r is None:
-                r = reason_ids[reason] = len(reasons)
-                reason_name, reason_elig = classify(reason)[:2]
-                n = name_ids.get(reason_name)
-                if n is None:
-                    n = name_ids[reason_name] = len(self.names)
-                    self.names.append(reason_name)
-                reasons.append((n, _ELIG_CODE[reason_elig]))
-            f = feature_ids.get(features)
-            if f is None:
-                f = feature_ids[features] = len(self.features)
-                self.features.append(features)
-            fields = key[REQUEST:]
-            q = request_ids.get(fields)
-            if q is None:
-                q = request_ids[fields] = len(self.requests)
-                self.requests.append(new_tuple(Request, fields))
-            partition.append(p)
-            n, e = reasons[r]
-            name.append(n)
-            elig.append(e)
-            feature.append(f)
-            tasks.append(n_tasks)
-            is_solo = type(array) is tuple
-            solo.append(is_solo)
-            if is_solo and array[0] is not None:
-                throttle_id.append(array[0])
-                throttle_limit.append(array[3])
-            else:
-                throttle_id.append(-1)
-                throttle_limit.append(-1)
-            request.append(q)
-        arrays = [np.array(c, dtype=np.int64) for c in columns]
-        self.partition = np.concatenate([self.partition, arrays[0]])
-        self.name = np.concatenate([self.name, arrays[1]])
-        self.elig = np.concatenate([self.elig, arrays[2]])
-        self.feature = np.concatenate([self.feature, arrays[3]])
-        self.tasks = np.concatenate([self.tasks, arrays[4]])
-        self.throttle_id = np.concatenate([self.throttle_id, arrays[5]])
-        self.throttle_limit = np.concatenate([self.throttle_limit, arrays[6]])
-        self.request = np.concatenate([self.request, arrays[7]])
-        self.solo = np.concatenate([self.solo, np.array(solo, dtype=np.bool_)])
-
-
-class PieceIds:
-    """The sizing of one context (shape, target maximum, ``MaxMemPerCPU``) by request id of
-    :class:`KeyFacts`: ``ids`` the piece's id in ``pieces`` (−1: a misfit, in ``misfits``; −2: not sized
-    yet); ``index``: piece → id."""
-
-    __slots__ = ("_columns", "ids", "index", "misfits", "pieces")
-
-    def __init__(self) -> None:
-        self.ids: _I64 = np.empty(0, dtype=np.int64)
-        self.pieces: list[Any] = []
-        self.index: dict[Any, int] = {}
-        self.misfits: dict[int, Any] = {}
-        self._columns = np.empty((0, 4), dtype=np.int64)
-
-    def columns(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The pieces as an int64 array ``[nodes, cpus, memory, gpus]`` by id (OverflowError: a field
-        beyond int64, never seen)."""
-        have = len(self._columns)
-        if have < len(self.pieces):
-            new = np.array(self.pieces[have:], dtype=np.int64).reshape(-1, 4)
-            self._columns = np.concatenate([self._columns, new])
-        return self._columns
-
-
-class KindTable(NamedTuple):
-    """One partition's kinds in Slurm's order, as columns (a large queue whose keys carry no ``who``:
-    what :class:`Kind` objects hold, without an object per kind). Ids are :class:`KeyFacts`'."""
-
-    jobs: _I64
-    """Jobs (array tasks individually)."""
-    elig: _I64
-    """Code of its reason's class (:data:`INELIGIBLE_CODE` …)."""
-    name: _I64
-    fresh: np.ndarray[Any, np.dtype[np.bool_]]
-    feature: _I64
-    request: _I64
-    throttle_id: _I64
-    """Its throttled array (−1: none) and the array's ``%N``."""
-    throttle_limit: _I64
-    kind: _I64
-    """Its number (:meth:`Queue.keys_of`)."""
 
 
 class ScanCache:
@@ -797,121 +603,11 @@ TABLES = True
 with :class:`Kind` objects, the reference)."""
 
 
-def _kind_tables(
-    facts: KeyFacts,
-    kids: np.ndarray[Any, np.dtype[np.int64]],
-    wanted: Sequence[str],
-    tiers: Mapping[str, int],
-    multiplicities: Sequence[int],
-    leads: Sequence[int],
-    priorities: Sequence[int],
-    lead_rank: Callable[[_I64], tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]],
-) -> tuple[dict[str, KindTable], np.ndarray[Any, np.dtype[np.int64]]]:
-    """The kinds :class:`Queue` makes of its keys (``kids``: their ids in ``facts``; the rest: what
-    :func:`tally` gives for each), as one :class:`KindTable` per wanted partition, merged and ordered as
-    :class:`Kind` objects are: a kind per (reason class or fresh, constraint, request) — per reason for
-    an ineligible one, per key for an array keyed apart — its priority the highest of its keys', ordered
-    by priority, then (kinds of one priority ≥ 0) by the first :func:`rank` among the leads of its keys
-    of that priority, then by its first key. Also each key's kind number (−1: no wanted partition)."""
-    n_keys = len(kids)
-    home_of = np.full(len(facts.partitions) + 1, -1, dtype=np.int64)
-    where = {p: i for i, p in enumerate(wanted)}
-    for i, partitions_ in enumerate(facts.partitions):
-        tried = first_partition(partitions_, tiers)
-        if tried is not None and tried in where:
-            home_of[i] = where[tried]
-    home = home_of[facts.partition[kids]]
-    name, elig, feature = facts.name[kids], facts.elig[kids], facts.feature[kids]
-    request, solo = facts.request[kids], facts.solo[kids]
-    count = np.asarray(multiplicities, dtype=np.int64) * facts.tasks[kids]
-    priority = np.where(elig == INELIGIBLE_CODE, -1, np.asarray(priorities, dtype=np.int64))
-    fresh = name == facts.name_id("None")
-    index = np.arange(n_keys, dtype=np.int64)
-    # what a kind merges by: (home, what, a, feature, request)
-    what = np.where(
-        elig == INELIGIBLE_CODE, 0, np.where(solo, 1, np.where(elig == ELIGIBLE_CODE, 2, 3))
-    )  # 0 ineligible: by reason; 1 keyed apart; 2 eligible: fresh or not; 3 by reason
-    a = np.where(what == 1, index, np.where(what == 2, fresh, name))
-    merged = what >= 2
-    feature_m = np.where(merged, feature, 0)
-    request_m = np.where(merged, request, 0)
-    keep = np.flatnonzero(home >= 0)
-    by_merge = keep[np.lexsort((keep, request_m[keep], feature_m[keep], a[keep], what[keep], home[keep]))]
-    key_kind = np.full(n_keys, -1, dtype=np.int64)
-    if not by_merge.size:
-        return {p: _empty_table() for p in wanted}, key_kind
-    change = np.zeros(len(by_merge), dtype=np.bool_)  # where a kind starts
-    change[0] = True
-    for column in (home, what, a, feature_m, request_m):
-        c = column[by_merge]
-        change[1:] |= c[1:] != c[:-1]
-    starts = np.flatnonzero(change)
-    key_kind[by_merge] = np.cumsum(change) - 1
-    first_key = by_merge[starts]  # the kind's first key (keys of one kind are in key order)
-    kind_count = np.add.reduceat(count[by_merge], starts)
-    kind_priority = np.maximum.reduceat(priority[by_merge], starts)
-    kind_home = home[first_key]
-    n_kinds = len(starts)
-    # the rank of kinds that share their priority (≥ 0) in their partition with another kind
-    hp = np.lexsort((kind_priority, kind_home))
-    same = (kind_home[hp][1:] == kind_home[hp][:-1]) & (kind_priority[hp][1:] == kind_priority[hp][:-1])
-    shared_sorted = np.zeros(n_kinds, dtype=np.bool_)
-    shared_sorted[1:] |= same
-    shared_sorted[:-1] |= same
-    shared = np.zeros(n_kinds, dtype=np.bool_)
-    shared[hp] = shared_sorted
-    shared &= kind_priority >= 0
-    kind_submit = np.zeros(n_kinds, dtype=np.float64)
-    kind_ident = np.zeros(n_kinds, dtype=np.int64)
-    kk = np.maximum(key_kind, 0)
-    ranked = np.flatnonzero((key_kind >= 0) & shared[kk] & (priority == kind_priority[kk]))
-    if ranked.size:
-        submit, ident = lead_rank(np.asarray(leads, dtype=np.int64)[ranked])
-        owner = key_kind[ranked]
-        best = np.lexsort((ident, submit, owner))
-        firsts = best[np.flatnonzero(np.r_[True, owner[best][1:] != owner[best][:-1]])]
-        kind_submit[owner[firsts]] = submit[firsts]
-        kind_ident[owner[firsts]] = ident[firsts]
-    order = np.lexsort((first_key, kind_ident, kind_submit, -kind_priority, kind_home))
-    homes = kind_home[order]
-    tables: dict[str, KindTable] = {}
-    throttle_id, throttle_limit = facts.throttle_id[kids], facts.throttle_limit[kids]
-    for h, p in enumerate(wanted):
-        lo, hi = np.searchsorted(homes, [h, h + 1]).tolist()
-        sel = order[lo:hi]
-        at = first_key[sel]
-        tables[p] = KindTable(
-            jobs=kind_count[sel],
-            elig=elig[at],
-            name=name[at],
-            fresh=fresh[at],
-            feature=feature[at],
-            request=request[at],
-            throttle_id=throttle_id[at],
-            throttle_limit=throttle_limit[at],
-            kind=sel,
-        )
-    return tables, key_kind
-
-
-def _lead_rank(jobs: Sequence[Job], at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
-    """Submit time and job id (an array's: the array's) of the jobs at these snapshot indices."""
-    lead_jobs = [jobs[i] for i in at.tolist()]
-    m = len(lead_jobs)
-    submit = np.fromiter((job.submit_time or 0.0 for job in lead_jobs), dtype=np.float64, count=m)
-    ident = np.fromiter((job.array_job_id or job.job_id for job in lead_jobs), dtype=np.int64, count=m)
-    return submit, ident
-
-
 def _cached_rank(cache: ScanCache, at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
-    """:func:`_lead_rank` from the cache's rows (:attr:`ScanCache.current`: the snapshot just scanned)."""
+    """:func:`~autoscaler.demand.tables.lead_rank` from the cache's rows (:attr:`ScanCache.current`: the
+    snapshot just scanned)."""
     rows = cache.current[at]
     return cache.submit[rows], cache.ident[rows]
-
-
-def _empty_table() -> KindTable:
-    none = np.empty(0, dtype=np.int64)
-    return KindTable(none, none, none, np.empty(0, dtype=np.bool_), none, none, none, none, none)
 
 
 def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
@@ -998,18 +694,22 @@ class Queue:
         self.facts: KeyFacts | None = None
         self._key_kind: np.ndarray[Any, np.dtype[np.int64]] | None = None
         if not by_job and not _every(self.bars, self._users) and TABLES:
-            lead_rank = partial(_lead_rank, jobs)
+            ranks = partial(lead_rank, jobs)
             if cache is not None and kids is not None and len(cache.keys) >= len(cache.facts):
                 facts = cache.facts
                 facts.extend(cache.keys[len(facts) :])
-                lead_rank = partial(_cached_rank, cache)
+                ranks = partial(_cached_rank, cache)
             else:  # no cache, or emptied on the way: this snapshot's keys only
                 groups = self._keys()
                 facts, kids = KeyFacts(), np.arange(len(groups), dtype=np.int64)
                 facts.extend(groups)
             self.facts = facts
-            self.tables, self._key_kind = _kind_tables(
-                facts, kids, sorted(wanted), tiers, multiplicities, leads, priorities, lead_rank
+            homes = sorted(wanted)
+            index_of = {p: i for i, p in enumerate(homes)}
+            tried = [first_partition(partitions_, tiers) or "" for partitions_ in facts.partitions]
+            home_ids = np.array([index_of.get(p, -1) for p in tried] + [-1], dtype=np.int64)
+            self.tables, self._key_kind = kind_tables(
+                facts, kids, homes, home_ids, multiplicities, leads, priorities, ranks
             )
         else:
             groups = self._keys()

@@ -1,4 +1,4 @@
-"""Kinds as columns (``queue.KindTable``, ``compute._count_table``) give the answers :class:`Kind` objects
+"""Kinds as columns (``tables.KindTable``, ``compute._count_table``) give the answers :class:`Kind` objects
 give (``queue.TABLES`` off: the reference) — on mixes of every kind of key the model reads, with and
 without the scan cache, the ignored reasons in the same order."""
 
@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand, queue
+from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand, queue, tables
 from exporter.model import MIB, Job, Node, Partition, Snapshot
 from tests.unit.test_scan_cache import next_jobs, random_job, snapshot
 
@@ -112,17 +112,17 @@ def kinds_in_order(q: queue.Queue, partition: str) -> list[tuple[Any, ...]]:
     facts = q.facts
     assert facts is not None
     elig = {
-        queue.INELIGIBLE_CODE: "INELIGIBLE",
-        queue.ELIGIBLE_CODE: "ELIGIBLE",
-        queue.WHEN_EMPTY_CODE: "ELIGIBLE_WHEN_EMPTY",
+        tables.INELIGIBLE_CODE: "INELIGIBLE",
+        tables.ELIGIBLE_CODE: "ELIGIBLE",
+        tables.WHEN_EMPTY_CODE: "ELIGIBLE_WHEN_EMPTY",
     }
     return [
         (
             int(table.jobs[i]),
             facts.names[table.name[i]],
             elig[int(table.elig[i])],
-            facts.requests[table.request[i]] if table.elig[i] != queue.INELIGIBLE_CODE else None,
-            bool(table.fresh[i]) if table.elig[i] != queue.INELIGIBLE_CODE else False,
+            facts.requests[table.request[i]] if table.elig[i] != tables.INELIGIBLE_CODE else None,
+            bool(table.fresh[i]) if table.elig[i] != tables.INELIGIBLE_CODE else False,
             facts.features[table.feature[i]],
             (int(table.throttle_id[i]), int(table.throttle_limit[i])) if table.throttle_id[i] >= 0 else None,
         )
