@@ -4,7 +4,9 @@ Built once per snapshot (:class:`Queue`) and read by every target. Every job is 
 (:func:`scan`); jobs the model treats alike become one :class:`Kind` with a count and a lead job (the
 one Slurm takes up first); per partition the pending jobs are listed in Slurm's scheduling order as
 runs ``(kind, jobs)`` — job by job up to :data:`ORDER_JOBS` pending records, else one run per kind at
-its lead job's place. Why, and what it costs: ``docs/demand.md``, "Scheduling order" and "Cost".
+its lead job's place; beyond, where no key carries ``who``, the kinds are numpy columns instead
+(:mod:`~autoscaler.demand.tables`, :meth:`Queue.table`). Why, and what it costs: ``docs/demand.md``,
+"Scheduling order" and "Cost".
 """
 
 from __future__ import annotations
@@ -640,7 +642,8 @@ def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> st
 
 class Queue:
     """What every target needs from the snapshot, built once per snapshot: per partition its pending
-    jobs as runs ``(kind, jobs)`` in Slurm's order (:meth:`runs`), its nodes, and which nodes jobs hold."""
+    jobs as runs ``(kind, jobs)`` in Slurm's order (:meth:`runs`) or as kind columns (:meth:`table`), its
+    nodes, and which nodes jobs hold."""
 
     def __init__(self, snapshot: Snapshot, partitions: Iterable[str], cache: ScanCache | None = None) -> None:
         wanted = frozenset(partitions)
