@@ -174,7 +174,8 @@ class ScanCache:
         """Volatile rows whose key may be kept (the class docstring)."""
         self.submit: np.ndarray[Any, np.dtype[np.float64]] = np.empty(0, dtype=np.float64)
         self.ident: _I64 = np.empty(0, dtype=np.int64)
-        """Per row its record's :func:`rank` less the priority: submit time, job id (an array's id)."""
+        """Per row its record's :func:`rank` less the priority: submit time, job id (an array's id); read
+        when first asked for (:func:`_cached_rank`; ident −1: not yet)."""
         self.current: _I64 = np.empty(0, dtype=np.int64)
         """The rows of the snapshot last scanned, in its order."""
         self.key_ids: dict[JobKey, int] = {}
@@ -325,10 +326,8 @@ def scan_cached(
         )  # fmt: skip
         cache.kid = np.concatenate([cache.kid, fresh_kid])
         cache.priority = np.concatenate([cache.priority, priority])
-        submit = np.fromiter((j.submit_time or 0.0 for j in fresh), dtype=np.float64, count=len(fresh))
-        ident = np.fromiter((j.array_job_id or j.job_id for j in fresh), dtype=np.int64, count=len(fresh))
-        cache.submit = np.concatenate([cache.submit, submit])
-        cache.ident = np.concatenate([cache.ident, ident])
+        cache.submit = np.concatenate([cache.submit, np.zeros(len(fresh), dtype=np.float64)])
+        cache.ident = np.concatenate([cache.ident, np.full(len(fresh), -1, dtype=np.int64)])  # read if asked
         cache.volatile = np.concatenate([cache.volatile, how > 0])
         cache.settled = np.concatenate([cache.settled, how == 1])
         row[missing] = added
@@ -609,6 +608,10 @@ def _cached_rank(cache: ScanCache, at: _I64) -> tuple[np.ndarray[Any, np.dtype[n
     """:func:`~autoscaler.demand.tables.lead_rank` from the cache's rows (:attr:`ScanCache.current`: the
     snapshot just scanned)."""
     rows = cache.current[at]
+    unread = rows[cache.ident[rows] < 0]
+    if unread.size:
+        unread = np.unique(unread)
+        cache.submit[unread], cache.ident[unread] = lead_rank(cache.jobs, unread)
     return cache.submit[rows], cache.ident[rows]
 
 
