@@ -29,7 +29,7 @@ from autoscaler.demand.tables import KeyFacts, KindTable, PieceIds, kind_tables,
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.limits import Budget
 from autoscaler.reasons import Eligibility, classify
-from exporter.model import Job, Node, Partition, Snapshot
+from exporter.model import Job, Node, NodeRequest, Partition, Snapshot
 
 __all__ = [
     "ORDER_JOBS",
@@ -627,11 +627,14 @@ _node_request = itemgetter(-1)
 """A key's ``node_request`` (the last field of its request)."""
 
 
-def _exclusive_to(key: JobKey) -> bool:
-    """Whether the key's jobs share nodes only with their own user's (``--exclusive=user|mcs``: its
-    request's ``node_request``, the last field)."""
-    node_request = key[-1]
+def _exclusive(node_request: NodeRequest | None) -> bool:
+    """Whether a job of this node request shares nodes only with its own user's (``--exclusive=user|mcs``)."""
     return node_request is not None and node_request.exclusive_to is not None
+
+
+def _exclusive_to(key: JobKey) -> bool:
+    """:func:`_exclusive` of the key's request (its ``node_request``, the last field)."""
+    return _exclusive(key[-1])
 
 
 def first_partition(partitions: tuple[str, ...], tiers: Mapping[str, int]) -> str | None:
@@ -676,9 +679,8 @@ class Queue:
             assert cache is not None and kids is not None
             self._users = bool(cache.exclusive[kids].any())
         else:
-            self._users = any(  # the keys' node requests: few distinct, most None (read in C)
-                nr is not None and nr.exclusive_to is not None for nr in set(map(_node_request, listed))
-            )
+            # the keys' node requests: few distinct, most None (read in C)
+            self._users = any(map(_exclusive, set(map(_node_request, listed))))
         self._listed = listed
         self._key_ids = (cache.keys, kids) if cache is not None and kids is not None else None
         owners: frozenset[str] = frozenset()
@@ -757,8 +759,7 @@ class Queue:
                         if limits is not None:
                             draws = _draws(limits.budgets(qos, account, user, home), request)
                         if user in owners:
-                            node_request = request.node_request
-                            owner = (user, node_request is not None and node_request.exclusive_to is not None)
+                            owner = (user, _exclusive(request.node_request))
                     if type(array) is tuple:
                         mkey = None  # %N: keeps its place in the order
                     elif elig is eligible:  # fresh or not, constraint, request, budgets, owner
