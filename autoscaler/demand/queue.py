@@ -585,10 +585,9 @@ def _by_lead(kinds: list[Kind], jobs: Sequence[Job]) -> list[Kind]:
     at = np.flatnonzero(shared).tolist()
     if at:
         tied = [kinds[i] for i in at]
-        leads = [jobs[i] for i in map(_by_lead_job, tied)]
-        m = len(at)
-        submit[at] = np.fromiter((job.submit_time or 0.0 for job in leads), dtype=np.float64, count=m)
-        ident[at] = np.fromiter((job.array_job_id or job.job_id for job in leads), dtype=np.int64, count=m)
+        submit[at], ident[at] = lead_rank(
+            jobs, np.fromiter(map(_by_lead_job, tied), dtype=np.int64, count=len(at))
+        )
         for i, kind in zip(at, tied, strict=True):
             if kind.ties is not None:  # merged keys with leads of that priority (rare): the first of them
                 _, submit[i], ident[i] = kind.rank(jobs)
