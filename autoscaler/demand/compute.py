@@ -251,8 +251,10 @@ def _count_table(
     if misfit.any():
         at = live_at[misfit]
         out.eligible -= int(count[at].sum())
-        for kind, r in zip(table.kind[at].tolist(), table.request[at].tolist(), strict=True):
-            out.misfits.update(dict.fromkeys(queue.keys_of((kind,)), memo.misfits[r]))
+        kinds = table.kind[at].tolist()
+        keys_by_kind = queue.keys_of(kinds)
+        for kind, r in zip(kinds, table.request[at].tolist(), strict=True):
+            out.misfits.update(dict.fromkeys(keys_by_kind[kind], memo.misfits[r]))
         live_at, pieces = live_at[~misfit], pieces[~misfit]
     if not live_at.size:
         return out

@@ -834,12 +834,16 @@ class Queue:
         """The partition's kinds as columns (:attr:`tables`), or None: read :meth:`runs`."""
         return self.tables[partition] if self.tables is not None else None
 
-    def keys_of(self, kinds: Iterable[int]) -> list[JobKey]:
-        """The keys of these kinds of :attr:`tables` (:attr:`KindTable.kind`), in key order."""
+    def keys_of(self, kinds: Iterable[int]) -> dict[int, list[JobKey]]:
+        """The keys of each of these kinds of :attr:`tables` (:attr:`KindTable.kind`), in key order; one
+        pass over the keys for all of them."""
         assert self._key_kind is not None
         at = np.flatnonzero(np.isin(self._key_kind, np.fromiter(kinds, dtype=np.int64)))
         keys = self._keys()
-        return [keys[i] for i in at.tolist()]
+        out: dict[int, list[JobKey]] = {}
+        for i, kind in zip(at.tolist(), self._key_kind[at].tolist(), strict=True):
+            out.setdefault(kind, []).append(keys[i])
+        return out
 
     def _keys(self) -> list[JobKey]:
         """The pending jobs' keys in :func:`scan`'s order (listed from the cache's ids when first read)."""
