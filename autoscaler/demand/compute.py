@@ -228,24 +228,17 @@ def _count_table(
     memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu)
     requests = table.request[live_at]
     unsized = np.unique(requests[memo.ids[requests] == -2]).tolist()
-    if unsized:
-        sizes: dict[Request, Piece | Misfit] = (
-            queue.cache.sizes(shape, target.max_nodes, max_memory_per_cpu) if queue.cache is not None else {}
-        )
-        for r in unsized:
-            request = facts.requests[r]
-            piece = sizes.get(request)
-            if piece is None:
-                piece = sizes[request] = size(request, shape, target.max_nodes, max_memory_per_cpu)
-            if isinstance(piece, Misfit):
-                memo.ids[r] = -1
-                memo.misfits[r] = piece
-            else:
-                pid = memo.index.get(piece)
-                if pid is None:
-                    pid = memo.index[piece] = len(memo.pieces)
-                    memo.pieces.append(piece)
-                memo.ids[r] = pid
+    for r in unsized:  # each request sized once per context: memo is the cache's (PieceIds)
+        piece = size(facts.requests[r], shape, target.max_nodes, max_memory_per_cpu)
+        if isinstance(piece, Misfit):
+            memo.ids[r] = -1
+            memo.misfits[r] = piece
+        else:
+            pid = memo.index.get(piece)
+            if pid is None:
+                pid = memo.index[piece] = len(memo.pieces)
+                memo.pieces.append(piece)
+            memo.ids[r] = pid
     pieces = memo.ids[requests]
     misfit = pieces < 0
     if misfit.any():
