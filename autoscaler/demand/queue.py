@@ -714,7 +714,7 @@ class Queue:
             homes = sorted(wanted)
             index_of = {p: i for i, p in enumerate(homes)}
             tried = [first_partition(partitions_, tiers) or "" for partitions_ in facts.partitions]
-            home_ids = np.array([index_of.get(p, -1) for p in tried] + [-1], dtype=np.int64)
+            home_ids = np.array([index_of.get(p, -1) for p in tried], dtype=np.int64)
             self.tables, self._key_kind = kind_tables(
                 facts, kids, homes, home_ids, multiplicities, leads, priorities, ranks
             )

@@ -215,11 +215,11 @@ def kind_tables(
     """The kinds a queue makes of its keys (``kids``: their ids in ``facts``; ``home_of``: per partitions
     id of ``facts`` the index in ``wanted`` of the partition a job tries first, −1: none wanted; the
     rest: what :func:`~autoscaler.demand.queue.tally` gives for each key), as one :class:`KindTable` per
-    wanted partition, merged and ordered as
-    ``Kind`` objects are: a kind per (reason class or fresh, constraint, request) — per reason for an
-    ineligible one, per key for an array keyed apart — its priority the highest of its keys', ordered by
-    priority, then (kinds of one priority ≥ 0) by the first ``rank`` among the leads of its keys of that
-    priority, then by its first key. Also each key's kind number (−1: no wanted partition)."""
+    wanted partition, merged and ordered as ``Kind`` objects are: a kind per (reason class or fresh,
+    constraint, request) — per reason for an ineligible one, per key for an array keyed apart — its
+    priority the highest of its keys', ordered by priority, then (kinds of one priority ≥ 0) by the first
+    ``rank`` among the leads of its keys of that priority, then by its first key. Also each key's kind
+    number (−1: no wanted partition)."""
     n_keys = len(kids)
     home = home_of[facts.partition[kids]]
     name, elig, feature = facts.name[kids], facts.elig[kids], facts.feature[kids]
