@@ -378,14 +378,13 @@ def _pack(runs: _Runs, shape: NodeShape, busy: Sequence[Node], max_cpus: int | N
     else:
         needed = n_runs = 0
         exact = True
-        by_user: dict[str | None, list[tuple[Piece, int]]] = {}
+        by_user: dict[str | None, tuple[list[Piece], list[int]]] = {}
         for piece, k, owner in left:
-            groups = by_user.setdefault(owner[0] if owner is not None else None, [])
-            if groups and groups[-1][0] == piece:
-                groups[-1] = (piece, groups[-1][1] + k)
-            else:
-                groups.append((piece, k))
-        for groups in by_user.values():
+            user_pieces, user_jobs = by_user.setdefault(owner[0] if owner is not None else None, ([], []))
+            user_pieces.append(piece)
+            user_jobs.append(k)
+        for user_pieces, user_jobs in by_user.values():
+            groups = _consecutive(user_pieces, user_jobs)
             opened, _ = pack(groups, Bins(), cap, open_new=True)
             needed += opened
             n_runs += len(groups)
