@@ -31,7 +31,14 @@ from autoscaler.demand.select import (
     target_nodes,
 )
 from autoscaler.demand.sizing import Request, size
-from autoscaler.demand.tables import INELIGIBLE_CODE, WHEN_EMPTY_CODE, KeyFacts, KindTable, PieceIds
+from autoscaler.demand.tables import (
+    INELIGIBLE_CODE,
+    WHEN_EMPTY_CODE,
+    KeyFacts,
+    KindTable,
+    PieceIds,
+    first_seen,
+)
 from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
 from autoscaler.reasons import Eligibility
 from exporter.model import Node, Snapshot
@@ -253,24 +260,21 @@ def _count_table(
         return out
     # all jobs of one (piece, fresh) are one run, at the first one's place
     run_key = pieces * 2 + table.fresh[live_at]
-    keys, first, which = np.unique(run_key, return_index=True, return_inverse=True)
-    jobs = np.zeros(len(keys), dtype=np.int64)
-    np.add.at(jobs, which.ravel(), count[live_at])
-    in_order = np.argsort(first)
-    run_keys = keys[in_order]
+    leading, which = first_seen(run_key, 2 * len(memo.pieces))
+    run_keys = run_key[leading]
+    jobs = np.zeros(len(leading), dtype=np.int64)
+    np.add.at(jobs, which, count[live_at])
     try:
         rows = memo.columns()
     except OverflowError:  # a piece beyond int64 (never seen): runs as lists
         runs = out.runs
         runs.pieces = [memo.pieces[k >> 1] for k in run_keys.tolist()]
-        runs.jobs = jobs[in_order].tolist()
+        runs.jobs = jobs.tolist()
         runs.fresh = [bool(k & 1) for k in run_keys.tolist()]
-        runs.owners = [None] * len(in_order)
+        runs.owners = [None] * len(leading)
         return out
     ids = run_keys >> 1
-    out.columns = _RunColumns(
-        pieces=rows[ids], jobs=jobs[in_order], fresh=(run_keys & 1).astype(np.bool_), ids=ids
-    )
+    out.columns = _RunColumns(pieces=rows[ids], jobs=jobs, fresh=(run_keys & 1).astype(np.bool_), ids=ids)
     return out
 
 

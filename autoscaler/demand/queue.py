@@ -25,7 +25,7 @@ from autoscaler.demand.hetjobs import merge_hetjobs
 from autoscaler.demand.keys import REQUEST, JobKey, request_of
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
-from autoscaler.demand.tables import KeyFacts, KindTable, PieceIds, kind_tables, lead_rank
+from autoscaler.demand.tables import KeyFacts, KindTable, PieceIds, first_seen, kind_tables, lead_rank
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.limits import Budget
 from autoscaler.reasons import Eligibility, classify
@@ -291,10 +291,11 @@ _READ_AGAIN = -2
 
 def scan_cached(
     jobs: Sequence[Job], others: list[Job], bars: Bars, cache: ScanCache, *, users: bool = False
-) -> tuple[list[JobKey] | None, list[int], _I64, _I64 | None]:
+) -> tuple[list[JobKey] | None, _I64, _I64, _I64 | None]:
     """:func:`scan` through ``cache``: its groups as the keys (or their ids in the cache) and their group
-    numbers (no dict hashing every key again), and the same codes (an int64 array) — ``(None, numbers,
-    codes, key ids)``, or ``(keys, numbers, codes, None)`` if the cache was emptied on the way; reading (by
+    numbers (an int64 array: no dict hashing every key again), and the same codes (an int64 array) —
+    ``(None, numbers, codes, key ids)``, or ``(keys, numbers, codes, None)`` if the cache was emptied on
+    the way; reading (by
     :func:`scan` itself) only the records the cache has not seen and the volatile ones it may not keep.
     Sets :attr:`ScanCache.current`."""
     every = _every(bars, users)
@@ -346,17 +347,15 @@ def scan_cached(
     pending = kid >= 0
     others.extend([jobs[i] for i in np.flatnonzero(~pending).tolist()])
     code = np.zeros(n, dtype=np.int64)
-    numbers: list[int] = []
-    kids = np.empty(0, dtype=np.int64)
+    numbers = kids = np.empty(0, dtype=np.int64)
     if pending.any():
-        present, first_at, inverse = np.unique(kid[pending], return_index=True, return_inverse=True)
-        group = first_at + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
-        code[pending] = cache.priority[row[pending]] << 31 | group[inverse.ravel()]
+        pending_kid = kid[pending]
+        leading, group = first_seen(pending_kid, len(cache.keys))  # each key's first job, in order
+        numbers = leading + 1  # 1 + the ordinal among pending jobs of each key's first job, as scan's
+        code[pending] = cache.priority[row[pending]] << 31 | numbers[group]
+        kids = pending_kid[leading]
         keys = cache.keys
-        by_first = np.argsort(first_at)
-        kids = present[by_first]
-        numbers = group[by_first].tolist()
-        if len(keys) > 2 * len(present) + 1024:
+        if len(keys) > 2 * len(kids) + 1024:
             keys_in_order = [keys[k] for k in kids.tolist()]
             cache.clear()  # mostly keys of snapshots gone by: start afresh next time
             return keys_in_order, numbers, code, None
@@ -412,22 +411,23 @@ def key_of(job: Job, bars: Bars, *, users: bool = False) -> JobKey:
 
 
 def tally(
-    numbers: Sequence[int],
+    numbers: Sequence[int] | _I64,
     codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]],
     *,
     positions: bool = False,
-) -> tuple[list[int], list[int], list[int], list[int]]:
+) -> tuple[_I64, _I64, _I64, list[int]]:
     """Per group of :func:`scan` (``numbers``: the group numbers, in its order): pending jobs, index of
-    its *lead* job in the snapshot, the lead's priority; with ``positions``, also the snapshot indices of
-    the pending jobs (else ``[]``).
+    its *lead* job in the snapshot, the lead's priority (int64 arrays); with ``positions``, also the
+    snapshot indices of the pending jobs (else ``[]``).
 
     The lead is the job of the key that Slurm takes up first: the highest priority, and among those the
     first one listed (slurmctld lists job records in job id order, except an array's pending record,
     which moves to the end each time a task is split off: why each array's records are keyed apart).
     Vectorised (numpy).
     """
-    if not numbers:
-        return [], [], [], []
+    if not len(numbers):
+        none = np.empty(0, dtype=np.int64)
+        return none, none, none, []
     code = _code_array(codes)
     n = len(codes)
     group = code & _GROUP  # 0 for the jobs that are not pending
@@ -438,11 +438,14 @@ def tally(
     best |= np.arange(n, 0, -1, dtype=np.int64)
     top = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
     np.maximum.at(top, group, best)
-    keys = np.fromiter(numbers, dtype=np.int64, count=len(numbers))
+    keys = (
+        numbers
+        if isinstance(numbers, np.ndarray)
+        else np.fromiter(numbers, dtype=np.int64, count=len(numbers))
+    )
     top = top[keys]
-    leads = (n - (top & _GROUP)).tolist()
-    priorities = (top >> 31).tolist()
-    return jobs[keys].tolist(), leads, priorities, np.flatnonzero(group).tolist() if positions else []
+    leads = n - (top & _GROUP)
+    return jobs[keys], leads, top >> 31, np.flatnonzero(group).tolist() if positions else []
 
 
 def rank(job: Job) -> Rank:
@@ -666,7 +669,7 @@ class Queue:
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         listed: list[JobKey] | None
-        numbers: Sequence[int]
+        numbers: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
         codes: Sequence[int] | np.ndarray[Any, np.dtype[np.int64]]
         kids: np.ndarray[Any, np.dtype[np.int64]] | None = None
         if cache is not None:
@@ -728,7 +731,7 @@ class Queue:
             ineligible, eligible = Eligibility.INELIGIBLE, Eligibility.ELIGIBLE
             new_tuple = tuple.__new__
             for k, (key, multiplicity, lead, priority) in enumerate(
-                zip(groups, multiplicities, leads, priorities, strict=True)
+                zip(groups, multiplicities.tolist(), leads.tolist(), priorities.tolist(), strict=True)
             ):
                 partitions_, reason, features, tasks, array, who = key[:REQUEST]
                 home = home_of.get(partitions_, "")  # "": not seen yet; None: not a wanted partition
@@ -782,7 +785,7 @@ class Queue:
                 if by_job:
                     kind_at[home][k] = kind
             if by_job:
-                key_index = {g: k for k, g in enumerate(numbers)}
+                key_index = {g: k for k, g in enumerate(np.asarray(numbers).tolist())}
                 tasks_of = [key[3] for key in groups]
                 job_runs = _job_order(jobs, positions, codes, key_index)
                 for p in wanted:

@@ -27,6 +27,7 @@ __all__ = [
     "KindTable",
     "PieceIds",
     "empty_table",
+    "first_seen",
     "kind_tables",
     "lead_rank",
 ]
@@ -207,9 +208,9 @@ def kind_tables(
     kids: np.ndarray[Any, np.dtype[np.int64]],
     wanted: Sequence[str],
     home_of: _I64,
-    multiplicities: Sequence[int],
-    leads: Sequence[int],
-    priorities: Sequence[int],
+    multiplicities: _I64,
+    leads: _I64,
+    priorities: _I64,
     lead_rank: Callable[[_I64], tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]],
 ) -> tuple[dict[str, KindTable], np.ndarray[Any, np.dtype[np.int64]]]:
     """The kinds a queue makes of its keys (``kids``: their ids in ``facts``; ``home_of``: per partitions
@@ -224,8 +225,8 @@ def kind_tables(
     home = home_of[facts.partition[kids]]
     name, elig, feature = facts.name[kids], facts.elig[kids], facts.feature[kids]
     request, solo = facts.request[kids], facts.solo[kids]
-    count = np.asarray(multiplicities, dtype=np.int64) * facts.tasks[kids]
-    priority = np.where(elig == INELIGIBLE_CODE, -1, np.asarray(priorities, dtype=np.int64))
+    count = multiplicities * facts.tasks[kids]
+    priority = np.where(elig == INELIGIBLE_CODE, -1, priorities)
     fresh = name == facts.name_id("None")
     index = np.arange(n_keys, dtype=np.int64)
     # what a kind merges by: (home, what, a, feature, request)
@@ -253,28 +254,31 @@ def kind_tables(
     kind_priority = np.maximum.reduceat(priority[by_merge], starts)
     kind_home = home[first_key]
     n_kinds = len(starts)
-    # the rank of kinds that share their priority (≥ 0) in their partition with another kind
-    hp = np.lexsort((kind_priority, kind_home))
-    same = (kind_home[hp][1:] == kind_home[hp][:-1]) & (kind_priority[hp][1:] == kind_priority[hp][:-1])
-    shared_sorted = np.zeros(n_kinds, dtype=np.bool_)
-    shared_sorted[1:] |= same
-    shared_sorted[:-1] |= same
-    shared = np.zeros(n_kinds, dtype=np.bool_)
-    shared[hp] = shared_sorted
-    shared &= kind_priority >= 0
-    kind_submit = np.zeros(n_kinds, dtype=np.float64)
-    kind_ident = np.zeros(n_kinds, dtype=np.int64)
-    kk = np.maximum(key_kind, 0)
-    ranked = np.flatnonzero((key_kind >= 0) & shared[kk] & (priority == kind_priority[kk]))
-    if ranked.size:
-        submit, ident = lead_rank(np.asarray(leads, dtype=np.int64)[ranked])
+    # kinds by partition, priority (descending), first key; then each run of kinds that share their
+    # priority (≥ 0) in their partition reordered by their leads' rank
+    order = _order(kind_home, -kind_priority, first_key)
+    homes, by_priority = kind_home[order], kind_priority[order]
+    same = (homes[1:] == homes[:-1]) & (by_priority[1:] == by_priority[:-1]) & (by_priority[1:] >= 0)
+    tied_at = np.zeros(n_kinds, dtype=np.bool_)  # positions in order
+    tied_at[1:] |= same
+    tied_at[:-1] |= same
+    at_tied = np.flatnonzero(tied_at)
+    if at_tied.size:
+        tied = order[at_tied]
+        shared = np.zeros(n_kinds, dtype=np.bool_)
+        shared[tied] = True
+        kk = np.maximum(key_kind, 0)
+        ranked = np.flatnonzero((key_kind >= 0) & shared[kk] & (priority == kind_priority[kk]))
+        submit, ident = lead_rank(leads[ranked])
         owner = key_kind[ranked]
         best = np.lexsort((ident, submit, owner))
         firsts = best[np.flatnonzero(np.r_[True, owner[best][1:] != owner[best][:-1]])]
+        kind_submit = np.zeros(n_kinds, dtype=np.float64)
+        kind_ident = np.zeros(n_kinds, dtype=np.int64)
         kind_submit[owner[firsts]] = submit[firsts]
         kind_ident[owner[firsts]] = ident[firsts]
-    order = np.lexsort((first_key, kind_ident, kind_submit, -kind_priority, kind_home))
-    homes = kind_home[order]
+        run = np.cumsum(~np.r_[False, same][at_tied])  # positions of one run are consecutive
+        order[at_tied] = tied[_order(run, kind_submit[tied], kind_ident[tied], first_key[tied])]
     tables: dict[str, KindTable] = {}
     throttle_id, throttle_limit = facts.throttle_id[kids], facts.throttle_limit[kids]
     for h, p in enumerate(wanted):
@@ -293,6 +297,44 @@ def kind_tables(
             kind=sel,
         )
     return tables, key_kind
+
+
+def _order(*columns: np.ndarray[Any, Any]) -> _I64:
+    """The order that sorts by these columns (integers, or floats: submit times), the first the most
+    significant, the last unique — ``np.lexsort`` of them reversed: one int64 sort where each column's
+    span in whole numbers fits, together, in 63 bits (submit times are whole seconds)."""
+    if not len(columns[0]):
+        return np.empty(0, dtype=np.int64)
+    spans: list[tuple[np.ndarray[Any, Any], int, int]] = []
+    for column in columns:
+        low, high = column.min(), column.max()
+        if column.dtype.kind == "f" and not (
+            np.isfinite(low) and np.isfinite(high) and np.array_equal(column, np.floor(column))
+        ):
+            return np.lexsort(columns[::-1])
+        spans.append((column, int(low), (int(high) - int(low)).bit_length()))
+    if sum(width for _, _, width in spans) > 63:
+        return np.lexsort(columns[::-1])
+    composite = np.zeros(len(columns[0]), dtype=np.int64)
+    for column, low, width in spans:
+        composite <<= width
+        composite |= (column - low).astype(np.int64)
+    return np.argsort(composite)
+
+
+def first_seen(ids: _I64, size: int) -> tuple[_I64, _I64]:
+    """Groups of equal ``ids`` (dense: each in ``[0, size)``) in the order of their first element: the
+    positions of those first elements (ascending), and each element's group. Linear, no sort."""
+    if not len(ids):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    place = np.arange(len(ids), dtype=np.int64)
+    first = np.full(size, len(ids), dtype=np.int64)
+    np.minimum.at(first, ids, place)  # per id the position of its first element
+    first_of = first[ids]
+    leading = np.flatnonzero(first_of == place)
+    group = np.empty(size, dtype=np.int64)
+    group[ids[leading]] = np.arange(len(leading), dtype=np.int64)
+    return leading, group[ids]
 
 
 def lead_rank(jobs: Sequence[Job], at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:

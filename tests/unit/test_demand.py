@@ -290,8 +290,8 @@ def test_a_kind_is_led_by_its_highest_priority_then_first_listed_job() -> None:
     groups, codes = scan(jobs, others, Bars.of(snap(jobs)))
     assert others == [running]
     counts, leads, priorities, positions = tally(list(groups.values()), codes, positions=True)
-    assert (counts, [jobs[i].job_id for i in leads]) == ([4, 2, 2], [11, 21, 30])
-    assert priorities == [9, 2**32 - 1, 0]
+    assert (counts.tolist(), [jobs[i].job_id for i in leads]) == ([4, 2, 2], [11, 21, 30])
+    assert priorities.tolist() == [9, 2**32 - 1, 0]
     assert positions == list(range(1, len(jobs)))
 
 

@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 
 from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand, queue, tables
@@ -33,7 +34,7 @@ def varied_job(rng: random.Random, job_id: int) -> Job:
     kw: dict[str, Any] = {
         "reason": rng.choice(REASONS),
         "priority": rng.choice([0, 7, 7, 7, 50, 50, 900]),
-        "submit_time": rng.choice([None, 100.0, 100.0, 250.0]),
+        "submit_time": rng.choice([None, 100.0, 100.0, 250.0, 250.5]),  # 250.5: lexsort, not one int64
         "features": rng.choice(["", "", "", "fast", "slow", "fast|slow"]),
         "gpus_per_node": rng.choice([None, None, 1, 2, 3]),
         "cpus": rng.choice([1, 2, 4, 8, 16]),  # 16: more than a node has
@@ -273,3 +274,54 @@ def test_the_same_kinds_over_polls_with_the_cache(seed: int) -> None:
         jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]  # no keys with who
         jobs += [merging_job(rng, top + i) for i in range(1, 30)]
         top += 29
+
+
+def lexsorted(*columns: Any) -> list[int]:
+    """The reference: ``np.lexsort`` of the columns, the first the most significant."""
+    return np.lexsort(columns[::-1]).tolist()  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_one_composite_sort_orders_as_lexsort(seed: int) -> None:
+    # tables._order: one int64 argsort where the columns' spans fit in 63 bits, else lexsort — the same
+    # order either way: negative values, integral floats (submit times) folded in; fractional or
+    # infinite floats and spans too wide for one int64 left to lexsort.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    home = rng.integers(0, 4, n)
+    priority = -rng.integers(-1, rng.choice([3, 2**20, 2**32]), n)
+    submit = rng.choice([0.0, 1.7e9, 1.7e9 + 60.0, 1.7e9 + 0.5, np.inf], n, p=[0.3, 0.3, 0.3, 0.05, 0.05])
+    if seed % 3 == 0:
+        submit = np.floor(np.where(np.isfinite(submit), submit, 0.0))
+    ident = rng.integers(0, rng.choice([10, 2**40]), n)
+    last = rng.permutation(n).astype(np.int64)  # unique
+    for columns in [(home, priority, last), (home, submit, ident, last), (priority, ident, last), (last,)]:
+        assert tables._order(*columns).tolist() == lexsorted(*columns)
+
+
+def test_composite_sort_takes_one_argsort_only_where_the_bits_fit(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+    real = np.lexsort
+    monkeypatch.setattr(tables.np, "lexsort", lambda keys: calls.append(len(keys)) or real(keys))
+    small, unique = np.array([3, 1, 2, 1]), np.array([0, 1, 2, 3])
+    assert tables._order(small, unique).tolist() == [1, 3, 2, 0]
+    assert calls == []
+    wide = np.array([0, 2**61, 5, 2**61])
+    assert tables._order(wide, unique).tolist() == [0, 2, 1, 3]  # 62 + 2 bits: lexsort
+    fractional = np.array([0.5, 0.25, 0.5, 0.0])
+    assert tables._order(fractional, unique).tolist() == [3, 1, 0, 2]
+    assert calls == [2, 2]
+    assert tables._order(np.empty(0, dtype=np.int64)).tolist() == []
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_seen_groups_in_the_order_of_their_first_element(seed: int) -> None:
+    rng = random.Random(seed)
+    size = rng.randint(1, 50)
+    ids = [rng.randrange(size) for _ in range(rng.randint(0, 300))]
+    firsts: dict[int, int] = {}
+    for at, i in enumerate(ids):
+        firsts.setdefault(i, at)
+    leading, group = tables.first_seen(np.array(ids, dtype=np.int64), size)
+    assert leading.tolist() == list(firsts.values())
+    assert group.tolist() == [list(firsts).index(i) for i in ids]
