@@ -31,9 +31,9 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   slurmctld's first pass, about a second later, says which).
 * otherwise Slurm's reason, its verdict.
 
-**Per-job QOS and association limits** (CPUs, ``-N``, time limit against ``MaxTRESPerJob`` and ``MaxWall``)
-where slurmctld enforces limits and says so (26.05's ``/conf``; :mod:`autoscaler.limits`) → Slurm's
-``QOSMax…PerJobLimit`` / ``AssocMax…PerJobLimit``, between the partition bars and licenses. The limits that
+**Per-job QOS and association limits** (CPUs, memory, ``-N``, GPUs, time limit against ``MaxTRESPerJob``
+and ``MaxWall``) where slurmctld enforces limits and says so (26.05's ``/conf``; :mod:`autoscaler.limits`)
+→ Slurm's ``QOSMax…PerJob…`` / ``AssocMax…PerJob…``, between the partition bars and licenses. The limits that
 depend on what else runs (``GrpTRES``, ``MaxJobsPerUser``, ...) are not a job's own: the demand model hands
 their budgets out in order (:meth:`autoscaler.limits.JobLimits.budgets`). Every limit on older Slurm is not
 judged: a fresh job over one is counted until Slurm names it: at its first pass where the partition has

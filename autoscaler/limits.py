@@ -7,8 +7,11 @@ nothing is judged (the job counts until Slurm names the limit, as before). Judge
 job's QOS, then its association: its own limit, else its account's, up the account tree):
 
 * CPUs above ``MaxTRESPerJob`` cpu → ``QOSMaxCpuPerJobLimit`` / ``AssocMaxCpuPerJobLimit``;
+* memory (the job's TRES ``mem``) above ``MaxTRESPerJob`` mem → ``QOSMaxMemoryPerJob`` /
+  ``AssocMaxMemPerJob``;
 * requested nodes (``-N``: the TRES node count) above ``MaxTRESPerJob`` node (``MaxNodes``) →
   ``QOSMaxNodePerJobLimit`` / ``AssocMaxNodePerJobLimit``;
+* GPUs (TRES ``gres/gpu``) above ``MaxTRESPerJob`` gres/gpu → ``QOSMaxGRESPerJob`` / ``AssocMaxGRESPerJob``;
 * a time limit above ``MaxWall`` → ``QOSMaxWallDurationPerJobLimit`` / ``AssocMaxWallDurationPerJobLimit``
   (a job without one gets MaxWall from slurmctld: never over).
 
@@ -20,23 +23,27 @@ and counts no job beyond it, as slurmctld starts none (lab: the ``qos_running_li
 association — and with its reason names:
 
 * QOS ``GrpJobs`` → ``QOSGrpJobsLimit``; ``MaxJobsPerUser`` → ``QOSMaxJobsPerUserLimit``;
-  ``MaxJobsPerAccount`` → ``QOSMaxJobsPerAccountLimit``;
+  ``MaxJobsPerAccount`` → ``MaxJobsPerAccount``;
 * association, from the user's up the tree: ``GrpJobs`` (each over its subtree's jobs) →
   ``AssocGrpJobsLimit``, and at the user's ``MaxJobs`` (the nearest set, over the user's association's
   own jobs) → ``AssocMaxJobsLimit``;
-* QOS ``GrpTRES`` cpu/node → ``QOSGrpCpuLimit`` / ``QOSGrpNodeLimit``; ``MaxTRESPerUser`` →
-  ``QOSMaxCpuPerUserLimit`` / ``QOSMaxNodePerUserLimit``; ``MaxTRESPerAccount`` →
-  ``QOSMaxCpuPerAccountLimit`` / ``QOSMaxNodePerAccountLimit``;
-* association ``GrpTRES`` cpu/node (up the tree) → ``AssocGrpCpuLimit`` / ``AssocGrpNodeLimit``.
+* QOS TRES, in slurmctld's TRES order (cpu, mem, node, gres/gpu), each ``GrpTRES`` → ``QOSGrpCpuLimit`` /
+  ``QOSGrpMemLimit`` / ``QOSGrpNodeLimit`` / ``QOSGrpGRES``, ``MaxTRESPerUser`` → ``QOSMaxCpuPerUserLimit``
+  / ``QOSMaxMemoryPerUser`` / ``QOSMaxNodePerUserLimit`` / ``QOSMaxGRESPerUser``, ``MaxTRESPerAccount`` →
+  ``MaxCpuPerAccount`` / ``MaxMemoryPerAccount`` / ``MaxNodePerAccount`` / ``MaxGRESPerAccount``;
+* association ``GrpTRES`` (up the tree) → ``AssocGrpCpuLimit`` / ``AssocGrpMemLimit`` /
+  ``AssocGrpNodeLimit`` / ``AssocGrpGRES``.
 
-A job draws 1 job, its CPUs (tasks × CPUs per task at least) and its requested nodes; a running job what
-it holds. Counted per scaling target: a user whose jobs pend in two targets' partitions gets the whole
-budget in each (more nodes, never fewer). Node budgets add each job's nodes: where running jobs of one
-budget share a node, slurmctld counts that node once, so the model may see a node budget used up early
-(not checked in the lab; the mixes' node counts are whole nodes).
+Reason names as slurmctld spells them (``src/common/job_state_reason.c``: the per-account ones carry no
+``QOS`` prefix). A job draws 1 job, its CPUs (tasks × CPUs per task at least), its memory (TRES ``mem``),
+its requested nodes and its GPUs; a running job what it holds. Counted per scaling target: a user whose
+jobs pend in two targets' partitions gets the whole budget in each (more nodes, never fewer). Node budgets
+add each job's nodes: where running jobs of one budget share a node, slurmctld counts that node once, so
+the model may see a node budget used up early (not checked in the lab; the mixes' node counts are whole
+nodes).
 
-Not judged (counted until Slurm names them): memory and GRES limits (per job and budgets), per-node TRES,
-a partition's QOS (the snapshot does not say which), the minutes-based limits.
+Not judged (counted until Slurm names them): GRES other than GPUs, licenses and billing as TRES limits,
+per-node TRES, a partition's QOS (the snapshot does not say which), the minutes-based limits.
 """
 
 from __future__ import annotations
@@ -49,20 +56,37 @@ from exporter.model import Association, Job, QosLimits, Snapshot
 __all__ = ["CPUS", "JOBS", "NODES", "Budget", "JobLimits", "Who"]
 
 
-PerJob = tuple[int | None, int | None, int | None]
-"""(``MaxTRESPerJob`` cpu, ``MaxTRESPerJob`` node, ``MaxWall`` seconds); None: no limit."""
+PerJob = tuple[int | None, int | None, int | None, int | None, int | None]
+"""``MaxTRESPerJob`` cpu, mem (bytes), node, gres/gpu, and ``MaxWall`` seconds; None: no limit."""
 
-JOBS, CPUS, NODES = 0, 1, 2
-"""What a :data:`Budget` counts (an index into a job's draw ``(1, cpus, nodes)``)."""
+JOBS, CPUS, NODES, MEMORY, GPUS = 0, 1, 2, 3, 4
+"""What a :data:`Budget` counts (an index into a job's draw ``(1, cpus, nodes, memory bytes, gpus)``)."""
 
 Budget = tuple[tuple[str, ...], int, int, str]
 """``(key, limit, what, reason)``: the running jobs with this ``key`` may hold at most ``limit`` of ``what``
-(:data:`JOBS`, :data:`CPUS`, :data:`NODES`); a job that would go beyond pends with ``reason``."""
+(:data:`JOBS`, :data:`CPUS`, :data:`NODES`, :data:`MEMORY`, :data:`GPUS`); a job that would go beyond
+pends with ``reason``."""
 
 Who = tuple[str, str, str]
 """A job's (QOS, account, user): what its budgets depend on, with its partition."""
 
-_TRES = ((CPUS, "cpu", "Cpu"), (NODES, "node", "Node"))
+_TRES: tuple[tuple[int, str, tuple[str, str, str, str]], ...] = (
+    # (what, TRES, reasons: QOS GrpTRES, MaxTRESPerUser, MaxTRESPerAccount, association GrpTRES)
+    (CPUS, "cpu", ("QOSGrpCpuLimit", "QOSMaxCpuPerUserLimit", "MaxCpuPerAccount", "AssocGrpCpuLimit")),
+    (MEMORY, "mem", ("QOSGrpMemLimit", "QOSMaxMemoryPerUser", "MaxMemoryPerAccount", "AssocGrpMemLimit")),
+    (NODES, "node", ("QOSGrpNodeLimit", "QOSMaxNodePerUserLimit", "MaxNodePerAccount", "AssocGrpNodeLimit")),
+    (GPUS, "gres/gpu", ("QOSGrpGRES", "QOSMaxGRESPerUser", "MaxGRESPerAccount", "AssocGrpGRES")),
+)
+"""The TRES judged, in slurmctld's TRES order, with its reason names (``job_state_reason.c``)."""
+_JUDGED = tuple(name for _, name, _ in _TRES)
+_PER_JOB_REASONS = (
+    ("MaxCpuPerJobLimit", "MaxCpuPerJobLimit"),
+    ("MaxMemoryPerJob", "MaxMemPerJob"),
+    ("MaxNodePerJobLimit", "MaxNodePerJobLimit"),
+    ("MaxGRESPerJob", "MaxGRESPerJob"),
+    ("MaxWallDurationPerJobLimit", "MaxWallDurationPerJobLimit"),
+)
+"""Per :data:`PerJob` slot the reason after ``QOS`` and after ``Assoc``."""
 
 
 def _qos_runs(q: QosLimits) -> bool:
@@ -71,15 +95,13 @@ def _qos_runs(q: QosLimits) -> bool:
         or q.max_jobs_per_user is not None
         or q.max_jobs_per_account is not None
         or any(
-            t in tres
-            for tres in (q.grp_tres, q.max_tres_per_user, q.max_tres_per_account)
-            for t in ("cpu", "node")
+            t in tres for tres in (q.grp_tres, q.max_tres_per_user, q.max_tres_per_account) for t in _JUDGED
         )
     )
 
 
 def _assoc_runs(a: Association) -> bool:
-    return a.grp_jobs is not None or a.max_jobs is not None or "cpu" in a.grp_tres or "node" in a.grp_tres
+    return a.grp_jobs is not None or a.max_jobs is not None or any(t in a.grp_tres for t in _JUDGED)
 
 
 @dataclass(frozen=True)
@@ -145,7 +167,9 @@ class JobLimits:
 
             hit = self._resolved[key] = (
                 nearest(lambda a: a.max_tres_per_job.get("cpu")),
+                nearest(lambda a: a.max_tres_per_job.get("mem")),
                 nearest(lambda a: a.max_tres_per_job.get("node")),
+                nearest(lambda a: a.max_tres_per_job.get("gres/gpu")),
                 nearest(lambda a: a.max_wall_seconds),
             )
         return hit
@@ -167,15 +191,15 @@ class JobLimits:
             for key, limit, reason in (
                 (("qos", qos), q.grp_jobs, "QOSGrpJobsLimit"),
                 (("qos-user", qos, user), q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"),
-                (("qos-account", qos, account), q.max_jobs_per_account, "QOSMaxJobsPerAccountLimit"),
+                (("qos-account", qos, account), q.max_jobs_per_account, "MaxJobsPerAccount"),
             ):
                 if limit is not None:
                     counts.append(((*key, "jobs"), limit, JOBS, reason))
-            for what, name, word in _TRES:
+            for what, name, (grp, per_user, per_account, _) in _TRES:
                 for key, limits, reason in (
-                    (("qos", qos), q.grp_tres, f"QOSGrp{word}Limit"),
-                    (("qos-user", qos, user), q.max_tres_per_user, f"QOSMax{word}PerUserLimit"),
-                    (("qos-account", qos, account), q.max_tres_per_account, f"QOSMax{word}PerAccountLimit"),
+                    (("qos", qos), q.grp_tres, grp),
+                    (("qos-user", qos, user), q.max_tres_per_user, per_user),
+                    (("qos-account", qos, account), q.max_tres_per_account, per_account),
                 ):
                     if name in limits:
                         tres.append(((*key, name), limits[name], what, reason))
@@ -188,9 +212,9 @@ class JobLimits:
                 max_jobs = next((b.max_jobs for b in chain if b.max_jobs is not None), None)
                 if max_jobs is not None:
                     counts.append(((*at, "own-jobs"), max_jobs, JOBS, "AssocMaxJobsLimit"))
-            for what, name, word in _TRES:
+            for what, name, (*_, assoc_grp) in _TRES:
                 if name in a.grp_tres:
-                    tres.append(((*at, name), a.grp_tres[name], what, f"AssocGrp{word}Limit"))
+                    tres.append(((*at, name), a.grp_tres[name], what, assoc_grp))
         return (*counts, *tres)
 
     def usage(self, jobs: Iterable[Job]) -> dict[tuple[str, ...], int]:
@@ -205,34 +229,35 @@ class JobLimits:
             )
             if not budgets:
                 continue
-            draw = (1, job.cpus, max(job.min_nodes, 1))
+            draw = (1, job.cpus, max(job.min_nodes, 1), job.memory_bytes, job.gpus)
             for key, _, what, _ in budgets:
                 used[key] = used.get(key, 0) + draw[what]
         return used
 
     def reason(self, job: Job) -> str | None:
         """The per-job limit ``job`` is over (Slurm's reason name), or None."""
-        cpus = max(job.cpus, job.tasks * job.cpus_per_task)
-        nodes = job.tres_requested.get("node", job.min_nodes)
-        wall = job.time_limit_seconds
+        asks = (
+            max(job.cpus, job.tasks * job.cpus_per_task),
+            job.tres_requested.get("mem", job.memory_bytes),
+            job.tres_requested.get("node", job.min_nodes),
+            job.tres_requested.get("gres/gpu", job.gpus),
+            job.time_limit_seconds,
+        )
         qos = self.qos.get(job.qos)
         if qos is not None:
-            why = _over("QOS", qos, cpus, nodes, wall)
+            why = _over(0, qos, asks)
             if why is not None:
                 return why
-        return _over("Assoc", self._association_limits(job), cpus, nodes, wall)
+        return _over(1, self._association_limits(job), asks)
 
 
 def _per_job(tres: Mapping[str, int], max_wall: int | None) -> PerJob:
-    return (tres.get("cpu"), tres.get("node"), max_wall)
+    return (tres.get("cpu"), tres.get("mem"), tres.get("node"), tres.get("gres/gpu"), max_wall)
 
 
-def _over(who: str, limits: PerJob, cpus: int, nodes: int, wall: int | None) -> str | None:
-    max_cpus, max_nodes, max_wall = limits
-    if max_cpus is not None and cpus > max_cpus:
-        return f"{who}MaxCpuPerJobLimit"
-    if max_nodes is not None and nodes > max_nodes:
-        return f"{who}MaxNodePerJobLimit"
-    if max_wall is not None and wall is not None and wall > max_wall:
-        return f"{who}MaxWallDurationPerJobLimit"
+def _over(side: int, limits: PerJob, asks: tuple[int, int, int, int, int | None]) -> str | None:
+    """The first per-job limit (``side`` 0: a QOS's, 1: an association's) below what the job asks."""
+    for limit, ask, reasons in zip(limits, asks, _PER_JOB_REASONS, strict=True):
+        if limit is not None and ask is not None and ask > limit:
+            return ("QOS", "Assoc")[side] + reasons[side]
     return None

@@ -618,11 +618,19 @@ def _cached_rank(cache: ScanCache, at: _I64) -> tuple[np.ndarray[Any, np.dtype[n
 
 
 def _draws(budgets: Sequence[Budget], request: Request) -> tuple[Draw, ...]:
-    """The budgets with what one job of ``request`` draws from each: 1 job, its CPUs, its nodes."""
+    """The budgets with what one job of ``request`` draws from each: 1 job, its CPUs, its nodes, its memory
+    and its GPUs (:data:`autoscaler.limits.JOBS` …); a budget it draws nothing from (no GPUs, no memory
+    in its TRES) left out."""
     if not budgets:
         return ()
-    draw = (1, max(request.cpus, request.tasks * request.cpus_per_task, 1), max(request.min_nodes, 1))
-    return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets)
+    draw = (
+        1,
+        max(request.cpus, request.tasks * request.cpus_per_task, 1),
+        max(request.min_nodes, 1),
+        request.memory_bytes,
+        request.gpus,
+    )
+    return tuple((key, limit, draw[what], reason) for key, limit, what, reason in budgets if draw[what] > 0)
 
 
 _node_request = itemgetter(-1)

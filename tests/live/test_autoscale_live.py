@@ -149,6 +149,13 @@ jobs never draw from the dyn side's budget) with ``MaxJobsPerUser=4 GrpTRES=cpu=
 (20 CPUs, 4 jobs) beside the first on p3; the ``-c1`` would be a fifth job (``QOSMaxJobsPerUserLimit``).
 Without the limits: 4 nodes.
 
+``qos_gpu_memory_limits`` → 2 (GPU nodes: 4 GPUs, 16000 MB): a QOS of each side's own with
+``MaxTRESPerUser=gres/gpu=5,mem=30000 MaxTRESPerJob=gres/gpu=4``: ``--gpus=4 --mem=10000`` takes q1,
+``--gpus=1 --mem=1000`` q2 (5 GPUs, 11000 MB); ``--gpus=2`` would make 7 GPUs (``QOSMaxGRESPerUser``),
+``--gpus=5`` is over the per-job 4 (``QOSMaxGRESPerJob``); ``--mem=14000`` makes 25000 MB and joins q2,
+``--mem=8000`` would make 33000 (``QOSMaxMemoryPerUser``). Without the limits: 4 nodes (the model's
+answer before it read GPU and memory limits).
+
 ``assoc_running_limits`` → 2: a per-partition association of root in each partition with ``MaxJobs=3
 GrpTRES=cpu=16``: ``-c8`` (p1), ``-c4`` (p2) start; the second ``-c8`` would make 20 CPUs
 (``AssocGrpCpuLimit``); the second ``-c4`` starts beside the first (16 CPUs, 3 jobs); the ``-c1`` would be a
@@ -581,6 +588,25 @@ MIXES += (
             "add qos qcloud MaxJobsPerUser=4 GrpTRES=cpu=24",
             "add qos qdyn MaxJobsPerUser=4 GrpTRES=cpu=24",
             "modify user root set qos+=qcloud,qdyn",
+        ),
+    ),
+    Mix(
+        "qos_gpu_memory_limits",
+        (
+            ("g4", "--gpus=4 -c1 --mem=10000 --qos=q{partition}"),
+            ("g1", "--gpus=1 -c1 --mem=1000 --qos=q{partition}"),
+            ("g2_over_gres_per_user", "--gpus=2 -c1 --mem=1000 --qos=q{partition}"),
+            ("g5_over_gres_per_job", "--gpus=5 -c1 --mem=1000 --qos=q{partition}"),
+            ("m14", "-c1 --mem=14000 --qos=q{partition}"),
+            ("m8_over_memory_per_user", "-c1 --mem=8000 --qos=q{partition}"),
+        ),
+        2,
+        gpus=True,
+        slurm_conf=("AccountingStorageEnforce=limits",),
+        sacctmgr=(
+            f"add qos q{GPU_PARTITION} MaxTRESPerUser=gres/gpu=5,mem=30000 MaxTRESPerJob=gres/gpu=4",
+            "add qos qdyn MaxTRESPerUser=gres/gpu=5,mem=30000 MaxTRESPerJob=gres/gpu=4",
+            f"modify user root set qos+=q{GPU_PARTITION},qdyn",
         ),
     ),
     Mix(

@@ -135,7 +135,7 @@ def test_budgets_in_slurmctld_order_with_its_reason_names() -> None:
     }
     dyn = limits.budgets("acct", "physics", "ann", "dyn")
     assert [b[3] for b in dyn] == [
-        "QOSMaxJobsPerAccountLimit",
+        "MaxJobsPerAccount",  # slurmctld names the per-account limits without "QOS"
         "AssocMaxJobsLimit",
         "AssocGrpJobsLimit",
         "QOSMaxNodePerUserLimit",
@@ -217,3 +217,122 @@ def test_budgets_are_not_judged_where_limits_are_not_enforced() -> None:
     jobs = [fresh(job_id=i, qos="capped", cpus=4, priority=100 - i) for i in range(3)]
     assert demand(jobs, config=SlurmConfig(accounting_storage_enforce=("associations",))).eligible == 3
     assert demand(jobs, config=None).eligible == 3
+
+
+# ------------------------------------------------------------- GPUs and memory (TRES gres/gpu, mem)
+
+GPU_QOS = (
+    QosLimits(
+        name="gpu",
+        max_tres_per_job={"gres/gpu": 4, "mem": 20_000 * MIB},
+        max_tres_per_user={"gres/gpu": 5, "mem": 30_000 * MIB},
+        max_tres_per_account={"gres/gpu": 9},
+        grp_tres={"gres/gpu": 12},
+    ),
+)
+GPU_ASSOCIATIONS = (
+    Association(account="root"),
+    Association(account="physics", parent="root", grp_tres={"gres/gpu": 10, "mem": 60_000 * MIB}),
+    Association(account="physics", user="ann"),
+    Association(account="physics", user="bob"),
+    Association(account="physics", user="dee"),
+    Association(account="bio", parent="root", max_tres_per_job={"gres/gpu": 2, "mem": 8000 * MIB}),
+    Association(account="bio", user="cy"),
+)
+GPU_SHAPE = NodeShape(8, 16_000 * MIB, 4)
+GPU_TARGET = Target("gpu", "gpu", shape=GPU_SHAPE)
+
+
+def gpu_job(job_id: int, gpus: int, mem_mb: int, **kw: Any) -> Job:
+    """A one-node job of ``gpus`` GPUs and ``mem_mb`` MB under the ``gpu`` QOS, as ``tres_req_str`` shows."""
+    memory = mem_mb * MIB
+    tres = {"cpu": 1, "mem": memory, "node": 1} | ({"gres/gpu": gpus} if gpus else {})
+    base: dict[str, Any] = {
+        "partitions": ("gpu",),
+        "qos": "gpu",
+        "priority": 1000 - job_id,
+        "gpus": gpus,
+        "gpus_per_node": gpus,
+        "memory_bytes": memory,
+        "memory_per_node_bytes": memory,
+        "tres_requested": tres,
+    }
+    return fresh(**({"job_id": job_id} | base | kw))
+
+
+def gpu_demand(jobs: list[Job]) -> Demand:
+    snap = Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        partitions=(Partition(name="gpu"),),
+        qos=GPU_QOS,
+        associations=GPU_ASSOCIATIONS,
+        config=ENFORCED,
+    )
+    return compute_demand(snap, [GPU_TARGET])[GPU_TARGET.name]
+
+
+def test_per_job_gpu_and_memory_limits_with_slurms_reason_names() -> None:
+    snap = Snapshot(
+        taken_at=0.0, api_version="v0.0.45", qos=GPU_QOS, associations=GPU_ASSOCIATIONS, config=ENFORCED
+    )
+    bars = Bars.of(snap)
+    assert settled_reason(gpu_job(1, 4, 20_000), bars) == "PartitionConfig"  # at both limits
+    assert settled_reason(gpu_job(1, 5, 1000), bars) == "QOSMaxGRESPerJob"
+    assert settled_reason(gpu_job(1, 1, 20_001), bars) == "QOSMaxMemoryPerJob"
+    # memory before nodes before GPUs (slurmctld's TRES order), CPUs first of all
+    assert settled_reason(gpu_job(1, 5, 20_001), bars) == "QOSMaxMemoryPerJob"
+    over_nodes = gpu_job(1, 5, 1000, tres_requested={"cpu": 1, "node": 2, "gres/gpu": 5}, qos="normal")
+    assert settled_reason(over_nodes, bars) == "PartitionConfig"  # no QOS "normal", no node limit here
+    # bio's association: MaxTRES gres/gpu=2, mem=8000M (its user's association inherits them)
+    cy = {"account": "bio", "user": "cy", "qos": "none"}
+    assert settled_reason(gpu_job(1, 3, 1000, **cy), bars) == "AssocMaxGRESPerJob"
+    assert settled_reason(gpu_job(1, 2, 8001, **cy), bars) == "AssocMaxMemPerJob"
+    assert settled_reason(gpu_job(1, 2, 8000, **cy), bars) == "PartitionConfig"
+    # the TRES a record names rule (what slurmctld compares); the job's fields where it names none
+    assert settled_reason(gpu_job(1, 5, 1000, tres_requested={}), bars) == "QOSMaxGRESPerJob"
+
+
+def test_gpu_and_memory_budgets_of_running_jobs() -> None:
+    # QOS gpu: MaxTRESPerUser gres/gpu=5, mem=30000M. ann runs 4 GPUs / 10000 MB: her 1-GPU job starts (5
+    # GPUs), her 2-GPU one would make 7 (QOSMaxGRESPerUser), her 14000-MB job makes 25000 MB and starts,
+    # her 8000-MB one would make 33000 (QOSMaxMemoryPerUser). Nodes: 4 GPUs / 16000 MB each.
+    jobs = [
+        gpu_job(1, 4, 10_000, state="RUNNING", reason="None", nodes="x1"),
+        gpu_job(10, 1, 1000),
+        gpu_job(11, 2, 1000),
+        gpu_job(12, 0, 14_000),
+        gpu_job(13, 0, 8000),
+    ]
+    d = gpu_demand(jobs)
+    assert d.eligible == 2
+    assert d.ignored == {"QOSMaxGRESPerUser": 1, "QOSMaxMemoryPerUser": 1}
+    assert d.needed == 1  # 1 GPU + 1000 MB and 14000 MB on one new node
+    # without the running job: 1 + 2 GPUs, then 1000 + 1000 + 14000 + 8000 = 24000 MB, all within
+    d = gpu_demand(jobs[1:])
+    assert d.eligible == 4 and d.ignored == {}
+
+
+def test_gpu_budgets_per_account_per_qos_and_up_the_association_tree() -> None:
+    # the QOS: MaxTRESPerUser gres/gpu=5, MaxTRESPerAccount 9, GrpTRES 12; physics' association GrpTRES
+    # gres/gpu=10. ann 4, bob 4 + 1: physics holds 9; ann's next one would make physics 10 > 9
+    # (MaxGRESPerAccount, before the association's 10); cy (bio) 2 makes the QOS 11, his next 2 would
+    # make 13 (QOSGrpGRES), his 1 makes 12 and starts (each job judged on its own, in order)
+    jobs = [
+        gpu_job(1, 4, 1000, user="ann"),
+        gpu_job(2, 4, 1000, user="bob"),
+        gpu_job(3, 1, 1000, user="bob"),
+        gpu_job(4, 1, 1000, user="ann"),
+        gpu_job(5, 2, 1000, account="bio", user="cy"),
+        gpu_job(6, 2, 1000, account="bio", user="cy"),
+        gpu_job(7, 1, 1000, account="bio", user="cy"),
+    ]
+    d = gpu_demand(jobs)
+    assert d.ignored == {"MaxGRESPerAccount": 1, "QOSGrpGRES": 1}
+    assert d.eligible == 5
+    # physics' GrpTRES mem=60000M over its users, each within the QOS's 30000M per user: dee's job
+    # would make 61000 (AssocGrpMemLimit)
+    jobs = [gpu_job(10 + i, 0, 15_000, user=user) for i, user in enumerate(["ann", "ann", "bob", "bob"])]
+    d = gpu_demand([*jobs, gpu_job(20, 0, 1000, user="dee")])
+    assert d.eligible == 4 and d.ignored == {"AssocGrpMemLimit": 1}
