@@ -42,13 +42,19 @@ add each job's nodes: where running jobs of one budget share a node, slurmctld c
 the model may see a node budget used up early (not checked in the lab; the mixes' node counts are whole
 nodes).
 
+**A partition's QOS** (``QOS=`` of the partition, :attr:`exporter.model.Partition.qos`): its limits come
+first and the job's QOS fills in those it does not set — the job's first where its QOS has
+``OverPartQOS`` (:meth:`JobLimits.qos_order`) — per job and for the budgets; a running job counts in both
+QOS's budgets. A job pending in several partitions is judged by the first one's QOS per job, by the QOS
+of the partition it is counted in for the budgets.
+
 Not judged (counted until Slurm names them): GRES other than GPUs, licenses and billing as TRES limits,
-per-node TRES, a partition's QOS (the snapshot does not say which), the minutes-based limits.
+per-node TRES, the minutes-based limits.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.model import Association, Job, QosLimits, Snapshot
@@ -87,6 +93,8 @@ _PER_JOB_REASONS = (
     ("MaxWallDurationPerJobLimit", "MaxWallDurationPerJobLimit"),
 )
 """Per :data:`PerJob` slot the reason after ``QOS`` and after ``Assoc``."""
+OVER_PARTITION_QOS = "OVERRIDE_PARTITION_QOS"
+"""The QOS flag ``OverPartQOS`` (as slurmrestd spells it): the job's QOS's limits before the partition's."""
 
 
 def _qos_runs(q: QosLimits) -> bool:
@@ -116,13 +124,16 @@ class JobLimits:
     """QOS name → all its limits (the budgets')."""
     running: bool = False
     """Whether any QOS or association sets a limit that depends on what runs (:meth:`budgets`)."""
+    partition_qos: Mapping[str, str] = field(default_factory=dict)
+    """Partition → its QOS (``QOS=``), where it has one."""
     _resolved: dict[tuple[str, str, str], PerJob] = field(default_factory=dict, compare=False, repr=False)
     """(account, user, partition) → the limits that apply, each the nearest set up the tree (filled as
     jobs ask: many jobs share an association)."""
-    _budgets: dict[tuple[str, str, str, str], tuple[Budget, ...]] = field(
+    _budgets: dict[tuple[str, str, str, str], tuple[tuple[Budget, ...], tuple[Budget, ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    """(QOS, account, user, partition) → its budgets (filled as jobs ask)."""
+    """(QOS, account, user, partition) → its budgets, and those a QOS before it set already (what the
+    running jobs hold is counted in them all; filled as jobs ask)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> JobLimits | None:
@@ -137,7 +148,21 @@ class JobLimits:
             associations={(a.account, a.user, a.partition): a for a in snapshot.associations},
             qos_limits={q.name: q for q in snapshot.qos},
             running=any(map(_qos_runs, snapshot.qos)) or any(map(_assoc_runs, snapshot.associations)),
+            partition_qos={p.name: p.qos for p in snapshot.partitions if p.qos},
         )
+
+    def qos_order(self, qos: str, partition: str) -> tuple[str, ...]:
+        """The QOS whose limits a job of ``qos`` in ``partition`` is held to, the first's before the
+        second's (each limit the first QOS sets; the second's fill in the rest): the partition's QOS, then
+        the job's — the job's first where it has ``OverPartQOS`` (slurmctld's
+        ``acct_policy_set_qos_order``)."""
+        own = self.partition_qos.get(partition)
+        if own is None or own == qos:
+            return (qos,)
+        job_qos = self.qos_limits.get(qos)
+        if job_qos is not None and OVER_PARTITION_QOS in job_qos.flags:
+            return (qos, own)
+        return (own, qos)
 
     def _chain(self, account: str, user: str, partition: str) -> list[Association]:
         """The association of (account, user, partition), then its account's and their parents' (nearest
@@ -177,32 +202,50 @@ class JobLimits:
     def budgets(self, qos: str, account: str, user: str, partition: str) -> tuple[Budget, ...]:
         """The budgets a job of this QOS, account, user and partition draws from, in slurmctld's order
         (module docstring); ``()`` where none is set."""
+        return self._budgets_of(qos, account, user, partition)[0]
+
+    def _budgets_of(
+        self, qos: str, account: str, user: str, partition: str
+    ) -> tuple[tuple[Budget, ...], tuple[Budget, ...]]:
         at = (qos, account, user, partition)
         hit = self._budgets.get(at)
         if hit is None:
             hit = self._budgets[at] = self._make_budgets(qos, account, user, partition)
         return hit
 
-    def _make_budgets(self, qos: str, account: str, user: str, partition: str) -> tuple[Budget, ...]:
+    def _make_budgets(
+        self, qos: str, account: str, user: str, partition: str
+    ) -> tuple[tuple[Budget, ...], tuple[Budget, ...]]:
         counts: list[Budget] = []
         tres: list[Budget] = []
-        q = self.qos_limits.get(qos)
-        if q is not None:
-            for key, limit, reason in (
-                (("qos", qos), q.grp_jobs, "QOSGrpJobsLimit"),
-                (("qos-user", qos, user), q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"),
-                (("qos-account", qos, account), q.max_jobs_per_account, "MaxJobsPerAccount"),
-            ):
+        shadowed: list[Budget] = []  # set by a QOS whose limit a QOS before it sets too
+        taken: set[tuple[str, str]] = set()  # (scope, what) a QOS before set
+        for name_ in self.qos_order(qos, partition):
+            q = self.qos_limits.get(name_)
+            if q is None:
+                continue
+            mine: set[tuple[str, str]] = set()
+            jobs = [
+                ("qos", ("qos", name_), q.grp_jobs, "QOSGrpJobsLimit"),
+                ("user", ("qos-user", name_, user), q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"),
+                ("account", ("qos-account", name_, account), q.max_jobs_per_account, "MaxJobsPerAccount"),
+            ]
+            for scope, key, limit, reason in jobs:
                 if limit is not None:
-                    counts.append(((*key, "jobs"), limit, JOBS, reason))
-            for what, name, (grp, per_user, per_account, _) in _TRES:
-                for key, limits, reason in (
-                    (("qos", qos), q.grp_tres, grp),
-                    (("qos-user", qos, user), q.max_tres_per_user, per_user),
-                    (("qos-account", qos, account), q.max_tres_per_account, per_account),
+                    budget = ((*key, "jobs"), limit, JOBS, reason)
+                    (shadowed if (scope, "jobs") in taken else counts).append(budget)
+                    mine.add((scope, "jobs"))
+            for what, tres_name, (grp, per_user, per_account, _) in _TRES:
+                for scope, key, limits, reason in (
+                    ("qos", ("qos", name_), q.grp_tres, grp),
+                    ("user", ("qos-user", name_, user), q.max_tres_per_user, per_user),
+                    ("account", ("qos-account", name_, account), q.max_tres_per_account, per_account),
                 ):
-                    if name in limits:
-                        tres.append(((*key, name), limits[name], what, reason))
+                    if tres_name in limits:
+                        budget = ((*key, tres_name), limits[tres_name], what, reason)
+                        (shadowed if (scope, tres_name) in taken else tres).append(budget)
+                        mine.add((scope, tres_name))
+            taken |= mine
         chain = self._chain(account, user, partition)
         for i, a in enumerate(chain):  # the user's association, then its accounts up the tree
             at = ("assoc", a.account, a.user, a.partition)
@@ -215,18 +258,20 @@ class JobLimits:
             for what, name, (*_, assoc_grp) in _TRES:
                 if name in a.grp_tres:
                     tres.append(((*at, name), a.grp_tres[name], what, assoc_grp))
-        return (*counts, *tres)
+        return (*counts, *tres), tuple(shadowed)
 
     def usage(self, jobs: Iterable[Job]) -> dict[tuple[str, ...], int]:
         """What the running and suspended jobs among ``jobs`` hold of each budget's key (a COMPLETING
-        job's share is released when it starts completing)."""
+        job's share is released when it starts completing) — of both QOS where the partition has its own,
+        as slurmctld adds a running job to both, whichever sets a limit."""
         used: dict[tuple[str, ...], int] = {}
         for job in jobs:
             if job.state not in ("RUNNING", "SUSPENDED") or "COMPLETING" in job.state_flags:
                 continue
-            budgets = self.budgets(
+            chosen, shadowed = self._budgets_of(
                 job.qos, job.account, job.user, job.partitions[0] if job.partitions else ""
             )
+            budgets = chosen + shadowed
             if not budgets:
                 continue
             draw = (1, job.cpus, max(job.min_nodes, 1), job.memory_bytes, job.gpus)
@@ -243,11 +288,17 @@ class JobLimits:
             job.tres_requested.get("gres/gpu", job.gpus),
             job.time_limit_seconds,
         )
-        qos = self.qos.get(job.qos)
-        if qos is not None:
-            why = _over(0, qos, asks)
-            if why is not None:
-                return why
+        partition = job.partitions[0] if job.partitions else ""
+        limits: list[int | None] = [None] * len(asks)
+        for name in self.qos_order(job.qos, partition):  # each limit the first QOS that sets it
+            qos = self.qos.get(name)
+            if qos is not None:
+                limits = [
+                    mine if mine is not None else theirs for mine, theirs in zip(limits, qos, strict=True)
+                ]
+        why = _over(0, limits, asks)
+        if why is not None:
+            return why
         return _over(1, self._association_limits(job), asks)
 
 
@@ -255,7 +306,7 @@ def _per_job(tres: Mapping[str, int], max_wall: int | None) -> PerJob:
     return (tres.get("cpu"), tres.get("mem"), tres.get("node"), tres.get("gres/gpu"), max_wall)
 
 
-def _over(side: int, limits: PerJob, asks: tuple[int, int, int, int, int | None]) -> str | None:
+def _over(side: int, limits: Sequence[int | None], asks: tuple[int, int, int, int, int | None]) -> str | None:
     """The first per-job limit (``side`` 0: a QOS's, 1: an association's) below what the job asks."""
     for limit, ask, reasons in zip(limits, asks, _PER_JOB_REASONS, strict=True):
         if limit is not None and ask is not None and ask > limit:

@@ -217,6 +217,9 @@ class Partition(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     is_default: bool = False
     priority_tier: int = 0
     tres: str = ""
+    qos: str = ""
+    """The partition's QOS (``QOS=``): its limits apply to every job of the partition, before the job's own
+    QOS's (after them where the job's QOS has ``OverPartQOS``); "" none."""
 
 
 class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):

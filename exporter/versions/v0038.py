@@ -341,6 +341,7 @@ class RawPartition(Struct, gc=False):
     priority_tier: int | None = None
     state: str | None = None
     tres: str | None = None
+    qos: str | None = None
 
 
 class RawPartitions(RawEnvelope, gc=False):
@@ -367,6 +368,7 @@ def convert_partition(r: RawPartition) -> Partition:
         is_default=any(f.upper() == "DEFAULT" for f in r.flags or ()),
         priority_tier=r.priority_tier or 0,
         tres=r.tres or "",
+        qos=r.qos or "",
     )
 
 

@@ -437,6 +437,10 @@ class RawPartTres(Struct, gc=False):
     configured: str | None = None
 
 
+class RawPartQos(Struct, gc=False):
+    assigned: str | None = None
+
+
 class RawPartition(Struct, gc=False):
     name: str
     nodes: RawPartNodes | None = None
@@ -448,6 +452,7 @@ class RawPartition(Struct, gc=False):
     priority: RawPartPriority | None = None
     tres: RawPartTres | None = None
     flags: tuple[str, ...] | None = None
+    qos: RawPartQos | None = None
 
 
 class RawPartitions(RawEnvelope, gc=False):
@@ -477,6 +482,7 @@ def convert_partition(r: RawPartition) -> Partition:
         is_default=bool(r.flags) and any(f.upper() == "DEFAULT" for f in r.flags or ()),
         priority_tier=(r.priority.tier or 0) if r.priority is not None else 0,
         tres=(r.tres.configured or "") if r.tres is not None else "",
+        qos=(r.qos.assigned or "") if r.qos is not None else "",
     )
 
 

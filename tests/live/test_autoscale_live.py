@@ -156,6 +156,13 @@ Without the limits: 4 nodes.
 ``--mem=8000`` would make 33000 (``QOSMaxMemoryPerUser``). Without the limits: 4 nodes (the model's
 answer before it read GPU and memory limits).
 
+``partition_qos_limits`` → 4: each side's partition has a QOS of its own (``QOS=qcloud`` / ``qdyn``,
+``GrpTRES=cpu=18``); the jobs' QOS ``j…`` has ``MaxJobsPerUser=4`` only, ``o…`` ``Flags=OverPartQOS
+GrpTRES=cpu=40``. ``-c8``, ``-c8`` start (p1, p2: 16 CPUs of the partition's 18); two more ``-c8`` would
+make 24 (``QOSGrpCpuLimit``, the partition's); ``-c1``, ``-c1`` start on p3 (18 CPUs, 4 jobs); the third
+``-c1`` is a fifth job (``QOSMaxJobsPerUserLimit``, the job QOS's filling in); the ``o…`` job is held to
+its own 40 first and starts on p4. Reading the job's QOS only, the model would say 5 (by hand).
+
 ``assoc_running_limits`` → 2: a per-partition association of root in each partition with ``MaxJobs=3
 GrpTRES=cpu=16``: ``-c8`` (p1), ``-c4`` (p2) start; the second ``-c8`` would make 20 CPUs
 (``AssocGrpCpuLimit``); the second ``-c4`` starts beside the first (16 CPUs, 3 jobs); the ``-c1`` would be a
@@ -280,7 +287,8 @@ class Mix:
     slurm_nodes: int
     """How many nodes Slurm resumes for it (the module docstring says why)."""
     settings: tuple[str, ...] = ()
-    """``scontrol update partitionname=…`` settings given to both ``cloud`` and ``dyn`` first."""
+    """``scontrol update partitionname=…`` settings given to both ``cloud`` and ``dyn`` first
+    (``{partition}``: the partition's name)."""
     gpus: bool = False
     """Slurm's side on :data:`GPU_PARTITION` (GPU nodes), the model's on :data:`DYN_GPU_TARGET`."""
     slurm_conf: tuple[str, ...] = ()
@@ -610,6 +618,31 @@ MIXES += (
         ),
     ),
     Mix(
+        "partition_qos_limits",
+        (
+            ("c8a", "-c8 --mem=1000 --qos=j{partition}"),
+            ("c8b", "-c8 --mem=1000 --qos=j{partition}"),
+            ("c8c_over_partition_qos_cpu", "-c8 --mem=1000 --qos=j{partition}"),
+            ("c8d_over_partition_qos_cpu", "-c8 --mem=1000 --qos=j{partition}"),
+            ("c1a", "-c1 --mem=1000 --qos=j{partition}"),
+            ("c1b", "-c1 --mem=1000 --qos=j{partition}"),
+            ("c1c_over_jobs_per_user", "-c1 --mem=1000 --qos=j{partition}"),
+            ("c8_over_part_qos", "-c8 --mem=1000 --qos=o{partition}"),
+        ),
+        4,
+        settings=("qos=q{partition}",),
+        slurm_conf=("AccountingStorageEnforce=limits",),
+        sacctmgr=(
+            "add qos qcloud GrpTRES=cpu=18",
+            "add qos qdyn GrpTRES=cpu=18",
+            "add qos jcloud MaxJobsPerUser=4",
+            "add qos jdyn MaxJobsPerUser=4",
+            "add qos ocloud Flags=OverPartQOS GrpTRES=cpu=40",
+            "add qos odyn Flags=OverPartQOS GrpTRES=cpu=40",
+            "modify user root set qos+=jcloud,jdyn,ocloud,odyn",
+        ),
+    ),
+    Mix(
         "assoc_running_limits",
         (
             ("c8a", "-c8 --mem=1000"),
@@ -701,7 +734,8 @@ async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
         )
     for partition in (mix.cloud, "dyn"):
         if mix.settings:
-            lab.run(["scontrol", "update", f"partitionname={partition}", *mix.settings])
+            settings = [setting.format(partition=partition) for setting in mix.settings]
+            lab.run(["scontrol", "update", f"partitionname={partition}", *settings])
     lab.run(["scontrol", "update", f"partitionname={mix.cloud}", "state=down"])
     submit_mix(lab, mix.cloud, mix)
     lab.run(["scontrol", "update", f"partitionname={mix.cloud}", "state=up"])

@@ -336,3 +336,80 @@ def test_gpu_budgets_per_account_per_qos_and_up_the_association_tree() -> None:
     jobs = [gpu_job(10 + i, 0, 15_000, user=user) for i, user in enumerate(["ann", "ann", "bob", "bob"])]
     d = gpu_demand([*jobs, gpu_job(20, 0, 1000, user="dee")])
     assert d.eligible == 4 and d.ignored == {"AssocGrpMemLimit": 1}
+
+
+# ------------------------------------------------------------------------------ a partition's QOS
+
+PARTITION_QOS = (
+    QosLimits(name="part", grp_tres={"cpu": 18}),
+    QosLimits(name="job", max_jobs_per_user=4, grp_tres={"cpu": 100}),
+    QosLimits(name="over", flags=("OVERRIDE_PARTITION_QOS",), grp_tres={"cpu": 40}),
+)
+
+
+def partition_qos_snapshot(jobs: list[Job], qos: tuple[QosLimits, ...] = PARTITION_QOS) -> Snapshot:
+    return Snapshot(
+        taken_at=0.0,
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        partitions=(Partition(name="cpu", qos="part"), Partition(name="dyn")),
+        qos=qos,
+        config=ENFORCED,
+    )
+
+
+def test_the_partitions_qos_comes_first_unless_the_jobs_overrides_it() -> None:
+    limits = JobLimits.of(partition_qos_snapshot([]))
+    assert limits is not None
+    assert limits.qos_order("job", "cpu") == ("part", "job")
+    assert limits.qos_order("over", "cpu") == ("over", "part")  # OverPartQOS
+    assert limits.qos_order("part", "cpu") == ("part",)  # the same QOS once
+    assert limits.qos_order("job", "dyn") == ("job",)  # a partition without a QOS
+    assert limits.qos_order("unknown", "cpu") == ("part", "unknown")
+    # budgets: the partition's GrpTRES cpu=18 before the job QOS's 100; its MaxJobsPerUser fills in
+    assert [(b[0], b[1], b[3]) for b in limits.budgets("job", "acct", "ann", "cpu")] == [
+        (("qos-user", "job", "ann", "jobs"), 4, "QOSMaxJobsPerUserLimit"),
+        (("qos", "part", "cpu"), 18, "QOSGrpCpuLimit"),
+    ]
+    assert [b[1] for b in limits.budgets("over", "acct", "ann", "cpu")] == [40]  # over's GrpTRES first
+
+
+def test_per_job_limits_of_the_partitions_qos() -> None:
+    qos = (
+        QosLimits(name="part", max_tres_per_job={"cpu": 6}),
+        QosLimits(name="job", max_tres_per_job={"cpu": 8, "node": 1}),
+        QosLimits(name="over", flags=("OVERRIDE_PARTITION_QOS",), max_tres_per_job={"cpu": 16}),
+    )
+    bars = Bars.of(partition_qos_snapshot([], qos))
+    assert settled_reason(fresh(cpus=7, qos="job"), bars) == "QOSMaxCpuPerJobLimit"  # the partition's 6
+    assert settled_reason(fresh(cpus=6, qos="job"), bars) == "PartitionConfig"
+    two_nodes = fresh(qos="job", min_nodes=2, tres_requested={"cpu": 1, "node": 2})
+    assert settled_reason(two_nodes, bars) == "QOSMaxNodePerJobLimit"  # the job QOS's, filled in
+    assert settled_reason(fresh(cpus=7, qos="over"), bars) == "PartitionConfig"  # over's 16 first
+    assert settled_reason(fresh(cpus=7, qos="job", partitions=("dyn",)), bars) == "PartitionConfig"
+
+
+def test_budgets_of_the_partitions_qos_as_in_the_lab() -> None:
+    # the oracle mix partition_qos_limits by hand: the partition's GrpTRES cpu=18 binds the 8-CPU jobs
+    # of QOS "job" (c8c, c8d), its MaxJobsPerUser=4 the 1-CPU ones (c1c); QOS "over" (OverPartQOS) has
+    # GrpTRES cpu=40 of its own: its job starts. 8 | 8 | 1 + 1 | 8 on nodes of 8 CPUs: 4
+    jobs = [fresh(job_id=i, qos="job", cpus=8, priority=100 - i) for i in range(4)]
+    jobs += [fresh(job_id=10 + i, qos="job", cpus=1, priority=50 - i) for i in range(3)]
+    jobs += [fresh(job_id=20, qos="over", cpus=8, priority=10)]
+    d = compute_demand(partition_qos_snapshot(jobs), [TARGET])[TARGET.name]
+    assert d.eligible == 5
+    assert d.ignored == {"QOSGrpCpuLimit": 2, "QOSMaxJobsPerUserLimit": 1}
+    assert d.needed == 4
+
+
+def test_a_running_job_holds_of_both_qos() -> None:
+    # a running job of QOS "over" in the partition holds 8 of over's CPUs and 8 of the partition QOS's
+    # (slurmctld adds it to both): one pending 8-CPU job of QOS "job" fits the partition's 18, not two
+    running_over = running(1, qos="over", cpus=8)
+    limits = JobLimits.of(partition_qos_snapshot([running_over]))
+    assert limits is not None
+    used = limits.usage([running_over])
+    assert used[("qos", "over", "cpu")] == 8 and used[("qos", "part", "cpu")] == 8
+    jobs = [running_over, *(fresh(job_id=10 + i, qos="job", cpus=8, priority=9 - i) for i in range(2))]
+    d = compute_demand(partition_qos_snapshot(jobs), [TARGET])[TARGET.name]
+    assert d.eligible == 1 and d.ignored == {"QOSGrpCpuLimit": 1}

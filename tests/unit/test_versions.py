@@ -549,6 +549,7 @@ def test_v40_nodes_partitions_diag_minimal() -> None:
                     "flags": ["DEFAULT"],
                     "priority": {"tier": 5},
                     "tres": {"configured": "cpu=24"},
+                    "qos": {"allowed": "", "deny": "", "assigned": "gpuq"},
                 },
                 {
                     "name": "dyn",
@@ -565,6 +566,7 @@ def test_v40_nodes_partitions_diag_minimal() -> None:
     assert p.max_memory_per_node_bytes is None and p.max_memory_per_cpu_bytes == 4000 * MIB
     assert p.default_memory_per_cpu_bytes == 1000 * MIB
     assert p.is_default and p.priority_tier == 5 and p.tres == "cpu=24"
+    assert (p.qos, d.qos) == ("gpuq", "")  # the partition's QOS (qos.assigned)
     assert (d.max_nodes_per_job, d.max_time_seconds, d.is_default, d.state) == (None, None, False, "UP")
 
     diag_body = json.dumps(
@@ -771,6 +773,7 @@ def test_v38_nodes_partitions_diag() -> None:
                         "min nodes per job": 1,
                         "state": "UP",
                         "priority_tier": 1,
+                        "qos": "gpuq",
                     },
                     {
                         "name": "short",
@@ -790,6 +793,7 @@ def test_v38_nodes_partitions_diag() -> None:
         None,
     )
     assert cpu.min_nodes_per_job == 1 and cpu.total_cpus == 24
+    assert (cpu.qos, short.qos) == ("gpuq", "")
     assert (short.is_default, short.max_nodes_per_job, short.max_time_seconds, short.min_nodes_per_job) == (
         False,
         4,
