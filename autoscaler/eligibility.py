@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from autoscaler.limits import JobLimits
-from autoscaler.nodes import free_cpus
+from autoscaler.nodes import free_cpus, looks_busy
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job, License, Node, Partition, Reservation, Snapshot
 from exporter.slurmtext import hostlist_count, hostlist_expand
@@ -184,8 +184,9 @@ class Bars:
 
     @cached_property
     def busy(self) -> frozenset[str]:
-        """Nodes with jobs on them (their free room is where fresh jobs go first)."""
-        return frozenset(n.name for n in self.nodes if n.alloc_cpus > 0)
+        """Nodes with jobs on them by their own record (:func:`autoscaler.nodes.looks_busy`: their free
+        room is where fresh jobs go first)."""
+        return frozenset(n.name for n in self.nodes if looks_busy(n))
 
     def reservation_reason(self, name: str) -> str | None:
         """``Reservation`` unless the reservation is known, started and FLEX (then new nodes may help)."""

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from exporter.model import Node
 
-__all__ = ["POWERING_DOWN_FLAGS", "UNUSABLE_NODE_FLAGS", "UNUSABLE_NODE_STATES", "free_cpus"]
+__all__ = [
+    "BUSY_NODE_STATES",
+    "POWERING_DOWN_FLAGS",
+    "UNUSABLE_NODE_FLAGS",
+    "UNUSABLE_NODE_STATES",
+    "free_cpus",
+    "looks_busy",
+]
 
 UNUSABLE_NODE_STATES = frozenset({"DOWN", "ERROR", "FUTURE", "UNKNOWN"})
 UNUSABLE_NODE_FLAGS = frozenset(
@@ -20,6 +27,13 @@ UNUSABLE_NODE_FLAGS = frozenset(
 )
 POWERING_DOWN_FLAGS = frozenset({"POWERING_DOWN", "POWER_DOWN", "POWERED_DOWN"})
 """A busy node going to (or gone to) power saving offers no free room to the jobs already pending."""
+BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+
+
+def looks_busy(node: Node) -> bool:
+    """Whether the node shows jobs on it by itself: CPUs allocated, a busy state, or completing (jobs and
+    nodes are fetched at slightly different times, so the demand model also asks the jobs' node lists)."""
+    return node.alloc_cpus > 0 or node.state in BUSY_NODE_STATES or "COMPLETING" in node.flags
 
 
 def free_cpus(node: Node, max_cpus: int | None = None) -> int:

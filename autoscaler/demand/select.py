@@ -15,12 +15,11 @@ from functools import lru_cache
 
 from autoscaler.demand.packing import Bins
 from autoscaler.demand.types import NodeShape, Target
-from autoscaler.nodes import POWERING_DOWN_FLAGS, free_cpus
+from autoscaler.nodes import POWERING_DOWN_FLAGS, free_cpus, looks_busy
 from exporter.model import Node
 from exporter.slurmtext import hostlist_expand
 
 __all__ = [
-    "BUSY_NODE_STATES",
     "busy_nodes",
     "constraint_fits",
     "free_room",
@@ -28,8 +27,6 @@ __all__ = [
     "snapshot_shape",
     "target_nodes",
 ]
-
-BUSY_NODE_STATES = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 
 
 def _name_matcher(expr: str) -> Callable[[str], bool]:
@@ -60,7 +57,7 @@ def target_nodes(target: Target, nodes: Sequence[Node]) -> list[Node]:
 def busy_nodes(nodes: Sequence[Node], held: Callable[[], set[str]]) -> list[Node]:
     """The busy ones of ``nodes``, in order; ``held()``: names of nodes held by jobs (read only when some
     node does not look busy by itself: jobs and nodes are fetched at slightly different times)."""
-    flags = [n.alloc_cpus > 0 or n.state in BUSY_NODE_STATES or "COMPLETING" in n.flags for n in nodes]
+    flags = [looks_busy(n) for n in nodes]
     if not all(flags):
         names = held()
         if names:

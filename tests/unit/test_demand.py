@@ -846,6 +846,11 @@ def test_a_fresh_job_excluding_a_busy_node_is_not_put_in_busy_rooms() -> None:
     assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n1")], room).needed == 1
     assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n2")], room).needed == 0  # idle n2
     assert one([running, msgspec.structs.replace(fresh, excluded_nodes="n[")], room).needed == 1
+    # busy by its state alone (jobs and nodes fetched apart: MIXED, no CPUs allocated yet) — a busy room
+    # for the model, so excluding it keeps the job out as well (one rule: nodes.looks_busy)
+    skewed = [node("n1", state="MIXED", alloc_cpus=0), node("n2")]
+    assert one([fresh], skewed).needed == 0
+    assert one([msgspec.structs.replace(fresh, excluded_nodes="n1")], skewed).needed == 1
 
 
 def test_gpu_requests_size_the_nodes() -> None:
