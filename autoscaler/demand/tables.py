@@ -302,7 +302,8 @@ def kind_tables(
 def _order(*columns: np.ndarray[Any, Any]) -> _I64:
     """The order that sorts by these columns (integers, or floats: submit times), the first the most
     significant, the last unique — ``np.lexsort`` of them reversed: one int64 sort where each column's
-    span in whole numbers fits, together, in 63 bits (submit times are whole seconds)."""
+    span in whole numbers fits, together, in 63 bits (submit times are whole seconds; a float's span
+    within 2⁵³)."""
     if not len(columns[0]):
         return np.empty(0, dtype=np.int64)
     spans: list[tuple[np.ndarray[Any, Any], int, int]] = []
@@ -312,7 +313,10 @@ def _order(*columns: np.ndarray[Any, Any]) -> _I64:
             np.isfinite(low) and np.isfinite(high) and np.array_equal(column, np.floor(column))
         ):
             return np.lexsort(columns[::-1])
-        spans.append((column, int(low), (int(high) - int(low)).bit_length()))
+        width = (int(high) - int(low)).bit_length()
+        if column.dtype.kind == "f" and width > 53:  # whole, but beyond a float's exact integers
+            return np.lexsort(columns[::-1])
+        spans.append((column, int(low), width))
     if sum(width for _, _, width in spans) > 63:
         return np.lexsort(columns[::-1])
     composite = np.zeros(len(columns[0]), dtype=np.int64)

@@ -310,7 +310,9 @@ def test_composite_sort_takes_one_argsort_only_where_the_bits_fit(monkeypatch: p
     assert tables._order(wide, unique).tolist() == [0, 2, 1, 3]  # 62 + 2 bits: lexsort
     fractional = np.array([0.5, 0.25, 0.5, 0.0])
     assert tables._order(fractional, unique).tolist() == [3, 1, 0, 2]
-    assert calls == [2, 2]
+    huge = np.array([2.0**60, 2.0**60 + 2**8, 0.0, 2.0**60])  # whole, but 61 bits: not exact as floats
+    assert tables._order(huge, np.array([0, 1, 2, 3])).tolist() == [2, 0, 3, 1]
+    assert calls == [2, 2, 2]
     assert tables._order(np.empty(0, dtype=np.int64)).tolist() == []
 
 
