@@ -220,15 +220,15 @@ class JobLimits:
         tres: list[Budget] = []
         shadowed: list[Budget] = []  # set by a QOS whose limit a QOS before it sets too
         taken: set[tuple[str, str]] = set()  # (scope, what) a QOS before set
-        for name_ in self.qos_order(qos, partition):
-            q = self.qos_limits.get(name_)
+        for qos_name in self.qos_order(qos, partition):
+            q = self.qos_limits.get(qos_name)
             if q is None:
                 continue
             mine: set[tuple[str, str]] = set()
             jobs = [
-                ("qos", ("qos", name_), q.grp_jobs, "QOSGrpJobsLimit"),
-                ("user", ("qos-user", name_, user), q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"),
-                ("account", ("qos-account", name_, account), q.max_jobs_per_account, "MaxJobsPerAccount"),
+                ("qos", ("qos", qos_name), q.grp_jobs, "QOSGrpJobsLimit"),
+                ("user", ("qos-user", qos_name, user), q.max_jobs_per_user, "QOSMaxJobsPerUserLimit"),
+                ("account", ("qos-account", qos_name, account), q.max_jobs_per_account, "MaxJobsPerAccount"),
             ]
             for scope, key, limit, reason in jobs:
                 if limit is not None:
@@ -237,9 +237,9 @@ class JobLimits:
                     mine.add((scope, "jobs"))
             for what, tres_name, (grp, per_user, per_account, _) in _TRES:
                 for scope, key, limits, reason in (
-                    ("qos", ("qos", name_), q.grp_tres, grp),
-                    ("user", ("qos-user", name_, user), q.max_tres_per_user, per_user),
-                    ("account", ("qos-account", name_, account), q.max_tres_per_account, per_account),
+                    ("qos", ("qos", qos_name), q.grp_tres, grp),
+                    ("user", ("qos-user", qos_name, user), q.max_tres_per_user, per_user),
+                    ("account", ("qos-account", qos_name, account), q.max_tres_per_account, per_account),
                 ):
                     if tres_name in limits:
                         budget = ((*key, tres_name), limits[tres_name], what, reason)

@@ -295,9 +295,8 @@ def scan_cached(
     """:func:`scan` through ``cache``: its groups as the keys (or their ids in the cache) and their group
     numbers (an int64 array: no dict hashing every key again), and the same codes (an int64 array) —
     ``(None, numbers, codes, key ids)``, or ``(keys, numbers, codes, None)`` if the cache was emptied on
-    the way; reading (by
-    :func:`scan` itself) only the records the cache has not seen and the volatile ones it may not keep.
-    Sets :attr:`ScanCache.current`."""
+    the way; reading (by :func:`scan` itself) only the records the cache has not seen and the volatile
+    ones it may not keep. Sets :attr:`ScanCache.current`."""
     every = _every(bars, users)
     if cache.every is not every:
         cache.clear()
