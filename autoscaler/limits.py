@@ -54,7 +54,7 @@ per-node TRES, the minutes-based limits.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from exporter.model import Association, Job, QosLimits, Snapshot
@@ -129,6 +129,8 @@ class JobLimits:
     _resolved: dict[tuple[str, str, str], PerJob] = field(default_factory=dict, compare=False, repr=False)
     """(account, user, partition) → the limits that apply, each the nearest set up the tree (filled as
     jobs ask: many jobs share an association)."""
+    _qos_resolved: dict[tuple[str, str], PerJob] = field(default_factory=dict, compare=False, repr=False)
+    """(QOS, partition) → the QOS limits that apply (:meth:`_qos_limits`)."""
     _budgets: dict[tuple[str, str, str, str], tuple[tuple[Budget, ...], tuple[Budget, ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
@@ -288,25 +290,37 @@ class JobLimits:
             job.tres_requested.get("gres/gpu", job.gpus),
             job.time_limit_seconds,
         )
-        partition = job.partitions[0] if job.partitions else ""
-        limits: list[int | None] = [None] * len(asks)
-        for name in self.qos_order(job.qos, partition):  # each limit the first QOS that sets it
-            qos = self.qos.get(name)
-            if qos is not None:
-                limits = [
-                    mine if mine is not None else theirs for mine, theirs in zip(limits, qos, strict=True)
-                ]
-        why = _over(0, limits, asks)
+        why = _over(0, self._qos_limits(job.qos, job.partitions[0] if job.partitions else ""), asks)
         if why is not None:
             return why
         return _over(1, self._association_limits(job), asks)
+
+    def _qos_limits(self, qos: str, partition: str) -> PerJob:
+        """The per-job QOS limits a job of ``qos`` in ``partition`` is held to: each the first QOS of
+        :meth:`qos_order` that sets it (filled as jobs ask: many jobs share a QOS and partition)."""
+        key = (qos, partition)
+        hit = self._qos_resolved.get(key)
+        if hit is None:
+            limits: PerJob = (None, None, None, None, None)
+            for name in self.qos_order(qos, partition):
+                own = self.qos.get(name)
+                if own is not None:
+                    limits = _first_set(limits, own)
+            hit = self._qos_resolved[key] = limits
+        return hit
 
 
 def _per_job(tres: Mapping[str, int], max_wall: int | None) -> PerJob:
     return (tres.get("cpu"), tres.get("mem"), tres.get("node"), tres.get("gres/gpu"), max_wall)
 
 
-def _over(side: int, limits: Sequence[int | None], asks: tuple[int, int, int, int, int | None]) -> str | None:
+def _first_set(first: PerJob, then: PerJob) -> PerJob:
+    """Each limit of ``first``, where it sets none ``then``'s."""
+    a, b, c, d, e = (mine if mine is not None else theirs for mine, theirs in zip(first, then, strict=True))
+    return (a, b, c, d, e)
+
+
+def _over(side: int, limits: PerJob, asks: tuple[int, int, int, int, int | None]) -> str | None:
     """The first per-job limit (``side`` 0: a QOS's, 1: an association's) below what the job asks."""
     for limit, ask, reasons in zip(limits, asks, _PER_JOB_REASONS, strict=True):
         if limit is not None and ask is not None and ask > limit:
