@@ -4,6 +4,7 @@ enforces them; Slurm's reason names (as the lab's cloud partition showed them: t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from autoscaler.demand import Demand, NodeShape, Target, compute_demand
@@ -22,15 +23,31 @@ ASSOCIATIONS = (
 )
 
 
-def snapshot(config: SlurmConfig | None = ENFORCED) -> Snapshot:
+DYN_AND_CPU = (Partition(name="dyn"), Partition(name="cpu"))
+
+
+def limited(
+    jobs: Sequence[Job] = (),
+    *,
+    qos: tuple[QosLimits, ...],
+    associations: tuple[Association, ...] = (),
+    partitions: tuple[Partition, ...] = DYN_AND_CPU,
+    config: SlurmConfig | None = ENFORCED,
+) -> Snapshot:
+    """A snapshot of these jobs, partitions and limits (enforced unless ``config`` says otherwise)."""
     return Snapshot(
         taken_at=0.0,
         api_version="v0.0.45",
-        partitions=(Partition(name="dyn"), Partition(name="cpu")),
-        qos=QOS,
-        associations=ASSOCIATIONS,
+        jobs=tuple(jobs),
+        partitions=partitions,
+        qos=qos,
+        associations=associations,
         config=config,
     )
+
+
+def snapshot(config: SlurmConfig | None = ENFORCED) -> Snapshot:
+    return limited(qos=QOS, associations=ASSOCIATIONS, config=config)
 
 
 def fresh(**kw: Any) -> Job:
@@ -100,27 +117,12 @@ def running(job_id: int, **kw: Any) -> Job:
 
 
 def demand(jobs: list[Job], config: SlurmConfig | None = ENFORCED, target: Target = TARGET) -> Demand:
-    snap = Snapshot(
-        taken_at=0.0,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        partitions=(Partition(name="dyn"), Partition(name="cpu")),
-        qos=RUNNING_QOS,
-        associations=RUNNING_ASSOCIATIONS,
-        config=config,
-    )
+    snap = limited(jobs, qos=RUNNING_QOS, associations=RUNNING_ASSOCIATIONS, config=config)
     return compute_demand(snap, [target])[target.name]
 
 
 def test_budgets_in_slurmctld_order_with_its_reason_names() -> None:
-    snap = Snapshot(
-        taken_at=0.0,
-        api_version="v0.0.45",
-        qos=RUNNING_QOS,
-        associations=RUNNING_ASSOCIATIONS,
-        config=ENFORCED,
-    )
-    limits = JobLimits.of(snap)
+    limits = JobLimits.of(limited(qos=RUNNING_QOS, associations=RUNNING_ASSOCIATIONS))
     assert limits is not None and limits.running
     # job counts first (QOS, then the association's GrpJobs up the tree, then its MaxJobs), then TRES
     assert [(b[0], b[1], b[3]) for b in limits.budgets("capped", "physics", "ann", "cpu")] == [
@@ -145,8 +147,7 @@ def test_budgets_in_slurmctld_order_with_its_reason_names() -> None:
 
 
 def test_usage_counts_running_and_suspended_jobs_only() -> None:
-    snap = Snapshot(taken_at=0.0, api_version="v0.0.45", qos=RUNNING_QOS, config=ENFORCED)
-    limits = JobLimits.of(snap)
+    limits = JobLimits.of(limited(qos=RUNNING_QOS, partitions=()))
     assert limits is not None
     jobs = [
         running(1, qos="capped", cpus=4),
@@ -261,23 +262,12 @@ def gpu_job(job_id: int, gpus: int, mem_mb: int, **kw: Any) -> Job:
 
 
 def gpu_demand(jobs: list[Job]) -> Demand:
-    snap = Snapshot(
-        taken_at=0.0,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        partitions=(Partition(name="gpu"),),
-        qos=GPU_QOS,
-        associations=GPU_ASSOCIATIONS,
-        config=ENFORCED,
-    )
+    snap = limited(jobs, qos=GPU_QOS, associations=GPU_ASSOCIATIONS, partitions=(Partition(name="gpu"),))
     return compute_demand(snap, [GPU_TARGET])[GPU_TARGET.name]
 
 
 def test_per_job_gpu_and_memory_limits_with_slurms_reason_names() -> None:
-    snap = Snapshot(
-        taken_at=0.0, api_version="v0.0.45", qos=GPU_QOS, associations=GPU_ASSOCIATIONS, config=ENFORCED
-    )
-    bars = Bars.of(snap)
+    bars = Bars.of(limited(qos=GPU_QOS, associations=GPU_ASSOCIATIONS, partitions=()))
     assert settled_reason(gpu_job(1, 4, 20_000), bars) == "PartitionConfig"  # at both limits
     assert settled_reason(gpu_job(1, 5, 1000), bars) == "QOSMaxGRESPerJob"
     assert settled_reason(gpu_job(1, 1, 20_001), bars) == "QOSMaxMemoryPerJob"
@@ -348,14 +338,7 @@ PARTITION_QOS = (
 
 
 def partition_qos_snapshot(jobs: list[Job], qos: tuple[QosLimits, ...] = PARTITION_QOS) -> Snapshot:
-    return Snapshot(
-        taken_at=0.0,
-        api_version="v0.0.45",
-        jobs=tuple(jobs),
-        partitions=(Partition(name="cpu", qos="part"), Partition(name="dyn")),
-        qos=qos,
-        config=ENFORCED,
-    )
+    return limited(jobs, qos=qos, partitions=(Partition(name="cpu", qos="part"), Partition(name="dyn")))
 
 
 def test_the_partitions_qos_comes_first_unless_the_jobs_overrides_it() -> None:
