@@ -46,7 +46,17 @@ from .placement import PartitionNodes, Placement, Placements
 from .podgroups import group_status
 from .pods import Node, Pod, PodGroup
 from .policy import Policy
-from .requests import AdminComment, JobRequest, Refusal, admit, gang_request, parse_admin_comment
+from .requests import (
+    RELEASE_MOVED,
+    RELEASE_UNBOUND,
+    AdminComment,
+    JobRequest,
+    Refusal,
+    admit,
+    gang_request,
+    parse_admin_comment,
+    released_comment,
+)
 from .volumes import Volumes, VolumeStep, claims_problem, volume_steps
 
 __all__ = [
@@ -83,12 +93,20 @@ RANK_ANNOTATION = "slurm-keda.io/rank"
 """Annotation on a bound gang member: its rank (0 = leader / index 0, on the first node of the job)."""
 NODES_ANNOTATION = "slurm-keda.io/nodes"
 """Annotation on a bound gang member: the gang job's whole Slurm host list."""
+ASLEEP_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWER_DOWN", "POWERING_DOWN"})
+"""Slurm node flags of a node in power saving: without a Kubernetes node it is not excluded (resumed, a
+NodeSet gives it one)."""
 SLINKY_NODE_LABEL = "slinky.slurm.net/slurm-nodename"
 """The Kubernetes node label naming its Slurm node (Slinky's); without it the names must match."""
 ENDED = frozenset(
     {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
     | {"OUT_OF_MEMORY"}
 )
+VERDICTS = frozenset({"CANCELLED", "DEADLINE", "TIMEOUT"})
+"""A job that ended so before its pods were bound is a verdict on them — an ``scancel`` (not the
+bridge's own release), the job's ``--deadline`` or time limit passed: the pods are deleted, saying why.
+Any other end before binding (``NODE_FAIL``, ``BOOT_FAIL``, ``FAILED``, ``PREEMPTED``...) is the
+cluster's failure, not the user's: the pods are submitted again, at most ``failed_job_limit`` jobs."""
 
 
 AdmissionKey = tuple[str, str, tuple[tuple[str, str], ...]]
@@ -115,6 +133,10 @@ class BridgeOptions:
     bind_deadline: float = 300.0
     """Seconds a running job's pod may keep failing to be bound (binding forbidden, webhook refusing...)
     before the job is released (cancelled) rather than holding its node; retries back off meanwhile."""
+    failed_job_limit: int = 3
+    """Jobs of one pod (or gang) that may fail before it is placed — a node failing, a boot failure, a
+    binding that never succeeded — before the bridge stops submitting it: the pod then stays Pending with
+    the reason (until Slurm forgets the failed jobs, ``MinJobAge``, or the pod is replaced)."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +225,9 @@ class Bind:
     """Why the pod cannot be bound yet: no room on the node (``Insufficient cpu``: pods Kubernetes still
     counts there, e.g. one Terminating), or its claims' volumes not bound yet. The binding waits — as a
     failed one does, until ``bind_deadline``."""
+    release: str = field(default="", compare=False)
+    """The job's admin comment marked :data:`RELEASE_UNBOUND`: written before the job is released at the
+    deadline (:class:`Cancel`)."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +242,11 @@ class PrepareVolume:
 
 UNSCHEDULABLE = "Unschedulable"
 """The PodScheduled reason (and ``FailedScheduling`` Event) when no node may take the pod."""
+SCHEDULING_GATED = "SchedulingGated"
+"""The PodScheduled reason of a pod with scheduling gates, as kube-scheduler sets it."""
+GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+JOBS_FAILED = "SlurmJobFailed"
+"""The PodScheduled reason of a pod whose jobs failed ``failed_job_limit`` times before it was placed."""
 
 
 @dataclass(frozen=True)
@@ -248,7 +278,8 @@ class Waiting:
     message: str
     reason: str = "SlurmPending"
     """The pod's PodScheduled=False reason: ``SlurmPending`` (its job waits in Slurm's queue, or for the
-    rest of its gang), :data:`UNSCHEDULABLE` (no node may take it: nothing is submitted)."""
+    rest of its gang), :data:`UNSCHEDULABLE` (no node may take it: nothing is submitted),
+    :data:`SCHEDULING_GATED`, :data:`JOBS_FAILED`."""
 
 
 @dataclass(frozen=True)
@@ -263,6 +294,12 @@ class Cancel:
     job_id: int
     why: str
     pod: str | None = None
+    release: str = ""
+    """Non-empty when the bridge cancels the job to place its pods again (:data:`RELEASE_MOVED`,
+    :data:`RELEASE_UNBOUND`): the job's admin comment is first replaced by :attr:`admin_comment`, which
+    says so — so that a restarted bridge, too, reads the end as its own release and not as an
+    ``scancel``."""
+    admin_comment: str = ""
 
 
 @dataclass(frozen=True)
@@ -270,6 +307,9 @@ class DeletePod:
     pod: str
     uid: str
     why: str
+    event: str = "SlurmJobEnded"
+    """The Event's reason: ``SlurmJobEnded``, or ``SlurmJobStopped`` (the job is suspended, requeued or
+    runs elsewhere: the pod must not run on)."""
 
 
 @dataclass(frozen=True)
@@ -371,6 +411,8 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
         {uid for uid, s in world.submitted.items() if s.at > jobs_seen_at},
         group_jobs,
         world.placements if world.placements is not None else Placements(),
+        ours,
+        options,
     )
     ctx.placements.begin()
     groups: dict[GroupKey, list[_Member]] = {}
@@ -389,6 +431,9 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
             continue
         got = _admitted(pod, world, options)
         if got is None:
+            continue
+        if pod.spec.schedulingGates and (held is None or held.state in ENDED):
+            actions.append(Waiting(key, uid, GATED_MESSAGE, SCHEDULING_GATED))  # as kube-scheduler
             continue
         if isinstance(got, Refusal):
             actions.append(Refuse(key, uid, got.reason))
@@ -466,6 +511,9 @@ class _Context:
     """A gang's name → its jobs."""
     placements: Placements
     """Verdicts kept between passes (the caller's), else this pass's."""
+    history: Mapping[str, list[Job]]
+    """Pod uid → every job of it Slurm still lists (ended ones too)."""
+    options: BridgeOptions
     partitions: dict[str, PartitionNodes] = field(default_factory=dict)
     """Partition → its nodes as this pass judges them."""
 
@@ -480,7 +528,12 @@ class _Context:
                 n.name: nodes.by_slurm.get(n.name) for n in self.world.snapshot.nodes if name in n.partitions
             }
             usable = [k8s.metadata.name for s in slurm if (k8s := nodes.usable(s)) is not None]
-            known = self.placements.partition(name, slurm, usable, self.world.others_usage)
+            asleep = frozenset(
+                n.name
+                for n in self.world.snapshot.nodes
+                if name in n.partitions and not ASLEEP_FLAGS.isdisjoint(n.flags)
+            )
+            known = self.placements.partition(name, slurm, usable, self.world.others_usage, asleep)
             self.partitions[name] = known
         return known
 
@@ -490,6 +543,52 @@ class _Context:
         node not usable by the bridge is ruled out as not ready)."""
         asks = [self.asks(p) for p in pods]
         return self.placements.place(self.partition(partition), pods, asks, self.world.volumes)
+
+    def refused(self, place: Placement, nodes: int) -> bool:
+        """Whether Slurm must refuse a job of ``nodes`` nodes placed so: the partition has at least that
+        many Slurm nodes, but fewer are left once the excluded ones are taken away ("Requested node
+        configuration is not available": the job ends FAILED at once). A partition with fewer nodes than the
+        job needs — none at all, a NodeSet that can grow — takes the job, which pends (PartitionConfig,
+        PartitionNodeLimit) and asks the autoscaler for nodes. Seen on the 26.05 lab (``docs/bridge.md``)."""
+        if place.verdict.blocked is not None:
+            return True
+        size = place.left + len(place.excluded)
+        return 0 < nodes <= size and place.left < nodes
+
+    def release(self, job: Job, why: str, pod: str | None, kind: str = RELEASE_MOVED) -> Cancel:
+        """Cancel ``job`` to place its pods again, its admin comment first marked so (:class:`Cancel`)."""
+        text = job.admin_comment
+        marked = released_comment(text, kind) if text else ""
+        return Cancel(job.job_id, why, pod, kind, marked)
+
+    def past_failures(self, jobs: Sequence[Job]) -> list[Job]:
+        """The jobs of ``jobs`` that ended before their pods were placed, the bridge's moves not counted
+        (see :data:`VERDICTS`)."""
+        out = []
+        for j in jobs:
+            if j.state in ENDED:
+                comment = self.comments.get(j.job_id)
+                if comment is None or comment.release != RELEASE_MOVED:
+                    out.append(j)
+        return out
+
+    def ended(self, job: Job, jobs: Sequence[Job], what: str) -> tuple[str, str] | None:
+        """A unit's newest ``job`` ended before it was placed (``jobs``: all of its jobs Slurm lists):
+        ("delete", why) for a verdict (:data:`VERDICTS`), ("wait", why) once ``failed_job_limit`` jobs
+        failed, None to place it again."""
+        comment = self.comments.get(job.job_id)
+        released = comment is not None and comment.release is not None
+        said = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+        if job.state in VERDICTS and not released:
+            return "delete", f"Slurm job {job.job_id} of {what} ended {job.state}{said} before it was placed"
+        failed = self.past_failures(jobs)
+        limit = self.options.failed_job_limit
+        if len(failed) >= limit:
+            return "wait", (
+                f"{len(failed)} Slurm jobs of {what} ended before it could be placed (last: job "
+                f"{failed[-1].job_id} {failed[-1].state}{said}); not submitted again while Slurm lists them"
+            )
+        return None
 
     def to_bind(
         self, pod: Pod, job: Job, node: Node, slurm_node: str, what: str, rank: int | None = None
@@ -501,20 +600,27 @@ class _Context:
         never, no_room = self.binding_problem(pod, node)
         if never:
             why = f"Slurm placed {what} on {slurm_node}, where Kubernetes cannot run {key}: {never}"
-            return [Cancel(job.job_id, why, key)]
+            return [self.release(job, why, key)]
         steps, waits = volume_steps(pod, node, self.world.volumes) if not no_room else ([], [])
         wait_for = "; ".join([no_room, *waits] if no_room else waits)
         gang = (rank, job.nodes) if rank is not None else (0, "")
-        bind = Bind(key, uid, job.job_id, node.metadata.name, slurm_node, *gang, job.start_time, wait_for)
+        release = released_comment(job.admin_comment, RELEASE_UNBOUND) if job.admin_comment else ""
+        bind = Bind(
+            key, uid, job.job_id, node.metadata.name, slurm_node, *gang, job.start_time, wait_for, release
+        )
         return [*(PrepareVolume(key, uid, step) for step in steps), bind]
 
     def exclusions(self, pods: Sequence[Pod], job: Job, partition: str, key: str) -> list[Action]:
-        """An :class:`Exclude` when the pending ``job``'s excluded nodes are not what ``pods`` need now."""
+        """An :class:`Exclude` when the pending ``job``'s excluded nodes are not what ``pods`` need now;
+        its release when no node is left for them (Slurm would refuse the update)."""
         if job.state != "PENDING":
             return []
         place = self.placement(pods, partition)
         if place.verdict.blocked is not None:  # a claim went missing: the job starts, the binding waits
             return []
+        if self.refused(place, len(pods)):
+            why = f"no node may take its pods any more (Kubernetes: {place.summary})"
+            return [self.release(job, why, key)]
         wanted = place.excluded
         try:
             have: tuple[str, ...] | None = tuple(sorted(hostlist_expand(job.excluded_nodes)))
@@ -544,22 +650,29 @@ class _Context:
 
 def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> list[Action]:
     key, uid = pod.key, pod.metadata.uid
+    if job is not None and job.state in ENDED:
+        if uid in ctx.submitting:
+            return []
+        outcome = ctx.ended(job, ctx.history.get(uid, [job]), f"pod {key}")
+        if outcome is not None:
+            verdict, why = outcome
+            if verdict == "delete":
+                return [DeletePod(key, uid, why)]
+            return [Waiting(key, uid, why, JOBS_FAILED)]
+        job = None  # the cluster failed it, or the bridge released it: placed again
     if job is None:
         if uid in ctx.submitting:
             return []
         place = ctx.placement([pod], request.partition)
-        if place.verdict.blocked is not None:  # a claim missing or not bound: no node can take it yet
+        if ctx.refused(place, 1):  # a claim missing or not bound, or no node left: Slurm would refuse it
             return [Waiting(key, uid, place.summary, UNSCHEDULABLE)]
         return [Submit(key, uid, request, place.excluded, placement=place.summary)]
-    if job.state in ENDED:
-        why = f"Slurm job {job.job_id} ended {job.state} ({job.reason}) before the pod was placed"
-        return [DeletePod(key, uid, why)]
     if job.state == "RUNNING" and job.nodes:
         slurm_node = hostlist_expand(job.nodes, limit=2)[0]
         k8s = ctx.nodes.usable(slurm_node)
         if k8s is None:
             why = f"Slurm placed it on {slurm_node}, whose Kubernetes node is gone, cordoned or not ready"
-            return [Cancel(job.job_id, why, key)]
+            return [ctx.release(job, why, key)]
         return ctx.to_bind(pod, job, k8s, slurm_node, "it")
     return [*ctx.exclusions([pod], job, request.partition, key), Waiting(key, uid, waiting_message(job))]
 
@@ -576,19 +689,21 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     live = max((j for j in gang_jobs if j.state not in ENDED), key=lambda j: j.job_id, default=None)
     if live is not None:
         return _gang_job(group, live, members, ctx)
-    actions: list[Action] = []
     waiting = set(uids)
-    for ended in {j.job_id: j for j in gang_jobs}.values():
-        in_job = {uid for _, _, uid in ctx.comments[ended.job_id].pods}
-        if in_job <= waiting:  # the whole gang is still here: Slurm's verdict on it (scancel, a failure)
-            why = f"Slurm job {ended.job_id} of {name} ended {ended.state} ({ended.reason}) before placing"
-            actions += [
-                DeletePod(m.pod.key, m.pod.metadata.uid, why) for m in members if m.pod.metadata.uid in in_job
-            ]
-            waiting -= in_job
-        # else a member left (the job was cancelled for it): the rest are submitted again, once
-    if actions or waiting & ctx.submitting:
-        return actions
+    if waiting & ctx.submitting:
+        return []
+    # the jobs of the gang as it is now (a job of a member that left was cancelled for it: history)
+    whole = [j for j in gang_jobs if {uid for _, _, uid in ctx.comments[j.job_id].pods} <= waiting]
+    if whole:
+        newest = max(whole, key=lambda j: j.job_id)
+        outcome = ctx.ended(newest, whole, name)
+        if outcome is not None:
+            verdict, why = outcome
+            in_job = {uid for _, _, uid in ctx.comments[newest.job_id].pods}
+            hit = [m for m in members if m.pod.metadata.uid in in_job]
+            if verdict == "delete":
+                return [DeletePod(m.pod.key, m.pod.metadata.uid, why) for m in hit]
+            return [Waiting(m.pod.key, m.pod.metadata.uid, why, JOBS_FAILED) for m in hit]
     ready = [m for m in members if m.pod.metadata.uid in waiting]
     if len(ready) < size:
         text = f"{name}: {len(ready)} of {size} pods exist; the group is submitted once all do"
@@ -597,7 +712,7 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     if isinstance(request, Refusal):
         return [Refuse(m.pod.key, m.pod.metadata.uid, request.reason) for m in ready]
     place = ctx.placement([m.pod for m in ready[:size]], request.partition)
-    if place.verdict.blocked is not None:
+    if ctx.refused(place, size):
         text = f"{name}: {place.summary}"
         return [Waiting(m.pod.key, m.pod.metadata.uid, text, UNSCHEDULABLE) for m in ready]
     leader = ready[0].pod
@@ -631,7 +746,7 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
             why = (
                 f"Slurm placed {group} on {hosts[rank]}, whose Kubernetes node is gone, cordoned or not ready"
             )
-            return [Cancel(job.job_id, why, key)]
+            return [ctx.release(job, why, key)]
         bind = ctx.to_bind(m.pod, job, k8s, hosts[rank], str(group), rank)
         if isinstance(bind[0], Cancel):
             return bind
@@ -673,9 +788,32 @@ def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: Bri
     if pod.terminal:
         return [Cancel(job.job_id, f"pod {key} {pod.status.phase.lower()}", key)]
     deleting = _parse_time(pod.metadata.deletionTimestamp)  # when the grace period ends
-    if deleting is not None and world.now >= deleting + options.terminating_grace:
-        return [Cancel(job.job_id, f"pod {key} stuck Terminating (its node's kubelet is gone?)", key)]
+    if deleting is not None:
+        if world.now >= deleting + options.terminating_grace:
+            return [Cancel(job.job_id, f"pod {key} stuck Terminating (its node's kubelet is gone?)", key)]
+        return []
+    stopped = _not_running_here(pod, job)
+    if stopped:
+        return [DeletePod(key, uid, stopped, "SlurmJobStopped")]
     return []
+
+
+def _not_running_here(pod: Pod, job: Job) -> str:
+    """Why a bound pod may not run on: its job is not RUNNING (SUSPENDED, PENDING again after a requeue...)
+    or runs on other nodes than the pod's; "" when it runs there. The node is the pod's Slurm-node
+    annotation (pods bound before it was written are judged by the state alone)."""
+    said = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+    if job.state != "RUNNING":
+        return f"Slurm job {job.job_id} is {job.state}{said}: its pod may run only while the job runs"
+    here = pod.metadata.annotations.get(SLURM_NODE_ANNOTATION)
+    if here and job.nodes:
+        try:
+            hosts = hostlist_expand(job.nodes)
+        except ValueError:
+            return ""
+        if here not in hosts:
+            return f"Slurm job {job.job_id} runs on {job.nodes}, no longer on {here}"
+    return ""
 
 
 def _group_statuses(world: World, group_jobs: Mapping[str, list[Job]]) -> list[Action]:

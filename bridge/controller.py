@@ -29,6 +29,7 @@ from exporter.source import PolledSource
 from .actions import (
     JOB_ID_ANNOTATION,
     JOB_ID_LABEL,
+    JOBS_FAILED,
     NODES_ANNOTATION,
     RANK_ANNOTATION,
     SLURM_NODE_ANNOTATION,
@@ -56,8 +57,8 @@ from .informer import Informer
 from .kube import Kube, KubeError
 from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, created_at
-from .requests import JobRequest, Refusal
-from .slurm import cancel_job, exclude_nodes, submit_job
+from .requests import RELEASE_UNBOUND, JobRequest, Refusal
+from .slurm import cancel_job, exclude_nodes, set_admin_comment, submit_job
 from .volumes import Claim, PersistentVolume, StorageClass, Volumes
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -380,7 +381,7 @@ class Bridge:
                     del self._bind_failed[action.uid]
                 elif now - failed.first >= self.options.bind_deadline:
                     why = _release_reason(failed, self.options.bind_deadline)
-                    action = Cancel(action.job_id, why, action.pod)
+                    action = Cancel(action.job_id, why, action.pod, RELEASE_UNBOUND, action.release)
                 elif failed.retry_at > now:
                     continue
             key = _busy_key(action)
@@ -509,6 +510,9 @@ class Bridge:
             elif action.reason == UNSCHEDULABLE:  # as kube-scheduler says it: condition and Event
                 await self.kube.unschedulable(pod, UNSCHEDULABLE, text)
                 await self.kube.event(pod, "FailedScheduling", text, warning=True)
+            elif action.reason == JOBS_FAILED:
+                await self.kube.unschedulable(pod, JOBS_FAILED, text)
+                await self.kube.event(pod, JOBS_FAILED, text, warning=True)
             else:
                 await self.kube.unschedulable(pod, action.reason, text)
             self._said[action.uid] = text
@@ -588,6 +592,13 @@ class Bridge:
                         await self.kube.event(pod, "SlurmExcluded", text)
             return done
         if isinstance(action, Cancel):
+            if action.release and action.admin_comment:  # says "the bridge's release", for any later reader
+                known = await set_admin_comment(
+                    self.session.client, version, action.job_id, action.admin_comment
+                )
+                if not known:
+                    self.source.poll_soon()
+                    return False  # ended or gone meanwhile: nothing to release
             cancelled = await cancel_job(self.session.client, version, action.job_id)
             if action.why.startswith(RELEASED):
                 self.stats.released += cancelled
@@ -603,7 +614,7 @@ class Bridge:
             pod = self._pod(action.uid)
             if pod is None:
                 return False
-            await self._tell(pod, "SlurmJobEnded", action.why, warning=True)
+            await self._tell(pod, action.event, action.why, warning=True)
             deleted = await self.kube.delete_pod(pod)
             log.info("bridge: delete pod %s: %s", action.pod, action.why)
             return deleted

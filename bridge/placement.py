@@ -31,8 +31,11 @@ class Placement:
 
     verdict: Feasibility
     excluded: tuple[str, ...]
-    """The partition's Slurm nodes whose Kubernetes node is missing or ruled out, sorted (empty when the
-    verdict is blocked: the job is not submitted)."""
+    """The partition's Slurm nodes whose Kubernetes node is ruled out, sorted (empty when the verdict is
+    blocked: the job is not submitted)."""
+    left: int = 0
+    """The partition's Slurm nodes not excluded (those without a Kubernetes node yet included): fewer than
+    the job's nodes, and Slurm refuses it unless the partition can grow."""
 
     @functools.cached_property
     def summary(self) -> str:
@@ -66,16 +69,21 @@ class PartitionNodes:
         usable: Iterable[str],
         others_usage: Mapping[str, NodeUse],
         fingerprint: bytes,
+        asleep: frozenset[str] = frozenset(),
     ) -> None:
         """``slurm``: the partition's Slurm nodes → their Kubernetes node (None: none); ``usable``: the
         Kubernetes nodes the bridge may use (Ready, labelled, schedulable); ``others_usage``: what pods
-        Slurm does not know request per Kubernetes node."""
+        Slurm does not know request per Kubernetes node; ``asleep``: Slurm nodes powered down (or powering
+        up) — without a Kubernetes node they are not excluded: resumed, they get one (a NodeSet's slurmd
+        pod), and a node Kubernetes then rules out is caught when the job starts there."""
         self.fingerprint = fingerprint
+        self.size = len(slurm)
+        """Its Slurm nodes."""
         self.candidates = list({n.metadata.name: n for n in slurm.values() if n is not None}.values())
         """The Kubernetes nodes of its Slurm nodes."""
         self.index = NodeIndex(self.candidates, others_usage, usable)
-        self.missing = tuple(s for s, n in slurm.items() if n is None)
-        """Its Slurm nodes without a Kubernetes node."""
+        self.missing = tuple(s for s, n in slurm.items() if n is None and s not in asleep)
+        """Its Slurm nodes without a Kubernetes node (and not powered down: those may get one)."""
         slurm_of: dict[str, list[str]] = {}
         for s, n in slurm.items():
             if n is not None:
@@ -109,7 +117,10 @@ class PartitionNodes:
         """:func:`bridge.feasible.feasible` of ``pods`` over these nodes (:meth:`NodeIndex.judge`), and
         the Slurm nodes to exclude."""
         verdict = self.index.judge(pods, volumes, asks)
-        return Placement(verdict, () if verdict.blocked is not None else self._excluded(verdict))
+        if verdict.blocked is not None:
+            return Placement(verdict, ())
+        excluded = self._excluded(verdict)
+        return Placement(verdict, excluded, self.size - len(excluded))
 
     def _excluded(self, verdict: Feasibility) -> tuple[str, ...]:
         """Slurm nodes that do not exist yet (a NodeSet scaled to zero) are not excluded: the job pends,
@@ -127,13 +138,16 @@ class PartitionNodes:
 
 
 def fingerprint(
-    slurm: Mapping[str, Node | None], usable: Iterable[str], others_usage: Mapping[str, NodeUse]
+    slurm: Mapping[str, Node | None],
+    usable: Iterable[str],
+    others_usage: Mapping[str, NodeUse],
+    asleep: frozenset[str] = frozenset(),
 ) -> bytes:
     """What a partition's verdicts depend on, besides the pods: equal bytes, equal verdicts."""
     nodes = {n.metadata.name: n for n in slurm.values() if n is not None}
     return msgspec.json.encode(
         [
-            [[s, n.metadata.name if n is not None else None] for s, n in slurm.items()],
+            [[s, n.metadata.name if n is not None else s in asleep] for s, n in slurm.items()],
             sorted(usable),
             [
                 [
@@ -176,14 +190,15 @@ class Placements:
         slurm: Mapping[str, Node | None],
         usable: Sequence[str],
         others_usage: Mapping[str, NodeUse],
+        asleep: frozenset[str] = frozenset(),
     ) -> PartitionNodes:
         """Partition ``name``'s nodes (see :class:`PartitionNodes`): those of the last pass when nothing
         they are judged on changed."""
         self._visited.add(name)
-        mark = fingerprint(slurm, usable, others_usage)
+        mark = fingerprint(slurm, usable, others_usage, asleep)
         known = self._partitions.get(name)
         if known is None or known.fingerprint != mark:
-            known = self._partitions[name] = PartitionNodes(slurm, usable, others_usage, mark)
+            known = self._partitions[name] = PartitionNodes(slurm, usable, others_usage, mark, asleep)
         return known
 
     def place(

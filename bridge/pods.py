@@ -178,6 +178,12 @@ class PodSpec(msgspec.Struct, frozen=True):
     tolerations: list[Toleration] = []
     volumes: list[Volume] = []
     topologySpreadConstraints: list[dict[str, Any]] = []
+    schedulingGates: list[dict[str, Any]] = []
+    """While any is listed, no scheduler may place the pod (kube-scheduler: PodScheduled=False,
+    ``SchedulingGated``); the API server refuses a binding. Gates can only be removed, never added."""
+    resourceClaims: list[dict[str, Any]] = []
+    """Dynamic Resource Allocation claims (``resource.k8s.io``): allocated by kube-scheduler's
+    DynamicResources plugin, which the bridge does not run."""
 
 
 class Condition(msgspec.Struct, frozen=True):

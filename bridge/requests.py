@@ -45,6 +45,8 @@ from .policy import NamespacePolicy, Policy
 __all__ = [
     "ANNOTATIONS",
     "PREFIX",
+    "RELEASE_MOVED",
+    "RELEASE_UNBOUND",
     "AdminComment",
     "JobRequest",
     "Refusal",
@@ -53,6 +55,7 @@ __all__ = [
     "gang_request",
     "job_request",
     "parse_time_limit",
+    "released_comment",
     "select",
 ]
 
@@ -136,6 +139,18 @@ class AdminComment(NamedTuple):
     pods: list[tuple[str, str, str]]
     """``(namespace, name, uid)`` of each pod, in rank order."""
     group: str | None = None
+    release: str | None = None
+    """Set by the bridge just before it cancels the job to place its pods again
+    (:data:`RELEASE_MOVED`, :data:`RELEASE_UNBOUND`): the job's end is the bridge's doing, not a verdict on
+    the pods (an ``scancel``); None otherwise."""
+
+
+RELEASE_MOVED = "moved"
+"""The job was released because Kubernetes ruled out its node (a taint, a cordon, the node gone) or no
+node may take its pods any more: placed again, not counted as a failure."""
+RELEASE_UNBOUND = "unbound"
+"""The job was released because its pod could not be bound within the deadline: placed again, counted as
+a failure (bounded)."""
 
 
 def parse_admin_comment(text: str) -> AdminComment | None:
@@ -147,9 +162,22 @@ def parse_admin_comment(text: str) -> AdminComment | None:
         doc = json.loads(text)["slurm-keda"]
         pods = [(str(p["namespace"]), str(p["name"]), str(p["uid"])) for p in doc["pods"]]
         group = doc.get("group")
-        return AdminComment(str(doc["instance"]), pods, None if group is None else str(group))
+        release = doc.get("release")
+        return AdminComment(
+            str(doc["instance"]),
+            pods,
+            None if group is None else str(group),
+            None if release is None else str(release),
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def released_comment(text: str, release: str) -> str:
+    """The admin comment ``text`` (one the bridge wrote) marked as released (``release``: why)."""
+    doc = json.loads(text)
+    doc["slurm-keda"]["release"] = release
+    return json.dumps(doc, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -253,6 +281,7 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
     if share == "true" and not ns.allow_shared_nodes:
         raise _Refused(f"namespace {ns.namespace} may not share nodes ({PREFIX}share-node)")
     _check_placement(pod, exclusive=share != "true")
+    _check_claims(pod)
     partition = _choose("partition", ours.get("partition"), ns.partitions, default_first=True)
     assert partition is not None  # the policy lists at least one
     spec = pod.spec
@@ -333,6 +362,19 @@ def _check_placement(pod: Pod, *, exclusive: bool) -> None:
                 f"required podAntiAffinity on {key or 'no topologyKey'}: only one pod per node"
                 f" ({HOSTNAME_KEY}) on a node of its own (no {PREFIX}share-node) is honoured"
             )
+
+
+def _check_claims(pod: Pod) -> None:
+    """Refuse Dynamic Resource Allocation: a ``spec.resourceClaims`` entry is allocated by kube-scheduler's
+    DynamicResources plugin (and the claim reserved for the pod) before binding; the bridge does neither,
+    and a pod bound with an unallocated claim never starts."""
+    if pod.spec.resourceClaims:
+        names = ", ".join(str(c.get("name", "?"))[:64] for c in pod.spec.resourceClaims[:3])
+        raise _Refused(
+            f"spec.resourceClaims ({names}): Dynamic Resource Allocation claims are not allocated by the"
+            " Slurm bridge; ask for devices as extended resources (nvidia.com/gpu) or leave the pod to"
+            " kube-scheduler"
+        )
 
 
 def admit(

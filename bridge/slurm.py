@@ -1,5 +1,6 @@
-"""The bridge's writes to Slurm — submit a placeholder job, cancel a job — through the project's slurmrestd
-client (its token handling, TLS and typed errors). Every read comes from the poller's snapshot.
+"""The bridge's writes to Slurm — submit a placeholder job, update one (its excluded nodes, its admin
+comment), cancel one — through the project's slurmrestd client (its token handling, TLS and typed errors).
+Every read comes from the poller's snapshot.
 
 Answers are checked: a submission answered 2xx with ``errors[]`` (slurmctld refused the job) raises
 :class:`~exporter.errors.SlurmReportedError` with slurmctld's text; an answer without a job id is a
@@ -21,7 +22,7 @@ from exporter.versions._common import decode
 from .jobdesc import submit_body
 from .requests import JobRequest
 
-__all__ = ["cancel_job", "exclude_nodes", "parse_submit_answer", "submit_job"]
+__all__ = ["cancel_job", "exclude_nodes", "parse_submit_answer", "set_admin_comment", "submit_job"]
 
 
 class _Error(msgspec.Struct):
@@ -145,7 +146,19 @@ async def exclude_nodes(client: SlurmClient, version: str, job_id: int, nodes: S
     (it started meanwhile: the binding checks its node). Raises for any other refusal."""
     # a comma-separated string: an empty list leaves ExcNodeList as it was, "" clears it (26.05, the lab;
     # 24.11 takes the string as well, with a warning that it expected an array, and "" clears it too)
-    body = json.dumps({"excluded_nodes": ",".join(nodes)}).encode()
+    return await _update_job(client, version, job_id, {"excluded_nodes": ",".join(nodes)})
+
+
+async def set_admin_comment(client: SlurmClient, version: str, job_id: int, text: str) -> bool:
+    """Replace a job's ``admin_comment`` (pending or running). False when Slurm does not know the job or it
+    already ended; raises for any other refusal."""
+    return await _update_job(client, version, job_id, {"admin_comment": text})
+
+
+async def _update_job(client: SlurmClient, version: str, job_id: int, fields: dict[str, Any]) -> bool:
+    """``POST /job/{id}`` with ``fields``; False for a job unknown, ended or (where the field needs it)
+    no longer pending, see :data:`NOT_PENDING_CODES`."""
+    body = json.dumps(fields).encode()
     try:
         answer = await client.send("POST", f"/slurm/{version}/job/{job_id}", endpoint="job/update", body=body)
     except HTTPStatusError as e:

@@ -7,11 +7,13 @@ import json
 from typing import Any
 
 import msgspec
+from msgspec.structs import replace
 
 from bridge.actions import UNSCHEDULABLE, Bind, Cancel, Exclude, PrepareVolume, Submit, Waiting, plan
 from bridge.feasible import node_usage
 from bridge.placement import Placements
 from bridge.pods import Pod, decode_pod
+from bridge.requests import RELEASE_MOVED, parse_admin_comment
 from bridge.volumes import (
     SELECTED_NODE_ANNOTATION,
     Claim,
@@ -20,7 +22,8 @@ from bridge.volumes import (
     Volumes,
     VolumeStep,
 )
-from testkit.builders import OPTIONS, job, k8s_node, pod_doc, world
+from exporter.model import Job
+from testkit.builders import OPTIONS, job, k8s_node, pod_doc, snapshot, world
 
 GPU_TAINT = {"key": "gpu", "value": "true", "effect": "NoSchedule"}
 CPU4 = {"name": "m", "resources": {"requests": {"cpu": "4"}}}
@@ -95,11 +98,54 @@ def test_a_pending_jobs_exclusions_follow_kubernetes() -> None:
     assert exclude == Exclude(7, (), "team-a/p-u1", "3/3 nodes are available.", ("u1",))
 
 
-def test_no_node_at_all_still_submits_so_the_demand_can_grow_the_nodeset() -> None:
+def test_a_pod_no_node_may_take_stays_pending_and_nothing_is_submitted() -> None:
+    """Slurm refuses a job whose partition's nodes are all excluded (HTTP 422, the job FAILED at once): the
+    pod waits as kube-scheduler leaves it, Unschedulable with the reasons, and is placed once a node fits."""
     nodes = [k8s_node(n, taints=[GPU_TAINT]) for n in ("c1", "c2", "c3")]
     (action,) = plan(world(pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    why = "0/3 nodes are available: 3 node(s) had untolerated taint {gpu: true}."
+    assert action == Waiting("team-a/p-u1", "u1", why, UNSCHEDULABLE)
+    nodes[1] = k8s_node("c2")  # the taint removed from one node
+    (action,) = plan(world(pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ("c1", "c3")
+    full = [k8s_node(n, allocatable={"cpu": "1", "pods": "10"}) for n in ("c1", "c2", "c3")]
+    asking = bridge_pod(containers=[{"name": "m", "resources": {"requests": {"cpu": "2"}}}])
+    (action,) = plan(world(pods=[asking], nodes=full), OPTIONS)
+    assert isinstance(action, Waiting) and action.reason == UNSCHEDULABLE
+    assert action.message == "0/3 nodes are available: 3 Insufficient cpu."
+
+
+def test_a_partition_that_can_grow_still_takes_the_job() -> None:
+    """A NodeSet at zero (no Slurm node in the partition): Slurm takes the job (PartitionConfig, seen on the
+    26.05 lab) and the demand grows it. Powered-down Slurm nodes without a Kubernetes node are not
+    excluded: resumed, they get one. An up Slurm node without one (a slurmd outside Kubernetes) is."""
+    nodes = [k8s_node(n, taints=[GPU_TAINT]) for n in ("c1", "c2", "c3")]
+    empty = world(pods=[bridge_pod()], nodes=nodes, snapshot=snapshot(slurm_nodes=()))
+    (action,) = plan(empty, OPTIONS)
+    assert isinstance(action, Submit) and action.excluded_nodes == ()
+    four = snapshot(slurm_nodes=("c1", "c2", "c3", "c4"))
+    c4 = replace(four.nodes[3], flags=("CLOUD", "POWERED_DOWN"))
+    asleep = replace(four, nodes=(*four.nodes[:3], c4))
+    (action,) = plan(world(pods=[bridge_pod()], nodes=nodes, snapshot=asleep), OPTIONS)
     assert isinstance(action, Submit) and action.excluded_nodes == ("c1", "c2", "c3")
-    assert action.placement.startswith("0/3 nodes are available")
+    (action,) = plan(world(pods=[bridge_pod()], nodes=nodes, snapshot=four), OPTIONS)
+    assert isinstance(action, Waiting) and action.reason == UNSCHEDULABLE
+
+
+def test_a_pending_job_left_without_any_node_is_released_not_updated() -> None:
+    """Every node ruled out while the job pends: Slurm would refuse the update; the job is released (its
+    admin comment says so first) and the pod waits, Unschedulable, to be submitted again."""
+    nodes = [k8s_node(n, taints=[GPU_TAINT]) for n in ("c1", "c2", "c3")]
+    pending_job = job(7, "u1", reason="Resources", excluded_nodes="")
+    release, _ = plan(world(pending_job, pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(release, Cancel) and release.job_id == 7 and release.release == RELEASE_MOVED
+    marked = parse_admin_comment(release.admin_comment)
+    assert marked is not None and marked.release == RELEASE_MOVED and marked.pods[0][2] == "u1"
+    ended = Job(job_id=7, state="CANCELLED", admin_comment=release.admin_comment)
+    (action,) = plan(world(ended, pods=[bridge_pod()], nodes=nodes), OPTIONS)
+    assert isinstance(action, Waiting) and action.reason == UNSCHEDULABLE  # kept, not deleted
+    (action,) = plan(world(ended, pods=[bridge_pod()], nodes=[k8s_node("c1")]), OPTIONS)
+    assert isinstance(action, Submit)
 
 
 def test_a_pod_whose_claim_is_missing_or_unbound_waits_without_a_job() -> None:
@@ -151,7 +197,7 @@ def test_pods_of_one_template_are_judged_once_per_pass() -> None:
     kept = Placements()
     actions = plan(world(pods=pods, nodes=nodes, placements=kept), OPTIONS)
     assert all(isinstance(a, Submit) and a.excluded_nodes == ("c2",) for a in actions[:50])
-    assert isinstance(actions[50], Submit) and actions[50].excluded_nodes == ("c1", "c2", "c3")
+    assert isinstance(actions[50], Waiting) and actions[50].reason == UNSCHEDULABLE  # fits nowhere
     assert kept.judged == 2  # the 50 alike once, the other once
 
 
@@ -161,12 +207,13 @@ def pending(uid: str, excluded: str) -> Any:
 
 def test_verdicts_are_kept_between_passes_until_a_node_or_others_usage_changes() -> None:
     nodes = [k8s_node("c1"), k8s_node("c2", taints=[GPU_TAINT]), k8s_node("c3")]
+    nodes[0] = k8s_node("c1", rack="a")
     pods = [bridge_pod("u1"), bridge_pod("u2", nodeSelector={"rack": "a"})]
     kept = Placements()
     first = plan(world(pods=pods, nodes=nodes, placements=kept), OPTIONS)
-    assert [a.excluded_nodes for a in first if isinstance(a, Submit)] == [("c2",), ("c1", "c2", "c3")]
+    assert [a.excluded_nodes for a in first if isinstance(a, Submit)] == [("c2",), ("c2", "c3")]
     assert kept.judged == 2
-    jobs = (pending("u1", "c2"), pending("u2", "c[1-3]"))  # they pend; each pass checks their exclusions
+    jobs = (pending("u1", "c2"), pending("u2", "c[2-3]"))  # they pend; each pass checks their exclusions
     for _ in range(3):
         assert not any(
             isinstance(a, Exclude)

@@ -385,6 +385,7 @@ def test_external_placeholder_where_the_api_has_it_batch_before() -> None:
         "cluster-a",
         [("team-a", "trainer-0", "5c1e-uid")],
         None,
+        None,
     )
     old = submit_body(r, "v0.0.42", instance="cluster-a")["job"]
     assert old["script"] == PLACEHOLDER_SCRIPT and "flags" not in old and old["shared"] == ["none"]
