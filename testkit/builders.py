@@ -107,9 +107,11 @@ def pod(
     node: str | None = None,
     labels: dict[str, str] | None = None,
     status: dict[str, Any] | None = None,
+    spec: dict[str, Any] | None = None,
     **meta: Any,
 ) -> Pod:
-    """A decoded bridge pod ``team-a/p-<uid>`` (pending unless ``status`` says otherwise)."""
+    """A decoded bridge pod ``team-a/p-<uid>`` (pending unless ``status`` says otherwise); ``spec`` adds
+    fields to its spec."""
     doc = pod_doc(
         f"p-{uid}",
         uid=uid,
@@ -118,6 +120,7 @@ def pod(
         node=node,
         status=status if status is not None else {"phase": "Pending"},
         meta=meta,
+        spec=spec,
     )
     return decode_pod(json.dumps(doc))
 

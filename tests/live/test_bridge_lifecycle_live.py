@@ -1,0 +1,175 @@
+"""The bridge keeps Kubernetes' promises over the whole job lifecycle, with the 26.05 lab placing and the
+fake API server (real HTTP, the real client) holding the pods: a pod no node may take stays Pending and
+nothing is submitted; a suspended job's pod is stopped; a node failing before the binding gets the pod a
+new job; gated pods wait for their gates; DRA claims are refused. Two dynamic nodes under a reservation of
+their own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridge.actions import GATED_MESSAGE, JOB_ID_ANNOTATION, SCHEDULING_GATED, UNSCHEDULABLE
+from lab import Lab
+from testkit.bridge_lab import bridge_pod, k8s_node, placed, reserved_nodes, running_bridge, squeue
+from testkit.fake_kube import TOKEN, FakeKube
+from testkit.tools import eventually
+
+RESERVATION = "life-e2e"
+NODES = ["lc-1", "lc-2"]
+POLICY = {"namespaces": {"team-a": {"user_id": 0, "partitions": ["dyn"], "reservations": [RESERVATION]}}}
+TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+
+
+def cluster(tainted: tuple[str, ...] = ()) -> FakeKube:
+    fake = FakeKube(token=TOKEN)
+    for name in NODES:
+        node = k8s_node(name)
+        node["spec"] = {"taints": [TAINT] if name in tainted else []}
+        node["status"]["allocatable"] = {"cpu": "2", "memory": "2000Mi", "pods": "110"}
+        fake.put("nodes", node)
+    return fake
+
+
+def pod(name: str, **spec: Any) -> dict[str, Any]:
+    p = bridge_pod(name, RESERVATION)
+    p["spec"] |= spec
+    return p
+
+
+def condition(fake: FakeKube, name: str) -> dict[str, Any] | None:
+    """The pod's PodScheduled condition."""
+    p = fake.get("pods", "team-a", name) or {}
+    return next((c for c in p.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), None)
+
+
+def reasons(fake: FakeKube, name: str) -> list[str]:
+    return [e["reason"] for e in fake.events_for("team-a", name)]
+
+
+def jobs_named(lab: Lab, name: str) -> str:
+    """Every job of the pod Slurm still lists (any state)."""
+    return lab.run(
+        ["squeue", "-h", "-t", "all", "-n", f"k8s:team-a/{name}", "-o", "%i|%T"], check=False
+    ).strip()
+
+
+@pytest.fixture
+def nodes(lab_2605: Lab) -> Any:
+    with reserved_nodes(lab_2605, NODES, RESERVATION) as names:
+        yield names
+
+
+async def test_a_pod_no_node_may_take_stays_pending_until_a_taint_is_removed(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """Both nodes tainted, the pod tolerates nothing: Slurm would refuse its job (every node excluded:
+    422, FAILED BadConstraints). kube-scheduler's answer instead: Pending, Unschedulable, FailedScheduling;
+    once the taint leaves one node the pod is placed there."""
+    fake = cluster(tainted=("lc-1", "lc-2"))
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=fake) as (fake, bridge):
+        fake.put("pods", pod("stuck"))
+        got = await eventually(
+            lambda: (c := condition(fake, "stuck")) and c["reason"] == UNSCHEDULABLE and c,
+            30.0,
+            "Unschedulable",
+        )
+        assert got["status"] == "False"
+        assert got["message"] == "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}."
+        assert "FailedScheduling" in reasons(fake, "stuck")
+        passes = bridge.passes
+        await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
+        assert fake.get("pods", "team-a", "stuck") is not None and placed(fake, "stuck") is None
+        assert "SlurmSubmitted" not in reasons(fake, "stuck") and not jobs_named(lab_2605, "stuck")
+        fake.update("nodes", "", "lc-2", {"spec": {"taints": []}})  # the taint removed
+        bound = await eventually(lambda: placed(fake, "stuck"), 60.0, "the pod to be bound", 0.2)
+        assert bound["spec"]["nodeName"] == "lc-2"
+        assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_a_suspended_jobs_pod_is_stopped_with_an_event_naming_the_job(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """``scontrol suspend`` of a bound pod's job: Slurm may give the node's CPUs to another job, so the pod
+    must not run on — it is deleted with an Event naming the job, and the job is then cancelled."""
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
+        fake.put("pods", pod("sleeper"))
+        bound = await eventually(lambda: placed(fake, "sleeper"), 60.0, "the pod to be bound", 0.2)
+        job_id = bound["metadata"]["annotations"][JOB_ID_ANNOTATION]
+        lab_2605.run(["scontrol", "suspend", job_id])
+        await eventually(lambda: fake.get("pods", "team-a", "sleeper") is None, 30.0, "the pod to be deleted")
+        stopped = [e for e in fake.events_for("team-a", "sleeper") if e["reason"] == "SlurmJobStopped"]
+        assert stopped and stopped[0]["message"].startswith(f"Slurm job {job_id} is SUSPENDED")
+        assert stopped[0]["type"] == "Warning"
+        await eventually(lambda: not squeue(lab_2605, job_id), 30.0, "the suspended job to be cancelled")
+        assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_a_node_failing_before_the_binding_gets_the_pod_a_new_job(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """The job runs but the binding is refused (the API server failing pods/binding); the node then goes
+    DOWN: the job ends NODE_FAIL. The bridge keeps the pod (a bare pod is the user's only copy), submits it
+    again, and binds it once the API server takes bindings."""
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
+        fake.fail_always("POST", r"/pods/[^/]+/binding$", 500)
+        fake.put("pods", pod("fragile"))
+
+        def first_job() -> str | None:
+            for line in jobs_named(lab_2605, "fragile").splitlines():
+                job_id, state = line.split("|")
+                if state == "RUNNING":
+                    return job_id
+            return None
+
+        job_id = await eventually(first_job, 60.0, "the job to run", 0.3)
+        node = squeue(lab_2605, job_id).split("|")[2]
+        lab_2605.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=lifecycle-test"])
+        try:
+            await eventually(
+                lambda: f"{job_id}|NODE_FAIL" in jobs_named(lab_2605, "fragile"), 30.0, "NODE_FAIL", 0.3
+            )
+            fake.heal()
+            bound = await eventually(lambda: placed(fake, "fragile"), 60.0, "the pod to be bound", 0.2)
+            assert bound["metadata"]["annotations"][JOB_ID_ANNOTATION] != job_id
+            assert bound["spec"]["nodeName"] != node
+            assert reasons(fake, "fragile").count("SlurmSubmitted") == 2
+            assert "SlurmJobEnded" not in reasons(fake, "fragile")
+            assert {action for action, _ in bridge.stats.errors} == {"bind"}  # the refused bindings only
+        finally:
+            lab_2605.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+
+
+async def test_gated_pods_wait_for_their_gates_and_dra_claims_are_refused(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """A pod with scheduling gates (Kueue's) is not submitted until they are gone, and says so as
+    kube-scheduler does; a pod with DRA resource claims is refused with a message, never bound."""
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
+        fake.put("pods", pod("gated", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]))
+        fake.put(
+            "pods", pod("claims", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
+        )
+        got = await eventually(
+            lambda: (c := condition(fake, "gated")) and c["reason"] == SCHEDULING_GATED and c,
+            30.0,
+            "gated",
+        )
+        assert got["message"] == GATED_MESSAGE
+        refused = await eventually(
+            lambda: [e for e in fake.events_for("team-a", "claims") if e["reason"] == "SlurmRefused"],
+            30.0,
+            "DRA",
+        )
+        assert "Dynamic Resource Allocation" in refused[0]["message"]
+        passes = bridge.passes
+        await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
+        assert not jobs_named(lab_2605, "gated") and not jobs_named(lab_2605, "claims")
+        fake.update("pods", "team-a", "gated", {"spec": {"schedulingGates": None}})  # Kueue admits it
+        bound = await eventually(lambda: placed(fake, "gated"), 60.0, "the ungated pod to be bound", 0.2)
+        assert bound["spec"]["nodeName"] in NODES
+        assert placed(fake, "claims") is None
+        assert not bridge.stats.errors, bridge.stats.errors
