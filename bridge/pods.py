@@ -181,6 +181,10 @@ class PodSpec(msgspec.Struct, frozen=True):
     schedulingGates: list[dict[str, Any]] = []
     """While any is listed, no scheduler may place the pod (kube-scheduler: PodScheduled=False,
     ``SchedulingGated``); the API server refuses a binding. Gates can only be removed, never added."""
+    schedulingGroup: dict[str, Any] | None = None
+    """Kubernetes 1.36's built-in gangs: the PodGroup (``scheduling.k8s.io/v1alpha2``) the pod belongs to."""
+    workloadRef: dict[str, Any] | None = None
+    """Kubernetes 1.35's form of the same: a pod group of a Workload (``scheduling.k8s.io/v1alpha1``)."""
     resourceClaims: list[dict[str, Any]] = []
     """Dynamic Resource Allocation claims (``resource.k8s.io``): allocated by kube-scheduler's
     DynamicResources plugin, which the bridge does not run."""

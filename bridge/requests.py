@@ -282,9 +282,11 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
         raise _Refused(f"namespace {ns.namespace} may not share nodes ({PREFIX}share-node)")
     _check_placement(pod, exclusive=share != "true")
     _check_claims(pod)
+    _check_workload(pod)
     partition = _choose("partition", ours.get("partition"), ns.partitions, default_first=True)
     assert partition is not None  # the policy lists at least one
     spec = pod.spec
+    _check_devices(pod)
     try:
         cpu = effective_request(spec.containers, spec.initContainers, spec.overhead, "cpu")
         memory = effective_request(spec.containers, spec.initContainers, spec.overhead, "memory")
@@ -374,6 +376,45 @@ def _check_claims(pod: Pod) -> None:
             f"spec.resourceClaims ({names}): Dynamic Resource Allocation claims are not allocated by the"
             " Slurm bridge; ask for devices as extended resources (nvidia.com/gpu) or leave the pod to"
             " kube-scheduler"
+        )
+
+
+def _check_devices(pod: Pod) -> None:
+    """Refuse extended resources the job cannot ask Slurm for (anything with a domain other than
+    ``kubernetes.io`` besides :data:`GPU_RESOURCES`: MIG profiles such as ``nvidia.com/mig-1g.5gb``, RDMA
+    devices...): Slurm would place the pod on a node without them, and the kubelet refuses it there. A GPU
+    model is chosen with a node selector (``nvidia.com/gpu.product``), which Slurm honours through the
+    nodes it may not use."""
+    for c in (*pod.spec.containers, *pod.spec.initContainers):
+        for name in (*c.resources.requests, *c.resources.limits):
+            domain = name.split("/", 1)[0] if "/" in name else ""
+            if domain and name not in GPU_RESOURCES and not domain.endswith("kubernetes.io"):
+                raise _Refused(
+                    f"resource {name[:64]}: the bridge asks Slurm for CPUs, memory and whole GPUs"
+                    f" ({', '.join(GPU_RESOURCES)}) only; choose a GPU model with a nodeSelector on"
+                    " nvidia.com/gpu.product"
+                )
+
+
+def _check_workload(pod: Pod) -> None:
+    """Refuse Kubernetes' built-in gangs (``spec.schedulingGroup``, 1.36; ``spec.workloadRef``, 1.35): their
+    PodGroup's policy (gang ``minCount`` or basic) lives in ``scheduling.k8s.io`` objects the bridge does not
+    read, and placing the members one by one could run half a gang."""
+    spec = pod.spec
+    if spec.schedulingGroup is not None or spec.workloadRef is not None:
+        field, ref = (
+            ("schedulingGroup", spec.schedulingGroup)
+            if spec.schedulingGroup is not None
+            else (
+                "workloadRef",
+                spec.workloadRef,
+            )
+        )
+        name = str((ref or {}).get("podGroupName") or (ref or {}).get("name") or "?")[:64]
+        raise _Refused(
+            f"spec.{field} ({name}): Kubernetes' built-in gang scheduling (Workload / PodGroup"
+            " scheduling.k8s.io) is not placed by the Slurm bridge; use a scheduler-plugins PodGroup"
+            " (scheduling.x-k8s.io/pod-group label) or slurm-keda.io/group annotations"
         )
 
 

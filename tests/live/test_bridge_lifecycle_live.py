@@ -46,20 +46,30 @@ def condition(fake: FakeKube, name: str) -> dict[str, Any] | None:
     return next((c for c in p.get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"), None)
 
 
+def events(fake: FakeKube, name: str, reason: str) -> list[dict[str, Any]]:
+    return [e for e in fake.events_for("team-a", name) if e["reason"] == reason]
+
+
 def reasons(fake: FakeKube, name: str) -> list[str]:
     return [e["reason"] for e in fake.events_for("team-a", name)]
 
 
+OLDER: set[str] = set()
+"""Jobs Slurm listed before a test began (an earlier run's, kept for MinJobAge under the same names)."""
+
+
 def jobs_named(lab: Lab, name: str) -> str:
-    """Every job of the pod Slurm still lists (any state)."""
-    return lab.run(
-        ["squeue", "-h", "-t", "all", "-n", f"k8s:team-a/{name}", "-o", "%i|%T"], check=False
-    ).strip()
+    """Every job of the pod Slurm lists (any state) that the test's bridge submitted."""
+    argv = ["squeue", "-h", "-t", "all", "-n", f"k8s:team-a/{name}", "-o", "%i|%T"]
+    lines = lab.run(argv, check=False).strip().splitlines()
+    return "\n".join(line for line in lines if line.split("|")[0] not in OLDER)
 
 
 @pytest.fixture
 def nodes(lab_2605: Lab) -> Any:
     with reserved_nodes(lab_2605, NODES, RESERVATION) as names:
+        OLDER.clear()
+        OLDER.update(lab_2605.run(["squeue", "-h", "-t", "all", "-o", "%i"], check=False).split())
         yield names
 
 
@@ -127,6 +137,8 @@ async def test_a_node_failing_before_the_binding_gets_the_pod_a_new_job(
 
         job_id = await eventually(first_job, 60.0, "the job to run", 0.3)
         node = squeue(lab_2605, job_id).split("|")[2]
+        # the bridge has seen the job run and tried to bind the pod (refused): placed, not yet bound
+        await eventually(lambda: bridge.stats.errors, 30.0, "a refused binding", 0.2)
         lab_2605.run(["scontrol", "update", f"nodename={node}", "state=down", "reason=lifecycle-test"])
         try:
             await eventually(
@@ -143,16 +155,18 @@ async def test_a_node_failing_before_the_binding_gets_the_pod_a_new_job(
             lab_2605.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
 
 
-async def test_gated_pods_wait_for_their_gates_and_dra_claims_are_refused(
+async def test_gated_pods_wait_for_their_gates_dra_claims_and_built_in_gangs_are_refused(
     lab_2605: Lab, nodes: list[str], tmp_path: Path
 ) -> None:
     """A pod with scheduling gates (Kueue's) is not submitted until they are gone, and says so as
-    kube-scheduler does; a pod with DRA resource claims is refused with a message, never bound."""
+    kube-scheduler does; a pod with DRA resource claims, or in a Kubernetes 1.36 PodGroup
+    (``spec.schedulingGroup``), is refused with a message, never bound."""
     async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
         fake.put("pods", pod("gated", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]))
         fake.put(
             "pods", pod("claims", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
         )
+        fake.put("pods", pod("k8s-gang", schedulingGroup={"podGroupName": "train-0"}))
         got = await eventually(
             lambda: (c := condition(fake, "gated")) and c["reason"] == SCHEDULING_GATED and c,
             30.0,
@@ -165,11 +179,13 @@ async def test_gated_pods_wait_for_their_gates_and_dra_claims_are_refused(
             "DRA",
         )
         assert "Dynamic Resource Allocation" in refused[0]["message"]
+        gang = await eventually(lambda: events(fake, "k8s-gang", "SlurmRefused"), 30.0, "1.36 gang refused")
+        assert "built-in gang scheduling" in gang[0]["message"]
         passes = bridge.passes
         await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
-        assert not jobs_named(lab_2605, "gated") and not jobs_named(lab_2605, "claims")
+        assert not any(jobs_named(lab_2605, name) for name in ("gated", "claims", "k8s-gang"))
         fake.update("pods", "team-a", "gated", {"spec": {"schedulingGates": None}})  # Kueue admits it
         bound = await eventually(lambda: placed(fake, "gated"), 60.0, "the ungated pod to be bound", 0.2)
         assert bound["spec"]["nodeName"] in NODES
-        assert placed(fake, "claims") is None
+        assert placed(fake, "claims") is None and placed(fake, "k8s-gang") is None
         assert not bridge.stats.errors, bridge.stats.errors

@@ -166,6 +166,25 @@ def test_a_pod_with_dra_claims_is_refused_with_a_clear_message() -> None:
     assert "spec.resourceClaims (gpu)" in action.reason
 
 
+@pytest.mark.parametrize(
+    ("field", "ref"),
+    [("schedulingGroup", {"podGroupName": "train-0"}), ("workloadRef", {"name": "train", "podGroup": "w"})],
+)
+def test_kubernetes_built_in_gangs_are_refused_never_placed_by_halves(field: str, ref: Any) -> None:
+    (action,) = plan(world(pods=[pod(spec={field: ref})]), OPTIONS)
+    assert isinstance(action, Refuse) and f"spec.{field}" in action.reason
+    assert "built-in gang scheduling" in action.reason
+
+
+def test_devices_slurm_is_not_asked_for_are_refused_naming_them() -> None:
+    mig = [{"name": "m", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]
+    (action,) = plan(world(pods=[pod(spec={"containers": mig})]), OPTIONS)
+    assert isinstance(action, Refuse) and action.reason.startswith("resource nvidia.com/mig-1g.5gb:")
+    fine = [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]
+    (action,) = plan(world(pods=[pod(spec={"containers": fine})]), OPTIONS)
+    assert isinstance(action, Submit) and action.request.gpus == 1
+
+
 # -- every place the bridge deletes a pod --------------------------------------------------------------------
 
 DELETES = {
