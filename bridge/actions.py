@@ -4,16 +4,23 @@ The bridge's jobs are found by their ``admin_comment`` (this instance's id and t
 :meth:`bridge.requests.JobRequest.admin_comment`), so the plan is rebuilt from Slurm and Kubernetes alone
 after a restart. One pass of :func:`plan`:
 
-* **a pod waiting to be placed** — no job: submit one (nodes whose kubelet cannot take the pod are
-  excluded, never required); pending job: mirror Slurm's reason and expected start into the pod; running
-  job: bind the pod to the Kubernetes node of the job's Slurm node (or cancel the job, and so resubmit,
-  if that node is gone, cordoned or not ready); job ended before binding: delete the pod, saying why.
-* **a bound pod** — job ended (completed, cancelled, timed out, node failure, preempted...): delete the
-  pod, naming the cause (unless the pod finished: it stays, as a Job's record); job vanished from Slurm:
-  delete the pod; pod finished: cancel the job; pod being
-  deleted: cancel the job once the pod is gone, or once it is still Terminating ``terminating_grace``
-  seconds after its ``deletionTimestamp`` (the end of its grace period): a dead kubelet never finishes
-  it, and Slurm would keep the node forever.
+* **a pod waiting to be placed** — gated (``spec.schedulingGates``): wait, as kube-scheduler does. No
+  job: submit one (nodes whose kubelet cannot take the pod are excluded, never required) — unless Slurm
+  would refuse it (every node of the partition ruled out: :meth:`_Context.refused`), then the pod waits
+  Unschedulable with kube-scheduler's message and is submitted once a node fits; pending job: mirror
+  Slurm's reason and expected start into the pod (and follow Kubernetes' exclusions; with no node left,
+  release the job); running job: bind the pod to the Kubernetes node of the job's Slurm node (or release
+  the job, to be placed again, if Kubernetes rules that node out). Job ended before binding: an
+  ``scancel``, its deadline or time limit (:data:`VERDICTS`) deletes the pod, saying why; a failure of the
+  cluster (node failure, boot failure...) or the bridge's own release places it again — at most
+  ``failed_job_limit`` failed jobs, then the pod waits with the reason.
+* **a bound pod** — job ended (completed, cancelled, timed out, node failure, preempted...) or vanished
+  from Slurm: delete the pod, naming the cause (unless the pod finished: it stays, as a Job's record); job
+  not RUNNING on the pod's node (suspended, requeued, moved): delete the pod (``SlurmJobStopped``) — Slurm
+  may hand the node to another job; pod finished: cancel the job; pod being deleted: cancel the job once
+  the pod is gone, or once it is still Terminating ``terminating_grace`` seconds after its
+  ``deletionTimestamp`` (the end of its grace period): a dead kubelet never finishes it, and Slurm would
+  keep the node forever.
 * **a gang** (:mod:`bridge.groups`) — once ``size`` members exist, one job of ``size`` nodes for the
   lowest-ranked (their requests merged, :func:`bridge.requests.gang_request`); while it pends every
   member shows its reason; once it runs, member of rank *r* is bound to the *r*-th node of the job's host

@@ -25,6 +25,11 @@ annotation                  meaning (anything outside the policy refuses the pod
 ``opt-out``                 ``"true"``: the admission webhook does not put the pod on the bridge
 =========================== ==================================================================
 
+SchedMD's slurm-bridge annotations (``slurmjob.slinky.slurm.net/`` ``account``, ``qos``, ``partition``,
+``reservation``, ``licenses``, ``constraints``, ``wckey``, ``timelimit``, ``exclusive``, ``user-id``,
+``group-id``, ``job-name``) are read beside these, under the same policy (:data:`SLINKY_ANNOTATIONS`); the
+ones for resources and node counts refuse the pod, saying where this bridge takes them from.
+
 Resources as Kubernetes counts them (:func:`bridge.pods.effective_request`): CPUs rounded up (at least
 one), memory bytes → MiB rounded up (none: Slurm's default), GPUs from ``nvidia.com/gpu`` and
 ``amd.com/gpu``. The job runs as the policy's uid; nothing in the pod can change that.
@@ -270,6 +275,7 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
         raise _Refused(
             f"unknown annotation {PREFIX}{unknown[0][:64]} (known: {', '.join(sorted(ANNOTATIONS))})"
         )
+    ours |= _slinky_annotations(pod.metadata.annotations, ours, ns)
     if "user" in ours and ours["user"].strip() != str(ns.user_id):
         raise _Refused(
             f"annotation {PREFIX}user: jobs of namespace {ns.namespace} run as the uid its policy sets;"
@@ -377,6 +383,60 @@ def _check_claims(pod: Pod) -> None:
             " Slurm bridge; ask for devices as extended resources (nvidia.com/gpu) or leave the pod to"
             " kube-scheduler"
         )
+
+
+SLINKY_PREFIX = "slurmjob.slinky.slurm.net/"
+"""SchedMD's slurm-bridge's job annotations, read beside ours so that its users' manifests work here."""
+SLINKY_ANNOTATIONS = {
+    "account": "account",
+    "qos": "qos",
+    "partition": "partition",
+    "reservation": "reservation",
+    "licenses": "licenses",
+    "constraints": "constraint",
+    "wckey": "wckey",
+    "timelimit": "time-limit",
+}
+"""SchedMD's name → ours (the same meaning and checks; ``exclusive``, ``user-id`` and ``group-id`` are read
+by :func:`_slinky_annotations`)."""
+SLINKY_FROM_RESOURCES = frozenset({"cpu-per-task", "mem-per-node", "gres", "min-nodes", "max-nodes"})
+"""SchedMD's annotations for what this bridge takes from the pod's resource requests and its gang."""
+
+
+def _slinky_annotations(
+    annotations: Mapping[str, str], ours: Mapping[str, str], ns: NamespacePolicy
+) -> dict[str, str]:
+    """SchedMD's ``slurmjob.slinky.slurm.net/*`` annotations as ours, under the same namespace policy: the
+    same choice in both spellings is fine, two different ones refuse the pod, and so do the annotations
+    whose meaning this bridge takes from elsewhere (resources: the pod's requests)."""
+    theirs = {k[len(SLINKY_PREFIX) :]: v for k, v in annotations.items() if k.startswith(SLINKY_PREFIX)}
+    out: dict[str, str] = {}
+    for name, value in sorted(theirs.items()):
+        if name in SLINKY_ANNOTATIONS:
+            mine = SLINKY_ANNOTATIONS[name]
+        elif name == "exclusive":  # "false": may share; anything else keeps the node exclusive
+            mine, value = "share-node", "true" if value.strip().lower() == "false" else "false"
+        elif name in ("user-id", "group-id"):
+            want = ns.user_id if name == "user-id" else ns.group_id
+            if value.strip() != str(want):
+                raise _Refused(
+                    f"annotation {SLINKY_PREFIX}{name}: jobs of namespace {ns.namespace} run as the uid and"
+                    " gid its policy sets; a pod cannot choose others"
+                )
+            continue
+        elif name == "job-name":
+            continue  # the job is named after the pod (k8s:<namespace>/<name>), as squeue -n finds it
+        elif name in SLINKY_FROM_RESOURCES:
+            raise _Refused(
+                f"annotation {SLINKY_PREFIX}{name}: this bridge takes CPUs, memory and GPUs from the pod's"
+                " resource requests and node counts from its gang (slurm-keda.io/group); drop the annotation"
+            )
+        else:
+            raise _Refused(f"unknown annotation {SLINKY_PREFIX}{name[:64]}")
+        if mine in ours and ours[mine] != value:
+            raise _Refused(f"annotations {PREFIX}{mine} and {SLINKY_PREFIX}{name} disagree")
+        out[mine] = value
+    return out
 
 
 def _check_devices(pod: Pod) -> None:

@@ -78,10 +78,13 @@ async def test_a_pod_no_node_may_take_stays_pending_until_a_taint_is_removed(
 ) -> None:
     """Both nodes tainted, the pod tolerates nothing: Slurm would refuse its job (every node excluded:
     422, FAILED BadConstraints). kube-scheduler's answer instead: Pending, Unschedulable, FailedScheduling;
-    once the taint leaves one node the pod is placed there."""
+    once the taint leaves one node the pod is placed there — with the time limit SchedMD's annotation
+    asks for."""
     fake = cluster(tainted=("lc-1", "lc-2"))
     async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=fake) as (fake, bridge):
-        fake.put("pods", pod("stuck"))
+        stuck = pod("stuck")
+        stuck["metadata"]["annotations"]["slurmjob.slinky.slurm.net/timelimit"] = "7"  # SchedMD's spelling
+        fake.put("pods", stuck)
         got = await eventually(
             lambda: (c := condition(fake, "stuck")) and c["reason"] == UNSCHEDULABLE and c,
             30.0,
@@ -97,6 +100,8 @@ async def test_a_pod_no_node_may_take_stays_pending_until_a_taint_is_removed(
         fake.update("nodes", "", "lc-2", {"spec": {"taints": []}})  # the taint removed
         bound = await eventually(lambda: placed(fake, "stuck"), 60.0, "the pod to be bound", 0.2)
         assert bound["spec"]["nodeName"] == "lc-2"
+        shown = lab_2605.run(["scontrol", "show", "job", bound["metadata"]["annotations"][JOB_ID_ANNOTATION]])
+        assert "TimeLimit=00:07:00" in shown
         assert not bridge.stats.errors, bridge.stats.errors
 
 

@@ -178,6 +178,60 @@ def test_annotations_choose_inside_the_policy() -> None:
     assert (r.cpus, r.gpus) == (8, 2)
 
 
+SLINKY = "slurmjob.slinky.slurm.net/"
+
+
+def test_schedmds_annotations_choose_the_same_inside_the_policy() -> None:
+    """A manifest written for SchedMD's slurm-bridge works unchanged: its ``slurmjob.slinky.slurm.net/*``
+    annotations mean what ours do, under the same namespace policy."""
+    r = request(
+        pod(
+            annotations={
+                SLINKY + "partition": "gpu",
+                SLINKY + "account": "proj2",
+                SLINKY + "qos": "high",
+                SLINKY + "reservation": "maint",
+                SLINKY + "constraints": "a100&ib",
+                SLINKY + "licenses": "matlab:2",
+                SLINKY + "wckey": "exp7",
+                SLINKY + "timelimit": "7",
+                SLINKY + "user-id": "1001",
+                SLINKY + "group-id": "1001",
+                SLINKY + "job-name": "anything",
+                PREFIX + "account": "proj2",  # the same choice in both spellings
+            }
+        )
+    )
+    assert (r.partition, r.account, r.qos, r.reservation) == ("gpu", "proj2", "high", "maint")
+    assert (r.constraints, r.licenses, r.wckey, r.time_limit_minutes) == ("a100&ib", "matlab:2", "exp7", 7)
+    assert r.exclusive and (r.user_id, r.group_id) == (1001, 1001)
+    shared = admit(pod("team-b", annotations={SLINKY + "exclusive": "false"}), **BRIDGE)
+    assert isinstance(shared, JobRequest) and not shared.exclusive
+    kept = admit(pod("team-b", annotations={SLINKY + "exclusive": "yes"}), **BRIDGE)
+    assert isinstance(kept, JobRequest) and kept.exclusive
+
+
+@pytest.mark.parametrize(
+    ("annotations", "why"),
+    [
+        ({SLINKY + "partition": "debug"}, "partition 'debug' is not allowed"),
+        ({SLINKY + "user-id": "0"}, "run as the uid and gid its policy sets"),
+        ({SLINKY + "group-id": "0"}, "run as the uid and gid its policy sets"),
+        ({SLINKY + "exclusive": "false"}, "may not share nodes"),  # team-a's policy does not allow it
+        ({SLINKY + "account": "proj1", PREFIX + "account": "proj2"}, "disagree"),
+        ({SLINKY + "cpu-per-task": "4"}, "from the pod's resource requests"),
+        ({SLINKY + "gres": "gpu:2"}, "from the pod's resource requests"),
+        ({SLINKY + "nodes": "2"}, "unknown annotation slurmjob.slinky.slurm.net/nodes"),
+        ({SLINKY + "timelimit": "forever"}, "is not a Slurm time limit"),
+    ],
+)
+def test_schedmds_annotations_outside_the_policy_refuse_the_pod(
+    annotations: dict[str, str], why: str
+) -> None:
+    got = admit(pod(annotations=annotations), **BRIDGE)
+    assert isinstance(got, Refusal) and why in got.reason, got
+
+
 def test_time_limit_from_the_deadline_when_no_annotation() -> None:
     assert request(pod(activeDeadlineSeconds=90)).time_limit_minutes == 2
 
