@@ -82,6 +82,30 @@ def k8s_node(name: str) -> dict[str, Any]:
     }
 
 
+def lab_cluster(
+    names: list[str],
+    taints: dict[str, list[dict[str, str]]] | None = None,
+    labels: dict[str, dict[str, str]] | None = None,
+) -> FakeKube:
+    """A fake API server holding a Kubernetes node for each of the lab's dynamic nodes ``names``, with the
+    allocatable such a node's kubelet reports (2 CPUs, 2000 MiB), and ``taints`` / ``labels`` per node."""
+    fake = FakeKube(token=TOKEN)
+    for name in names:
+        node = k8s_node(name)
+        node["metadata"]["labels"] |= (labels or {}).get(name, {})
+        node["spec"] = {"taints": (taints or {}).get(name, [])}
+        node["status"]["allocatable"] = {"cpu": "2", "memory": "2000Mi", "pods": "110"}
+        fake.put("nodes", node)
+    return fake
+
+
+def reserved_pod(name: str, reservation: str, **spec: Any) -> dict[str, Any]:
+    """:func:`bridge_pod` under ``reservation``, with ``spec`` fields added."""
+    p = bridge_pod(name, reservation)
+    p["spec"] |= spec
+    return p
+
+
 def bridge_pod(name: str, reservation: str | None = NODE) -> dict[str, Any]:
     annotations = {PREFIX + "reservation": reservation} if reservation else {}
     return {

@@ -14,8 +14,8 @@ import pytest
 
 from bridge.actions import GATED_MESSAGE, JOB_ID_ANNOTATION, SCHEDULING_GATED, UNSCHEDULABLE
 from lab import Lab
-from testkit.bridge_lab import bridge_pod, k8s_node, placed, reserved_nodes, running_bridge, squeue
-from testkit.fake_kube import TOKEN, FakeKube
+from testkit.bridge_lab import lab_cluster, placed, reserved_nodes, reserved_pod, running_bridge, squeue
+from testkit.fake_kube import FakeKube
 from testkit.tools import eventually
 
 RESERVATION = "life-e2e"
@@ -25,19 +25,11 @@ TAINT = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
 
 
 def cluster(tainted: tuple[str, ...] = ()) -> FakeKube:
-    fake = FakeKube(token=TOKEN)
-    for name in NODES:
-        node = k8s_node(name)
-        node["spec"] = {"taints": [TAINT] if name in tainted else []}
-        node["status"]["allocatable"] = {"cpu": "2", "memory": "2000Mi", "pods": "110"}
-        fake.put("nodes", node)
-    return fake
+    return lab_cluster(NODES, {name: [TAINT] for name in tainted})
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
-    p = bridge_pod(name, RESERVATION)
-    p["spec"] |= spec
-    return p
+    return reserved_pod(name, RESERVATION, **spec)
 
 
 def condition(fake: FakeKube, name: str) -> dict[str, Any] | None:

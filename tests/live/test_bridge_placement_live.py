@@ -16,8 +16,8 @@ from bridge.actions import JOB_ID_ANNOTATION
 from bridge.volumes import SELECTED_NODE_ANNOTATION
 from exporter.slurmtext import hostlist_expand
 from lab import Lab
-from testkit.bridge_lab import bridge_pod, k8s_node, placed, reserved_nodes, running_bridge
-from testkit.fake_kube import TOKEN, FakeKube
+from testkit.bridge_lab import lab_cluster, placed, reserved_nodes, reserved_pod, running_bridge
+from testkit.fake_kube import FakeKube
 from testkit.tools import eventually
 
 RESERVATION = "place-e2e"
@@ -29,20 +29,12 @@ STORAGE = "storage.k8s.io/v1"
 
 
 def cluster(taints: dict[str, list[dict[str, str]]] | None = None) -> FakeKube:
-    fake = FakeKube(token=TOKEN)
-    for name in NODES:
-        node = k8s_node(name)
-        node["metadata"]["labels"] |= {"rack": RACKS[name], "kubernetes.io/hostname": name}
-        node["spec"] = {"taints": (taints or {}).get(name, [])}
-        node["status"]["allocatable"] = {"cpu": "2", "memory": "2000Mi", "pods": "110"}
-        fake.put("nodes", node)
-    return fake
+    labels = {name: {"rack": RACKS[name], "kubernetes.io/hostname": name} for name in NODES}
+    return lab_cluster(NODES, taints, labels)
 
 
 def pod(name: str, **spec: Any) -> dict[str, Any]:
-    p = bridge_pod(name, RESERVATION)
-    p["spec"] |= spec
-    return p
+    return reserved_pod(name, RESERVATION, **spec)
 
 
 def wffc_claim(fake: FakeKube, name: str, storage_class: str, provisioner: str) -> None:
