@@ -78,7 +78,12 @@ async def _run_and_cancel(
 
     try:
         job = await eventually(running, 30.0, f"job {job_id} RUNNING", 0.5)
-        assert parse_admin_comment(job.admin_comment) == (INSTANCE, [("team-a", f"pod-{uid}", uid)], None)
+        assert parse_admin_comment(job.admin_comment) == (
+            INSTANCE,
+            [("team-a", f"pod-{uid}", uid)],
+            None,
+            None,
+        )
         assert job.nodes == node_name
         snap = poller.snapshot
         assert snap is not None
