@@ -49,6 +49,7 @@ from exporter.slurmtext import hostlist_expand
 
 from .feasible import NodeUse, lacks_room, node_reasons, remembered_asks
 from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
+from .owners import Inherited, Owner, OwnerKey, inherited, with_inherited
 from .placement import PartitionNodes, Placement, Placements
 from .podgroups import group_status
 from .pods import Node, Pod, PodGroup
@@ -116,8 +117,9 @@ Any other end before binding (``NODE_FAIL``, ``BOOT_FAIL``, ``FAILED``, ``PREEMP
 cluster's failure, not the user's: the pods are submitted again, at most ``failed_job_limit`` jobs."""
 
 
-AdmissionKey = tuple[str, str, tuple[tuple[str, str], ...]]
-"""(pod uid, resourceVersion, its namespace's labels): what an admission depends on besides the options."""
+AdmissionKey = tuple[str, str, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...], int | None]
+"""(pod uid, resourceVersion, its namespace's labels, the annotations and deadline it inherits from its
+owners): what an admission depends on besides the options."""
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,9 @@ class World:
     """The claims, volumes and storage classes (:mod:`bridge.volumes`)."""
     placements: Placements | None = None
     """Verdicts the caller keeps between passes (:mod:`bridge.placement`), or None: judged afresh."""
+    owners: Mapping[OwnerKey, Owner] = field(default_factory=dict)
+    """Jobs, JobSets, LeaderWorkerSets and PodGroups whose job annotations (and a Job's deadline) their
+    pods inherit (:mod:`bridge.owners`)."""
 
     @property
     def jobs_as_of(self) -> float:
@@ -473,19 +478,23 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
 
 
 def _admitted(pod: Pod, world: World, options: BridgeOptions) -> JobRequest | Refusal | None:
-    """:func:`bridge.requests.admit`, remembered in ``world.admissions`` per pod version (parsing 1,000
-    pods' quantities on every pass cost 0.2 s of the event loop)."""
+    """:func:`bridge.requests.admit` of the pod with what it inherits from its owners
+    (:mod:`bridge.owners`), remembered in ``world.admissions`` per pod version and inheritance (parsing
+    1,000 pods' quantities on every pass cost 0.2 s of the event loop)."""
     labels = world.namespaces.get(pod.metadata.namespace)
     cache = world.admissions
+    heir = inherited(pod, world.owners) if world.owners else Inherited()
     key: AdmissionKey = (
         pod.metadata.uid,
         pod.metadata.resourceVersion,
         tuple(sorted(labels.items())) if labels else (),
+        tuple(sorted(heir.annotations.items())),
+        heir.deadline_seconds,
     )
     if cache is not None and key in cache:
         return cache[key]
     got = admit(
-        pod,
+        with_inherited(pod, heir),
         scheduler_name=options.scheduler_name,
         own_namespace=options.own_namespace,
         policy=options.policy,

@@ -17,6 +17,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -55,6 +56,7 @@ from .actions import (
 from .feasible import NodeUse, usage_split
 from .informer import Informer
 from .kube import Kube, KubeError
+from .owners import Owner, OwnerKey
 from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import RELEASE_UNBOUND, JobRequest, Refusal
@@ -235,6 +237,26 @@ class Bridge:
                 _pod_group_key,
                 missing_recheck=MISSING_CRD_RECHECK,
             )
+        self.jobs: Informer[Owner] = Informer(
+            "jobs", kube.list_jobs, lambda since: kube.watch_jobs(since), _owner_key
+        )
+        """Jobs, whose job annotations and ``activeDeadlineSeconds`` their pods inherit."""
+        self.jobsets: Informer[Owner] = Informer(
+            "jobsets",
+            kube.list_jobsets,
+            lambda since: kube.watch_jobsets(since),
+            _owner_key,
+            missing_recheck=MISSING_CRD_RECHECK,
+        )
+        self.leader_worker_sets: Informer[Owner] = Informer(
+            "leaderworkersets",
+            kube.list_leader_worker_sets,
+            lambda since: kube.watch_leader_worker_sets(since),
+            _owner_key,
+            missing_recheck=MISSING_CRD_RECHECK,
+        )
+        self._owners_of: tuple[tuple[int, ...], dict[OwnerKey, Owner]] | None = None
+        """(the owner caches' :attr:`~bridge.informer.Informer.changes`, the owners by key)."""
         self.submitted: dict[str, Submitted] = {}
         self.stats = BridgeStats()
         self._said: dict[str, str] = {}
@@ -272,6 +294,9 @@ class Bridge:
             asyncio.create_task(self.claims.run(), name="bridge-claim-informer"),
             asyncio.create_task(self.volumes.run(), name="bridge-volume-informer"),
             asyncio.create_task(self.storage_classes.run(), name="bridge-storageclass-informer"),
+            asyncio.create_task(self.jobs.run(), name="bridge-job-informer"),
+            asyncio.create_task(self.jobsets.run(), name="bridge-jobset-informer"),
+            asyncio.create_task(self.leader_worker_sets.run(), name="bridge-lws-informer"),
         ]
         if self.namespaces is not None:
             watchers.append(asyncio.create_task(self.namespaces.run(), name="bridge-namespace-informer"))
@@ -329,6 +354,8 @@ class Bridge:
             return []
         if self.namespaces is not None and not self.namespaces.synced:
             return []  # a selected namespace would look unmanaged
+        if not all(i.synced or i.missing for i in (self.jobs, self.jobsets, self.leader_worker_sets)):
+            return []  # a pod would be judged without what its workload's annotations ask
         if snap.jobs_as_of < self.since:
             return []  # a listing from before this run (another replica may have submitted since)
         now = self._clock()
@@ -354,6 +381,7 @@ class Bridge:
             usage=usage,
             others_usage=others_usage,
             placements=self._placements,
+            owners=self._owners(),
             volumes=Volumes(
                 claims={(c.metadata.namespace, c.metadata.name): c for c in self.claims.objects.values()},
                 volumes=dict(self.volumes.objects),
@@ -396,6 +424,28 @@ class Bridge:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return actions
+
+    def _owners(self) -> dict[OwnerKey, Owner]:
+        """Every Job, JobSet, LeaderWorkerSet and PodGroup by (kind, namespace, name): what pods inherit
+        (:mod:`bridge.owners`); gathered again only when one of their caches changed."""
+        caches: list[tuple[str, Informer[Any]]] = [
+            ("Job", self.jobs),
+            ("JobSet", self.jobsets),
+            ("LeaderWorkerSet", self.leader_worker_sets),
+        ]
+        if self.pod_groups is not None:
+            caches.append(("PodGroup", self.pod_groups))
+        mark = tuple(cache.changes for _, cache in caches)
+        if self._owners_of is None or self._owners_of[0] != mark:
+            owners: dict[OwnerKey, Owner] = {}
+            for kind, cache in caches:
+                for obj in cache.objects.values():
+                    meta = obj.metadata
+                    owners[(kind, meta.namespace, meta.name)] = (
+                        obj if isinstance(obj, Owner) else Owner(metadata=meta)
+                    )
+            self._owners_of = (mark, owners)
+        return self._owners_of[1]
 
     def _pod_group_sizes(self) -> dict[tuple[str, str], int] | str | None:
         """``(namespace, name) → minMember``; None while not listed yet; why PodGroups are off."""
@@ -696,6 +746,12 @@ def _release_reason(failed: _BindFailure, deadline: float) -> str:
         f"{RELEASED}its pod could not be bound for {deadline:.0f} s ({failed.count} attempts; last: "
         f"{failed.error})"
     )
+
+
+def _owner_key(owner: Owner) -> str:
+    """A workload's cache key: its uid, else namespace/name."""
+    meta = owner.metadata
+    return meta.uid or f"{meta.namespace}/{meta.name}"
 
 
 def _pod_group_key(group: PodGroup) -> str:

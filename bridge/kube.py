@@ -24,6 +24,7 @@ import msgspec
 from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
+from .owners import Owner
 from .pods import Namespace, Node, Pod, PodGroup
 from .volumes import SELECTED_NODE_ANNOTATION, Claim, PersistentVolume, StorageClass
 
@@ -34,6 +35,8 @@ T = TypeVar("T")
 
 
 POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+LEADER_WORKER_SETS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The pods that take room on a node: bound and not finished (kube-scheduler's own informer of assigned
 pods uses this selector)."""
@@ -165,6 +168,7 @@ class Kube:
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
         self.storage = client.StorageV1Api(api)
+        self.batch = client.BatchV1Api(api)
         self.component = component
 
     # -- reads ----------------------------------------------------------------------------------
@@ -253,6 +257,30 @@ class Kube:
     def watch_pod_groups(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PodGroup]]:
         method = functools.partial(self.custom.list_cluster_custom_object, *POD_GROUPS)
         return self._watch(method, PodGroup, since, timeout)
+
+    async def list_jobs(self) -> tuple[list[Owner], str]:
+        """Every Job (``batch/v1``): annotations its pods inherit, its ``activeDeadlineSeconds``."""
+        return await self._list(self.batch.list_job_for_all_namespaces, Owner)
+
+    def watch_jobs(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Owner]]:
+        return self._watch(self.batch.list_job_for_all_namespaces, Owner, since, timeout)
+
+    async def list_jobsets(self) -> tuple[list[Owner], str]:
+        """Every JobSet (``jobset.x-k8s.io/v1alpha2``): annotations its pods inherit."""
+        return await self._list(functools.partial(self.custom.list_cluster_custom_object, *JOBSETS), Owner)
+
+    def watch_jobsets(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Owner]]:
+        method = functools.partial(self.custom.list_cluster_custom_object, *JOBSETS)
+        return self._watch(method, Owner, since, timeout)
+
+    async def list_leader_worker_sets(self) -> tuple[list[Owner], str]:
+        """Every LeaderWorkerSet (``leaderworkerset.x-k8s.io/v1``): annotations its pods inherit."""
+        method = functools.partial(self.custom.list_cluster_custom_object, *LEADER_WORKER_SETS)
+        return await self._list(method, Owner)
+
+    def watch_leader_worker_sets(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, Owner]]:
+        method = functools.partial(self.custom.list_cluster_custom_object, *LEADER_WORKER_SETS)
+        return self._watch(method, Owner, since, timeout)
 
     async def pod_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         """Merge ``status`` into a PodGroup's status subresource (what scheduler-plugins keeps there)."""

@@ -186,3 +186,35 @@ async def test_gated_pods_wait_for_their_gates_dra_claims_and_built_in_gangs_are
         assert bound["spec"]["nodeName"] in NODES
         assert placed(fake, "claims") is None and placed(fake, "k8s-gang") is None
         assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_a_jobs_annotations_and_deadline_reach_its_pods_job(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """Annotations on the Job (SchedMD's spelling) and its ``activeDeadlineSeconds`` — which the Job
+    controller does not copy into its pods — become the pod's Slurm job's time limit: 600 s → 10 minutes.
+    Before, the job had TimeLimit UNLIMITED."""
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
+        job = fake.put(
+            "jobs",
+            {
+                "metadata": {
+                    "name": "train",
+                    "namespace": "team-a",
+                    "annotations": {"slurmjob.slinky.slurm.net/reservation": RESERVATION},
+                },
+                "spec": {"activeDeadlineSeconds": 600, "template": {"spec": {}}},
+            },
+            "batch/v1",
+        )
+        worker = pod("train-x7k2p")
+        worker["metadata"]["annotations"] = {}  # the reservation comes from the Job
+        worker["metadata"]["ownerReferences"] = [
+            {"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": job["metadata"]["uid"]}
+            | {"controller": True, "blockOwnerDeletion": True}
+        ]
+        fake.put("pods", worker)
+        bound = await eventually(lambda: placed(fake, "train-x7k2p"), 60.0, "the Job's pod to be bound", 0.2)
+        shown = lab_2605.run(["scontrol", "show", "job", bound["metadata"]["annotations"][JOB_ID_ANNOTATION]])
+        assert "TimeLimit=00:10:00" in shown and f"Reservation={RESERVATION}" in shown
+        assert not bridge.stats.errors, bridge.stats.errors

@@ -72,6 +72,9 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
                 (k.list_claims, k.watch_claims),
                 (k.list_volumes, k.watch_volumes),
                 (k.list_storage_classes, k.watch_storage_classes),
+                (k.list_jobs, k.watch_jobs),
+                (k.list_jobsets, k.watch_jobsets),
+                (k.list_leader_worker_sets, k.watch_leader_worker_sets),
             ):
                 since = (await lister())[1]
                 async for _ in watcher(since, timeout=1):
