@@ -142,6 +142,9 @@ class BridgeOptions:
     bind_deadline: float = 300.0
     """Seconds a running job's pod may keep failing to be bound (binding forbidden, webhook refusing...)
     before the job is released (cancelled) rather than holding its node; retries back off meanwhile."""
+    shared_nodes: bool = False
+    """Keep Kubernetes and Slurm agreeing on the shared nodes (:mod:`bridge.sharednodes`): the default
+    scheduler's pods tainted off, a cordon drains the Slurm node, a Slurm drain taints the Kubernetes node."""
     failed_job_limit: int = 3
     """Jobs of one pod (or gang) that may fail before it is placed — a node failing, a boot failure, a
     binding that never succeeded — before the bridge stops submitting it: the pod then stays Pending with

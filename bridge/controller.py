@@ -60,7 +60,8 @@ from .owners import Owner, OwnerKey
 from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, created_at
 from .requests import RELEASE_UNBOUND, JobRequest, Refusal
-from .slurm import cancel_job, exclude_nodes, set_admin_comment, submit_job
+from .sharednodes import DrainSlurmNode, NodeAction, ResumeSlurmNode, SetTaints, shared_node_actions
+from .slurm import cancel_job, exclude_nodes, set_admin_comment, submit_job, update_node
 from .volumes import Claim, PersistentVolume, StorageClass, Volumes
 
 __all__ = ["Bridge", "BridgeStats"]
@@ -120,7 +121,8 @@ class BridgeStats:
         done = CounterMetricFamily(
             "slurm_bridge_actions", "Actions the bridge applied, by action", labels=["action"]
         )
-        for action in ("submit", "bind", "cancel", "delete", "waiting", "refuse"):
+        fixed = ("submit", "bind", "cancel", "delete", "waiting", "refuse")
+        for action in (*fixed, *sorted(set(self.done) - set(fixed))):
             done.add_metric([action], self.done[action])
         yield done
         errors = CounterMetricFamily(
@@ -423,7 +425,58 @@ class Bridge:
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        if self.options.shared_nodes:
+            self._share_nodes(world)
         return actions
+
+    def _share_nodes(self, world: World) -> None:
+        """Start the node actions that make Kubernetes and Slurm agree on the shared nodes
+        (:mod:`bridge.sharednodes`), one per node at a time."""
+        node_actions = shared_node_actions(
+            world.snapshot,
+            world.nodes,
+            node_label=self.options.node_label,
+            now=world.now,
+            max_data_age=self.options.max_data_age,
+        )
+        for node_action in node_actions:
+            key = f"{type(node_action).__name__}:{node_action.node}"
+            if key in self._busy:
+                continue
+            self._busy.add(key)
+            task = asyncio.create_task(self._apply_node(node_action, key), name="bridge-shared-node")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _apply_node(self, action: NodeAction, key: str) -> None:
+        """One node action; a failure is counted (``node_taints``, ``slurm_drain``, ``slurm_resume``), logged
+        and tried again on a later pass."""
+        kind = {SetTaints: "node_taints", DrainSlurmNode: "slurm_drain", ResumeSlurmNode: "slurm_resume"}[
+            type(action)
+        ]
+        version = self.session.api_version
+        try:
+            if isinstance(action, SetTaints):
+                taints = [{"key": k, "value": v, "effect": e} for k, v, e in action.taints]
+                await self.kube.set_node_taints(action.node, action.version, taints)
+                log.info("bridge: node %s taints set (%s)", action.node, action.why)
+            elif version is not None and isinstance(action, DrainSlurmNode):
+                await update_node(self.session.client, version, action.node, "DRAIN", action.reason)
+                log.info("bridge: Slurm node %s drained: %s", action.node, action.reason)
+                self.source.poll_soon()
+            elif version is not None and isinstance(action, ResumeSlurmNode):
+                await update_node(self.session.client, version, action.node, "RESUME")
+                log.info("bridge: Slurm node %s resumed: %s", action.node, action.why)
+                self.source.poll_soon()
+            self.stats.done[kind] += 1
+        except (SlurmError, KubeError) as e:
+            self.stats.errors[(kind, e.kind)] += 1
+            log.warning("bridge: %s %s failed: %s", kind, action.node, e)
+        except Exception:
+            self.stats.errors[(kind, "internal")] += 1
+            log.exception("bridge: %s %s failed unexpectedly", kind, action.node)
+        finally:
+            self._busy.discard(key)
 
     def _owners(self) -> dict[OwnerKey, Owner]:
         """Every Job, JobSet, LeaderWorkerSet and PodGroup by (kind, namespace, name): what pods inherit

@@ -11,7 +11,8 @@ The rules are kube-scheduler's filter plugins, with their semantics and their me
 * **NodeAffinity** — ``nodeSelector`` (every label equal) and the required node affinity
   (:mod:`bridge.nodeselect`: every operator, ``matchFields``). Preferred terms do not filter
   (kube-scheduler scores them; Slurm chooses among the feasible nodes).
-* **TaintToleration** — every taint with effect ``NoSchedule`` or ``NoExecute`` must be tolerated:
+* **TaintToleration** — every taint with effect ``NoSchedule`` or ``NoExecute`` must be tolerated (but
+  :data:`bridge.sharednodes.MANAGED_TAINT`, which keeps the default scheduler's pods off Slurm's nodes):
   a toleration's effect (empty: any) and key (empty, with ``Exists``: any) must match, ``Equal`` (or
   no operator) compares the value, ``Exists`` does not. ``tolerationSeconds`` does not matter for
   placement (it bounds how long a ``NoExecute`` taint added later is tolerated). ``PreferNoSchedule``
@@ -41,6 +42,7 @@ from fractions import Fraction
 
 from .nodeselect import LabelIndex
 from .pods import MAX_QUANTITY, Node, NodeSelector, Pod, QuantityError, parse_quantity, pod_requests
+from .sharednodes import MANAGED_TAINT
 from .volumes import Volumes, claim_names, claims_problem, volume_reasons
 
 __all__ = [
@@ -263,7 +265,11 @@ class NodeIndex:
         self.unschedulable = frozenset(name for name, n in self.nodes.items() if n.spec.unschedulable)
         groups: dict[tuple[tuple[str, str, str], ...], set[str]] = {}
         for name, n in self.nodes.items():
-            taints = tuple((t.key, t.value, t.effect) for t in n.spec.taints if t.effect in FILTERED_EFFECTS)
+            taints = tuple(
+                (t.key, t.value, t.effect)
+                for t in n.spec.taints
+                if t.effect in FILTERED_EFFECTS and t.key != MANAGED_TAINT  # the bridge's pods tolerate it
+            )
             if taints:
                 groups.setdefault(taints, set()).add(name)
         self.tainted = groups

@@ -341,6 +341,12 @@ class Kube:
             )
         )
 
+    async def set_node_taints(self, node: str, version: str, taints: list[dict[str, str]]) -> None:
+        """Replace a node's taints, conditional on its resourceVersion ``version`` (409 when it moved: the
+        next pass reads it again and decides afresh)."""
+        patch = {"metadata": {"resourceVersion": version}, "spec": {"taints": taints}}
+        await _checked(self.core.patch_node(node, patch, _preload_content=False))
+
     async def select_node(self, namespace: str, claim: str, uid: str, node: str) -> None:
         """Name ``node`` on a ``WaitForFirstConsumer`` claim (``volume.kubernetes.io/selected-node``), as
         kube-scheduler does before binding: the provisioner then makes its volume there (uid-checked)."""

@@ -22,7 +22,14 @@ from exporter.versions._common import decode
 from .jobdesc import submit_body
 from .requests import JobRequest
 
-__all__ = ["cancel_job", "exclude_nodes", "parse_submit_answer", "set_admin_comment", "submit_job"]
+__all__ = [
+    "cancel_job",
+    "exclude_nodes",
+    "parse_submit_answer",
+    "set_admin_comment",
+    "submit_job",
+    "update_node",
+]
 
 
 class _Error(msgspec.Struct):
@@ -147,6 +154,20 @@ async def exclude_nodes(client: SlurmClient, version: str, job_id: int, nodes: S
     # a comma-separated string: an empty list leaves ExcNodeList as it was, "" clears it (26.05, the lab;
     # 24.11 takes the string as well, with a warning that it expected an array, and "" clears it too)
     return await _update_job(client, version, job_id, {"excluded_nodes": ",".join(nodes)})
+
+
+async def update_node(client: SlurmClient, version: str, node: str, state: str, reason: str = "") -> None:
+    """Set a Slurm node's state (``DRAIN`` with ``reason``, ``RESUME``): ``POST /node/{name}``. Raises for
+    a refusal (slurmctld's text)."""
+    fields: dict[str, Any] = {"state": [state]}
+    if reason:
+        fields["reason"] = reason
+    answer = await client.send(
+        "POST", f"/slurm/{version}/node/{node}", endpoint="node/update", body=json.dumps(fields).encode()
+    )
+    parsed = decode(_UPDATE, answer, "node/update")
+    if parsed.errors:
+        raise SlurmReportedError("; ".join(_texts(parsed.errors)), endpoint="node/update")
 
 
 async def set_admin_comment(client: SlurmClient, version: str, job_id: int, text: str) -> bool:

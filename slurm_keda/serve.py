@@ -335,6 +335,7 @@ def bridge_options(b: BridgeSettings, policy_file: Path, namespace: str) -> Brid
         own_namespace=namespace,
         pod_groups=b.pod_groups,
         bind_deadline=b.bind_deadline,
+        shared_nodes=b.shared_nodes,
     )
 
 

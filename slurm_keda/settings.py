@@ -433,6 +433,13 @@ class BridgeSettings(_Group):
         description="seconds a running job's pod may keep failing to be bound (retried with backoff) before "
         "the job is cancelled rather than holding its node",
     )
+    shared_nodes: bool = Field(
+        False,
+        alias="bridge_shared_nodes",
+        description="nodes shared with the default scheduler: taint Slurm's nodes against it, drain the "
+        "Slurm node when Kubernetes cordons it, taint the Kubernetes node while Slurm drains it (needs the "
+        "bridge-shared-nodes RBAC component)",
+    )
     pod_groups: bool = Field(
         True,
         alias="bridge_pod_groups",

@@ -107,3 +107,28 @@ def test_the_example_policy_loads() -> None:
     docs = list(yaml.safe_load_all((DEPLOY / "policy.yaml").read_text()))
     policy = parse_policy(yaml.safe_load(docs[0]["data"]["policy.yaml"]))
     assert policy.of("ml-team") is not None
+
+
+def granted_shared_nodes() -> set[tuple[str, str, str, str]]:
+    docs = list(yaml.safe_load_all((DEPLOY.parent / "bridge-shared-nodes" / "rbac.yaml").read_text()))
+    (role,) = [d for d in docs if d["kind"] == "ClusterRole"]
+    return {
+        ("*", g, r, v)
+        for rule in role["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+async def test_shared_nodes_add_exactly_the_node_patch(tmp_path: Path) -> None:
+    """--bridge-shared-nodes: its one Kubernetes write (a node's taints) is what its component grants."""
+    fake = FakeKube(token=TOKEN)
+    async with serve_kube(fake) as url:
+        cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))
+        async with client.ApiClient(cfg) as api:
+            node = fake.put("nodes", {"metadata": {"name": "c1"}, "spec": {}})
+            taints = [{"key": "slurm-keda.io/slurm-managed", "value": "true", "effect": "NoSchedule"}]
+            await Kube(api).set_node_taints("c1", node["metadata"]["resourceVersion"], taints)
+    assert (fake.get("nodes", "", "c1") or {})["spec"]["taints"] == taints
+    assert {verb(m, path, w) for m, path, w in fake.requests} == granted_shared_nodes()

@@ -21,7 +21,7 @@ from slurm_keda.settings import ENV_PREFIX, OPTIONS
 from testkit.paths import ROOT
 from testkit.schemas import SCHEMAS, schema_for
 
-OVERLAYS = ("exporter", "autoscaler", "all")
+OVERLAYS = ("exporter", "autoscaler", "all", "shared-nodes")
 KUBERNETES = "1.31.0"
 CRDS = {
     "ServiceMonitor": "monitoring.coreos.com_servicemonitors.yaml",
@@ -180,7 +180,7 @@ def test_service_monitor_network_policy_and_service_fit_together(overlay: str) -
     container_ports = {p["name"] for p in container(objects)["ports"]}
     assert allowed == container_ports == set(ports), "every served port is reachable, nothing else"
     assert ("grpc" in ports) == (overlay != "exporter")
-    assert ("webhook" in ports) == (overlay == "all")
+    assert ("webhook" in ports) == (overlay in ("all", "shared-nodes"))  # where the bridge runs
     assert one(objects, "PrometheusRule")["spec"] == yaml.safe_load(
         (ROOT / "dashboards/rules/slurm-keda.rules.yaml").read_text()
     )
