@@ -274,6 +274,9 @@ class Bridge:
         self._usage_of: tuple[int, dict[str, NodeUse], dict[str, NodeUse]] | None = None
         """(the assigned-pod cache's :attr:`~bridge.informer.Informer.changes`, every bound pod's usage per
         node, that of the pods not the bridge's): tallied again only when that cache changed."""
+        self._node_writes: dict[str, str] = {}
+        """Shared nodes' writes done: node-taint key → the resourceVersion written from; drain / resume key →
+        when (epoch seconds) — not repeated before the caches could show them."""
         self._labelled: dict[str, str] = {}
         """Pod uid → the job id this process labelled it with (the watch may not have shown it yet)."""
         self._busy: set[str] = set()
@@ -439,10 +442,21 @@ class Bridge:
             now=world.now,
             max_data_age=self.options.max_data_age,
         )
+        snap = world.snapshot
+        nodes_as_of = snap.requested_at.get("nodes", snap.fetched_at.get("nodes", 0.0))
         for node_action in node_actions:
             key = f"{type(node_action).__name__}:{node_action.node}"
             if key in self._busy:
                 continue
+            written = self._node_writes.get(key)
+            if isinstance(node_action, SetTaints) and written == node_action.version:
+                continue  # written from this version: the cache has not shown the result yet
+            if (
+                not isinstance(node_action, SetTaints)
+                and written is not None
+                and float(written) >= nodes_as_of
+            ):
+                continue  # drained / resumed after the snapshot's nodes were read
             self._busy.add(key)
             task = asyncio.create_task(self._apply_node(node_action, key), name="bridge-shared-node")
             self._tasks.add(task)
@@ -459,13 +473,16 @@ class Bridge:
             if isinstance(action, SetTaints):
                 taints = [{"key": k, "value": v, "effect": e} for k, v, e in action.taints]
                 await self.kube.set_node_taints(action.node, action.version, taints)
+                self._node_writes[key] = action.version
                 log.info("bridge: node %s taints set (%s)", action.node, action.why)
             elif version is not None and isinstance(action, DrainSlurmNode):
                 await update_node(self.session.client, version, action.node, "DRAIN", action.reason)
+                self._node_writes[key] = str(self._clock())
                 log.info("bridge: Slurm node %s drained: %s", action.node, action.reason)
                 self.source.poll_soon()
             elif version is not None and isinstance(action, ResumeSlurmNode):
                 await update_node(self.session.client, version, action.node, "RESUME")
+                self._node_writes[key] = str(self._clock())
                 log.info("bridge: Slurm node %s resumed: %s", action.node, action.why)
                 self.source.poll_soon()
             self.stats.done[kind] += 1

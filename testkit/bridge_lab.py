@@ -128,6 +128,7 @@ async def running_bridge(
     fake: FakeKube | None = None,
     terminating_grace: float = 30.0,
     bind_deadline: float = 300.0,
+    shared_nodes: bool = False,
 ) -> AsyncIterator[tuple[FakeKube, Bridge]]:
     """A bridge with its own poller on ``lab``, against ``fake`` (by default a new one holding ``nodes``)."""
     if fake is None:
@@ -140,6 +141,7 @@ async def running_bridge(
         policy=parse_policy(doc),
         terminating_grace=terminating_grace,
         bind_deadline=bind_deadline,
+        shared_nodes=shared_nodes,
     )
     async with serve_kube(fake) as url:
         cfg = await load_configuration(write_kubeconfig(tmp_path / "kubeconfig", url))

@@ -218,3 +218,55 @@ async def test_a_jobs_annotations_and_deadline_reach_its_pods_job(
         shown = lab_2605.run(["scontrol", "show", "job", bound["metadata"]["annotations"][JOB_ID_ANNOTATION]])
         assert "TimeLimit=00:10:00" in shown and f"Reservation={RESERVATION}" in shown
         assert not bridge.stats.errors, bridge.stats.errors
+
+
+def taint_keys(fake: FakeKube, name: str) -> set[str]:
+    node = fake.get("nodes", "", name) or {}
+    return {t["key"] for t in (node.get("spec") or {}).get("taints") or []}
+
+
+def slurm_node(lab: Lab, name: str) -> dict[str, str]:
+    """``scontrol show node``'s fields (State=IDLE+DRAIN, Reason=...: the reason runs to the line's end)."""
+    out: dict[str, str] = {}
+    for line in lab.run(["scontrol", "show", "node", name]).splitlines():
+        line = line.strip()
+        if line.startswith("Reason="):
+            out["Reason"] = line.removeprefix("Reason=")
+            continue
+        for field in line.split():
+            key, _, value = field.partition("=")
+            out.setdefault(key, value)
+    return out
+
+
+async def test_shared_nodes_agree_on_cordons_drains_and_the_default_schedulers_pods(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """--bridge-shared-nodes: both nodes get the managed taint; cordoning lc-1 drains its Slurm node naming
+    the cordon, uncordoning resumes it; an admin's Slurm drain of lc-2 taints its Kubernetes node until
+    resumed — and a bridge pod is placed meanwhile, on lc-1 (the managed taint tolerated, lc-2 ruled out)."""
+    async with running_bridge(
+        lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster(), shared_nodes=True
+    ) as (fake, bridge):
+        managed = "slurm-keda.io/slurm-managed"
+        await eventually(lambda: all(managed in taint_keys(fake, n) for n in NODES), 30.0, "managed taints")
+        fake.update("nodes", "", "lc-1", {"spec": {"unschedulable": True}})  # kubectl cordon lc-1
+        drained = await eventually(
+            lambda: (n := slurm_node(lab_2605, "lc-1")) and "DRAIN" in n["State"] and n, 30.0, "lc-1 drained"
+        )
+        assert drained["Reason"].startswith("slurm-keda: Kubernetes node lc-1 is cordoned")
+        fake.update("nodes", "", "lc-1", {"spec": {"unschedulable": False}})  # kubectl uncordon lc-1
+        await eventually(lambda: "DRAIN" not in slurm_node(lab_2605, "lc-1")["State"], 30.0, "lc-1 resumed")
+        lab_2605.run(["scontrol", "update", "nodename=lc-2", "state=drain", "reason=maintenance"])
+        try:
+            await eventually(lambda: "slurm-keda.io/slurm-drained" in taint_keys(fake, "lc-2"), 30.0, "taint")
+            fake.put("pods", pod("shared"))
+            bound = await eventually(lambda: placed(fake, "shared"), 60.0, "the pod to be bound", 0.2)
+            assert bound["spec"]["nodeName"] == "lc-1"
+        finally:
+            lab_2605.run(["scontrol", "update", "nodename=lc-2", "state=resume"], check=False)
+        await eventually(
+            lambda: "slurm-keda.io/slurm-drained" not in taint_keys(fake, "lc-2"), 30.0, "the taint removed"
+        )
+        assert managed in taint_keys(fake, "lc-2")
+        assert not bridge.stats.errors, bridge.stats.errors
