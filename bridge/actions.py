@@ -48,7 +48,16 @@ from exporter.model import Job, Snapshot
 from exporter.slurmtext import hostlist_expand
 
 from .feasible import NodeUse, lacks_room, node_reasons, remembered_asks
-from .groups import POD_GROUP_LABEL, GroupError, GroupKey, Membership, group_size, membership
+from .groups import (
+    POD_GROUP_LABEL,
+    SCHEDULING_GROUP,
+    GroupError,
+    GroupKey,
+    Membership,
+    group_size,
+    is_basic,
+    membership,
+)
 from .owners import Inherited, Owner, OwnerKey, inherited, with_inherited
 from .placement import PartitionNodes, Placement, Placements
 from .podgroups import group_status
@@ -177,6 +186,9 @@ class World:
     """Namespace name → its labels (for the policy's namespace selectors; empty without selectors)."""
     pod_groups: Mapping[tuple[str, str], int] | str | None = None
     """``(namespace, name)`` → ``minMember`` of every PodGroup; None while they are not listed."""
+    scheduling_groups: Mapping[tuple[str, str], int | None] | str | None = None
+    """``(namespace, name)`` → gang ``minCount`` (None: basic policy) of every Kubernetes PodGroup
+    (``scheduling.k8s.io/v1alpha2``); None while they are not listed; a text saying why they are off."""
     pod_group_objects: Mapping[tuple[str, str], PodGroup] = field(default_factory=dict)
     """``(namespace, name)`` → the PodGroup, for the status the bridge keeps (:mod:`bridge.podgroups`)."""
     admissions: MutableMapping[AdmissionKey, JobRequest | Refusal | None] | None = None
@@ -458,6 +470,8 @@ def plan(world: World, options: BridgeOptions) -> list[Action]:
         except GroupError as e:
             actions.append(Refuse(key, uid, str(e)))
             continue
+        if member is not None and is_basic(member, world.scheduling_groups):
+            member = None  # a Kubernetes PodGroup of the basic policy: each pod on its own
         if member is None:
             actions += _single(pod, got, held, ctx)
         else:
@@ -700,7 +714,7 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     """The unplaced members of one gang (in rank order): submit them as one job once enough exist, mirror
     its pending reason, bind each member to its rank's node once it runs."""
     name = str(group)
-    size = group_size(members[0].membership, ctx.world.pod_groups)
+    size = group_size(members[0].membership, ctx.world.pod_groups, ctx.world.scheduling_groups)
     if isinstance(size, str):
         return [Waiting(m.pod.key, m.pod.metadata.uid, f"{name}: {size}") for m in members]
     uids = [m.pod.metadata.uid for m in members]
@@ -747,7 +761,7 @@ def _gang_job(group: GroupKey, job: Job, members: list[_Member], ctx: _Context) 
     for m in members:
         key, uid = m.pod.key, m.pod.metadata.uid
         if uid not in in_job:  # a PodGroup's pods beyond minMember: placed alone once the gang runs
-            if hosts and group.kind == "PodGroup":
+            if hosts and group.kind in ("PodGroup", SCHEDULING_GROUP):
                 actions += _single(m.pod, m.request, ctx.current.get(uid), ctx)
             else:
                 text = f"{group}: waiting for the group's Slurm job {job.job_id}"

@@ -58,7 +58,7 @@ from .informer import Informer
 from .kube import Kube, KubeError
 from .owners import Owner, OwnerKey
 from .placement import Placements
-from .pods import Namespace, Node, Pod, PodGroup, created_at
+from .pods import Namespace, Node, Pod, PodGroup, SchedulingGroup, created_at
 from .requests import RELEASE_UNBOUND, JobRequest, Refusal
 from .sharednodes import DrainSlurmNode, NodeAction, ResumeSlurmNode, SetTaints, shared_node_actions
 from .slurm import cancel_job, exclude_nodes, set_admin_comment, submit_job, update_node
@@ -239,6 +239,15 @@ class Bridge:
                 _pod_group_key,
                 missing_recheck=MISSING_CRD_RECHECK,
             )
+        self.scheduling_groups: Informer[SchedulingGroup] = Informer(
+            "kubernetes podgroups",
+            kube.list_scheduling_groups,
+            lambda since: kube.watch_scheduling_groups(since),
+            lambda g: g.metadata.uid or f"{g.metadata.namespace}/{g.metadata.name}",
+            missing_recheck=MISSING_CRD_RECHECK,
+        )
+        """Kubernetes' own PodGroups (1.36, ``scheduling.k8s.io/v1alpha2``): the gangs of
+        ``spec.schedulingGroup`` pods."""
         self.jobs: Informer[Owner] = Informer(
             "jobs", kube.list_jobs, lambda since: kube.watch_jobs(since), _owner_key
         )
@@ -300,6 +309,7 @@ class Bridge:
             asyncio.create_task(self.volumes.run(), name="bridge-volume-informer"),
             asyncio.create_task(self.storage_classes.run(), name="bridge-storageclass-informer"),
             asyncio.create_task(self.jobs.run(), name="bridge-job-informer"),
+            asyncio.create_task(self.scheduling_groups.run(), name="bridge-k8s-podgroup-informer"),
             asyncio.create_task(self.jobsets.run(), name="bridge-jobset-informer"),
             asyncio.create_task(self.leader_worker_sets.run(), name="bridge-lws-informer"),
         ]
@@ -376,6 +386,7 @@ class Bridge:
             if self.namespaces is not None
             else {},
             pod_groups=self._pod_group_sizes(),
+            scheduling_groups=self._scheduling_group_sizes(),
             pod_group_objects={
                 (g.metadata.namespace, g.metadata.name): g for g in self.pod_groups.objects.values()
             }
@@ -516,6 +527,19 @@ class Bridge:
                     )
             self._owners_of = (mark, owners)
         return self._owners_of[1]
+
+    def _scheduling_group_sizes(self) -> dict[tuple[str, str], int | None] | str | None:
+        """``(namespace, name) → minCount`` (None: basic policy) of Kubernetes' PodGroups; None while not
+        listed yet; why they are off."""
+        informer = self.scheduling_groups
+        if informer.missing:
+            return (
+                "Kubernetes PodGroups are off: the API has no scheduling.k8s.io/v1alpha2 podgroups "
+                "(Kubernetes 1.36 with the GenericWorkload feature gate)"
+            )
+        if not informer.synced:
+            return None
+        return {(g.metadata.namespace, g.metadata.name): g.min_count for g in informer.objects.values()}
 
     def _pod_group_sizes(self) -> dict[tuple[str, str], int] | str | None:
         """``(namespace, name) → minMember``; None while not listed yet; why PodGroups are off."""

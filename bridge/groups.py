@@ -6,6 +6,9 @@ pod's own namespace** only:
 =============================== ======================================= ================ =================
 how                             group                                   size             rank (ascending)
 =============================== ======================================= ================ =================
+``spec.schedulingGroup`` (1.36) its ``podGroupName`` (a Kubernetes       the PodGroup's   completion index /
+                                PodGroup, ``scheduling.k8s.io``)        gang             pod index, name
+                                                                        ``minCount``
 ``slurm-keda.io/group``         the annotation's value                  ``group-size``   completion index,
                                                                         annotation       then name
 coscheduling PodGroup           label ``scheduling.x-k8s.io/pod-group`` the PodGroup's   completion index /
@@ -22,7 +25,8 @@ indexed Job with ``group-size`` label ``batch.kubernetes.io/job-name``  annotati
 alone. The group's job asks for ``size`` nodes, one member per node, and rank *r* runs on the *r*-th node
 of Slurm's host list, so the leader / index 0 is on the first node. A PodGroup may have more pods than
 ``minMember``: the ``minMember`` lowest-ranked form the gang, the others are placed one by one once the
-gang runs (coscheduling's meaning of ``minMember``).
+gang runs (coscheduling's meaning of ``minMember``; a Kubernetes PodGroup's ``minCount`` likewise). A
+Kubernetes PodGroup with the basic policy is no gang: its pods are placed one by one.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ __all__ = [
 GROUP_ANNOTATION = "slurm-keda.io/group"
 GROUP_SIZE_ANNOTATION = "slurm-keda.io/group-size"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+SCHEDULING_GROUP = "SchedulingGroup"
+"""The group kind of pods in a Kubernetes PodGroup (``spec.schedulingGroup``, 1.36)."""
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
 LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
@@ -127,6 +133,11 @@ def membership(pod: Pod) -> Membership | None:
     ordinal = _index(labels.get(POD_INDEX), "pod index")
     by_index = (completion if completion is not None else ordinal if ordinal is not None else 1 << 30,)
     ns, name_key = meta.namespace, natural(meta.name)
+    if pod.spec.schedulingGroup is not None:
+        name = str(pod.spec.schedulingGroup.get("podGroupName") or "")
+        if not _NAME.fullmatch(name):
+            raise GroupError(f"spec.schedulingGroup.podGroupName {name[:64]!r} is not a valid name")
+        return Membership(GroupKey(ns, SCHEDULING_GROUP, name), by_index, name_key, None)
     if (group := notes.get(GROUP_ANNOTATION)) is not None:
         if not _NAME.fullmatch(group):
             raise GroupError(f"annotation {GROUP_ANNOTATION} {group[:64]!r} is not a valid name")
@@ -159,20 +170,51 @@ def membership(pod: Pod) -> Membership | None:
     )
 
 
-def group_size(member: Membership, pod_groups: Mapping[tuple[str, str], int] | str | None) -> int | str:
+def group_size(
+    member: Membership,
+    pod_groups: Mapping[tuple[str, str], int] | str | None,
+    scheduling_groups: Mapping[tuple[str, str], int | None] | str | None = None,
+) -> int | str:
     """The number of members the group's job needs, or why it is not known yet: a PodGroup's ``minMember``
     comes from ``pod_groups`` (``(namespace, name) → minMember``; None while those are not listed; a text
-    saying why PodGroups are off)."""
+    saying why PodGroups are off); a Kubernetes PodGroup's gang ``minCount`` from ``scheduling_groups``
+    (the same shape; a basic policy's pods are not a gang, :func:`is_basic`)."""
     if member.size is not None:
         return member.size
-    if pod_groups is None:
-        return "PodGroups are not listed yet"
-    if isinstance(pod_groups, str):
-        return pod_groups
+    if member.group.kind == SCHEDULING_GROUP:
+        return _found(member, scheduling_groups, "Kubernetes PodGroups", "minCount")
+    return _found(member, pod_groups, "PodGroups", "minMember")
+
+
+def is_basic(
+    member: Membership, scheduling_groups: Mapping[tuple[str, str], int | None] | str | None
+) -> bool:
+    """Whether ``member`` is in a Kubernetes PodGroup with the basic policy: each pod placed on its own."""
+    if (
+        member.group.kind != SCHEDULING_GROUP
+        or scheduling_groups is None
+        or isinstance(scheduling_groups, str)
+    ):
+        return False
+    key = (member.group.namespace, member.group.name)
+    return key in scheduling_groups and scheduling_groups[key] is None
+
+
+def _found(
+    member: Membership,
+    groups: Mapping[tuple[str, str], int | None] | Mapping[tuple[str, str], int] | str | None,
+    what: str,
+    field: str,
+) -> int | str:
+    if groups is None:
+        return f"{what} are not listed yet"
+    if isinstance(groups, str):
+        return groups
     key = member.group
-    found = pod_groups.get((key.namespace, key.name))
-    if found is None:
-        return f"PodGroup {key.namespace}/{key.name} does not exist"
-    if not 1 <= found <= MAX_GROUP_SIZE:
-        return f"PodGroup {key.namespace}/{key.name} minMember {found} is not between 1 and {MAX_GROUP_SIZE}"
+    kind = "PodGroup" if member.group.kind != SCHEDULING_GROUP else "Kubernetes PodGroup"
+    if (key.namespace, key.name) not in groups:
+        return f"{kind} {key.namespace}/{key.name} does not exist"
+    found = groups[(key.namespace, key.name)]
+    if found is None or not 1 <= found <= MAX_GROUP_SIZE:
+        return f"{kind} {key.namespace}/{key.name} {field} {found} is not between 1 and {MAX_GROUP_SIZE}"
     return found

@@ -25,7 +25,7 @@ from kubernetes_asyncio import client, config
 from kubernetes_asyncio.client.rest import ApiException
 
 from .owners import Owner
-from .pods import Namespace, Node, Pod, PodGroup
+from .pods import Namespace, Node, Pod, PodGroup, SchedulingGroup
 from .volumes import SELECTED_NODE_ANNOTATION, Claim, PersistentVolume, StorageClass
 
 __all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
@@ -36,6 +36,7 @@ T = TypeVar("T")
 
 POD_GROUPS = ("scheduling.x-k8s.io", "v1alpha1", "podgroups")
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets")
+SCHEDULING_GROUPS = ("scheduling.k8s.io", "v1alpha2", "podgroups")
 LEADER_WORKER_SETS = ("leaderworkerset.x-k8s.io", "v1", "leaderworkersets")
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 """The pods that take room on a node: bound and not finished (kube-scheduler's own informer of assigned
@@ -257,6 +258,18 @@ class Kube:
     def watch_pod_groups(self, since: str, timeout: int = 300) -> AsyncIterator[tuple[str, PodGroup]]:
         method = functools.partial(self.custom.list_cluster_custom_object, *POD_GROUPS)
         return self._watch(method, PodGroup, since, timeout)
+
+    async def list_scheduling_groups(self) -> tuple[list[SchedulingGroup], str]:
+        """Every Kubernetes PodGroup (``scheduling.k8s.io/v1alpha2``, 1.36): the gangs of
+        ``spec.schedulingGroup`` pods."""
+        method = functools.partial(self.custom.list_cluster_custom_object, *SCHEDULING_GROUPS)
+        return await self._list(method, SchedulingGroup)
+
+    def watch_scheduling_groups(
+        self, since: str, timeout: int = 300
+    ) -> AsyncIterator[tuple[str, SchedulingGroup]]:
+        method = functools.partial(self.custom.list_cluster_custom_object, *SCHEDULING_GROUPS)
+        return self._watch(method, SchedulingGroup, since, timeout)
 
     async def list_jobs(self) -> tuple[list[Owner], str]:
         """Every Job (``batch/v1``): annotations its pods inherit, its ``activeDeadlineSeconds``."""

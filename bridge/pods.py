@@ -23,6 +23,7 @@ __all__ = [
     "Pod",
     "PodGroup",
     "QuantityError",
+    "SchedulingGroup",
     "created_at",
     "decode_node",
     "decode_pod",
@@ -282,6 +283,33 @@ class PodGroup(msgspec.Struct, frozen=True):
     metadata: ObjectMeta = ObjectMeta()
     spec: PodGroupSpec = PodGroupSpec()
     status: PodGroupStatus = PodGroupStatus()
+
+
+class GangPolicy(msgspec.Struct, frozen=True):
+    minCount: int = 0
+
+
+class SchedulingPolicy(msgspec.Struct, frozen=True):
+    gang: GangPolicy | None = None
+    basic: dict[str, Any] | None = None
+
+
+class SchedulingGroupSpec(msgspec.Struct, frozen=True):
+    schedulingPolicy: SchedulingPolicy = SchedulingPolicy()
+
+
+class SchedulingGroup(msgspec.Struct, frozen=True):
+    """Kubernetes' own PodGroup (``scheduling.k8s.io/v1alpha2``, 1.36, the GenericWorkload feature): its
+    policy — a gang of ``minCount``, or basic (each pod on its own)."""
+
+    metadata: ObjectMeta = ObjectMeta()
+    spec: SchedulingGroupSpec = SchedulingGroupSpec()
+
+    @property
+    def min_count(self) -> int | None:
+        """The gang's ``minCount``; None for the basic policy (or none given)."""
+        gang = self.spec.schedulingPolicy.gang
+        return gang.minCount if gang is not None else None
 
 
 _POD = msgspec.json.Decoder(Pod)

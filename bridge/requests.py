@@ -457,23 +457,14 @@ def _check_devices(pod: Pod) -> None:
 
 
 def _check_workload(pod: Pod) -> None:
-    """Refuse Kubernetes' built-in gangs (``spec.schedulingGroup``, 1.36; ``spec.workloadRef``, 1.35): their
-    PodGroup's policy (gang ``minCount`` or basic) lives in ``scheduling.k8s.io`` objects the bridge does not
-    read, and placing the members one by one could run half a gang."""
-    spec = pod.spec
-    if spec.schedulingGroup is not None or spec.workloadRef is not None:
-        field, ref = (
-            ("schedulingGroup", spec.schedulingGroup)
-            if spec.schedulingGroup is not None
-            else (
-                "workloadRef",
-                spec.workloadRef,
-            )
-        )
-        name = str((ref or {}).get("podGroupName") or (ref or {}).get("name") or "?")[:64]
+    """Refuse Kubernetes 1.35's gangs (``spec.workloadRef``): their policy lives in a Workload's pod groups
+    (``scheduling.k8s.io/v1alpha1``), which the bridge does not read, and placing the members one by one
+    could run half a gang. (1.36's ``spec.schedulingGroup`` is placed as one gang, :mod:`bridge.groups`.)"""
+    if pod.spec.workloadRef is not None:
+        name = str(pod.spec.workloadRef.get("name") or "?")[:64]
         raise _Refused(
-            f"spec.{field} ({name}): Kubernetes' built-in gang scheduling (Workload / PodGroup"
-            " scheduling.k8s.io) is not placed by the Slurm bridge; use a scheduler-plugins PodGroup"
+            f"spec.workloadRef ({name}): Kubernetes 1.35's Workload gangs (scheduling.k8s.io/v1alpha1) are"
+            " not placed by the Slurm bridge; use spec.schedulingGroup (1.36), a scheduler-plugins PodGroup"
             " (scheduling.x-k8s.io/pod-group label) or slurm-keda.io/group annotations"
         )
 

@@ -152,18 +152,18 @@ async def test_a_node_failing_before_the_binding_gets_the_pod_a_new_job(
             lab_2605.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
 
 
-async def test_gated_pods_wait_for_their_gates_dra_claims_and_built_in_gangs_are_refused(
+async def test_gated_pods_wait_for_their_gates_dra_claims_and_1_35_workload_gangs_are_refused(
     lab_2605: Lab, nodes: list[str], tmp_path: Path
 ) -> None:
     """A pod with scheduling gates (Kueue's) is not submitted until they are gone, and says so as
-    kube-scheduler does; a pod with DRA resource claims, or in a Kubernetes 1.36 PodGroup
-    (``spec.schedulingGroup``), is refused with a message, never bound."""
+    kube-scheduler does; a pod with DRA resource claims, or in a Kubernetes 1.35 Workload gang
+    (``spec.workloadRef``), is refused with a message, never bound."""
     async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
         fake.put("pods", pod("gated", schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]))
         fake.put(
             "pods", pod("claims", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
         )
-        fake.put("pods", pod("k8s-gang", schedulingGroup={"podGroupName": "train-0"}))
+        fake.put("pods", pod("k8s-gang", workloadRef={"name": "train", "podGroup": "workers"}))
         got = await eventually(
             lambda: (c := condition(fake, "gated")) and c["reason"] == SCHEDULING_GATED and c,
             30.0,
@@ -176,8 +176,8 @@ async def test_gated_pods_wait_for_their_gates_dra_claims_and_built_in_gangs_are
             "DRA",
         )
         assert "Dynamic Resource Allocation" in refused[0]["message"]
-        gang = await eventually(lambda: events(fake, "k8s-gang", "SlurmRefused"), 30.0, "1.36 gang refused")
-        assert "built-in gang scheduling" in gang[0]["message"]
+        gang = await eventually(lambda: events(fake, "k8s-gang", "SlurmRefused"), 30.0, "1.35 gang refused")
+        assert "spec.workloadRef (train)" in gang[0]["message"]
         passes = bridge.passes
         await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
         assert not any(jobs_named(lab_2605, name) for name in ("gated", "claims", "k8s-gang"))
@@ -269,4 +269,34 @@ async def test_shared_nodes_agree_on_cordons_drains_and_the_default_schedulers_p
             lambda: "slurm-keda.io/slurm-drained" not in taint_keys(fake, "lc-2"), 30.0, "the taint removed"
         )
         assert managed in taint_keys(fake, "lc-2")
+        assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_a_kubernetes_1_36_podgroup_gang_runs_as_one_job_on_two_nodes(
+    lab_2605: Lab, nodes: list[str], tmp_path: Path
+) -> None:
+    """Two pods with ``spec.schedulingGroup`` naming a Kubernetes PodGroup (``scheduling.k8s.io/v1alpha2``)
+    of gang ``minCount`` 2: one Slurm job of two nodes, rank 0 on the first node of its host list."""
+    async with running_bridge(lab_2605, "v0.0.45", tmp_path, policy=POLICY, fake=cluster()) as (fake, bridge):
+        fake.put(
+            "podgroups",
+            {
+                "metadata": {"name": "train-0", "namespace": "team-a"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            },
+            "scheduling.k8s.io/v1alpha2",
+        )
+        for name in ("train-0-a", "train-0-b"):
+            fake.put("pods", pod(name, schedulingGroup={"podGroupName": "train-0"}))
+
+        def both() -> list[dict[str, Any]] | None:
+            got = [placed(fake, n) for n in ("train-0-a", "train-0-b")]
+            return got if all(got) else None  # type: ignore[return-value]
+
+        a, b = await eventually(both, 60.0, "both members bound", 0.2)
+        assert (
+            a["metadata"]["annotations"][JOB_ID_ANNOTATION] == b["metadata"]["annotations"][JOB_ID_ANNOTATION]
+        )
+        assert {a["spec"]["nodeName"], b["spec"]["nodeName"]} == set(NODES)
+        assert a["metadata"]["annotations"]["slurm-keda.io/rank"] == "0"
         assert not bridge.stats.errors, bridge.stats.errors

@@ -166,14 +166,28 @@ def test_a_pod_with_dra_claims_is_refused_with_a_clear_message() -> None:
     assert "spec.resourceClaims (gpu)" in action.reason
 
 
-@pytest.mark.parametrize(
-    ("field", "ref"),
-    [("schedulingGroup", {"podGroupName": "train-0"}), ("workloadRef", {"name": "train", "podGroup": "w"})],
-)
-def test_kubernetes_built_in_gangs_are_refused_never_placed_by_halves(field: str, ref: Any) -> None:
-    (action,) = plan(world(pods=[pod(spec={field: ref})]), OPTIONS)
-    assert isinstance(action, Refuse) and f"spec.{field}" in action.reason
-    assert "built-in gang scheduling" in action.reason
+def test_kubernetes_1_35_workload_gangs_are_refused_never_placed_by_halves() -> None:
+    (action,) = plan(world(pods=[pod(spec={"workloadRef": {"name": "train", "podGroup": "w"}})]), OPTIONS)
+    assert isinstance(action, Refuse) and "spec.workloadRef (train)" in action.reason
+
+
+def test_a_kubernetes_podgroup_gang_is_one_job_and_a_basic_one_is_placed_pod_by_pod() -> None:
+    """1.36's ``spec.schedulingGroup``: the PodGroup's gang ``minCount`` members are one job of that many
+    nodes; a basic policy places each pod alone; unknown or missing groups wait."""
+    members = [pod(f"w{i}", spec={"schedulingGroup": {"podGroupName": "train"}}) for i in range(3)]
+    gang = plan(world(pods=members, scheduling_groups={("team-a", "train"): 2}), OPTIONS)
+    submits = [a for a in gang if isinstance(a, Submit)]
+    assert len(submits) == 1 and submits[0].request.nodes == 2 and submits[0].uids == ("w0", "w1")
+    assert submits[0].group == "SchedulingGroup team-a/train"
+    basic = plan(world(pods=members, scheduling_groups={("team-a", "train"): None}), OPTIONS)
+    assert [type(a) for a in basic] == [Submit, Submit, Submit]
+    assert all(a.group is None for a in basic if isinstance(a, Submit))
+    unlisted = plan(world(pods=members), OPTIONS)
+    assert {type(a) for a in unlisted} == {Waiting} and "not listed yet" in unlisted[0].message  # type: ignore[union-attr]
+    missing = plan(world(pods=members, scheduling_groups={}), OPTIONS)
+    assert "Kubernetes PodGroup team-a/train does not exist" in missing[0].message  # type: ignore[union-attr]
+    off = plan(world(pods=members, scheduling_groups="Kubernetes PodGroups are off"), OPTIONS)
+    assert "are off" in off[0].message  # type: ignore[union-attr]
 
 
 def test_devices_slurm_is_not_asked_for_are_refused_naming_them() -> None:

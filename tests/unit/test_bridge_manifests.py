@@ -73,6 +73,7 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
                 (k.list_volumes, k.watch_volumes),
                 (k.list_storage_classes, k.watch_storage_classes),
                 (k.list_jobs, k.watch_jobs),
+                (k.list_scheduling_groups, k.watch_scheduling_groups),
                 (k.list_jobsets, k.watch_jobsets),
                 (k.list_leader_worker_sets, k.watch_leader_worker_sets),
             ):
