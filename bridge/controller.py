@@ -33,6 +33,7 @@ from .actions import (
     JOBS_FAILED,
     NODES_ANNOTATION,
     RANK_ANNOTATION,
+    SCHEDULING_GATED,
     SLURM_NODE_ANNOTATION,
     UNSCHEDULABLE,
     Action,
@@ -105,10 +106,12 @@ class BridgeStats:
     def families(self) -> Iterable[Metric]:
         pods = GaugeMetricFamily(
             "slurm_bridge_pods",
-            "Pods naming the bridge as scheduler, by phase, at its last pass",
+            "Pods naming the bridge as scheduler, by phase, at its last pass: waiting (for their Slurm job "
+            "or gang), unschedulable (no node may take them: nothing submitted), gated (scheduling gates), "
+            "failed_jobs (their jobs failed too often before placement), bound, refused",
             labels=["phase"],
         )
-        for phase in ("waiting", "bound", "refused"):
+        for phase in PHASES:
             pods.add_metric([phase], self.pods[phase])
         yield pods
         oldest = GaugeMetricFamily(
@@ -562,6 +565,11 @@ class Bridge:
 
     def _count_pods(self, world: World, actions: list[Action]) -> None:
         refused = {a.uid for a in actions if isinstance(a, Refuse)}
+        held = {
+            a.uid: WAITING_PHASES[a.reason]
+            for a in actions
+            if isinstance(a, Waiting) and a.reason in WAITING_PHASES
+        }
         pods: Counter[str] = Counter()
         oldest: float | None = None
         for p in world.pods:
@@ -570,7 +578,7 @@ class Bridge:
             elif p.metadata.uid in refused:
                 pods["refused"] += 1
             elif not p.terminal:
-                pods["waiting"] += 1
+                pods[held.get(p.metadata.uid, "waiting")] += 1
                 created = created_at(p)
                 if created is not None and (oldest is None or created < oldest):
                     oldest = created
@@ -815,6 +823,10 @@ class Bridge:
                 await self.kube.unschedulable(pod, reason, message)
 
 
+PHASES = ("waiting", "unschedulable", "gated", "failed_jobs", "bound", "refused")
+"""``slurm_bridge_pods``' phases."""
+WAITING_PHASES = {UNSCHEDULABLE: "unschedulable", SCHEDULING_GATED: "gated", JOBS_FAILED: "failed_jobs"}
+"""A waiting pod's PodScheduled reason → its phase."""
 NOT_YET = "NotYet"
 """The reason of a binding that waits (room on the node, its claims' volumes): retried like a failed one,
 released at the deadline, but not counted as an error."""

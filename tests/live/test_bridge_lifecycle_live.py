@@ -85,6 +85,7 @@ async def test_a_pod_no_node_may_take_stays_pending_until_a_taint_is_removed(
         assert got["status"] == "False"
         assert got["message"] == "0/2 nodes are available: 2 node(s) had untolerated taint {dedicated: gpu}."
         assert "FailedScheduling" in reasons(fake, "stuck")
+        await eventually(lambda: bridge.stats.pods["unschedulable"] == 1, 10.0, "the phase counted")
         passes = bridge.passes
         await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
         assert fake.get("pods", "team-a", "stuck") is not None and placed(fake, "stuck") is None
@@ -170,6 +171,7 @@ async def test_gated_pods_wait_for_their_gates_dra_claims_and_1_35_workload_gang
             "gated",
         )
         assert got["message"] == GATED_MESSAGE
+        await eventually(lambda: bridge.stats.pods["gated"] == 1, 10.0, "the phase counted")
         refused = await eventually(
             lambda: [e for e in fake.events_for("team-a", "claims") if e["reason"] == "SlurmRefused"],
             30.0,
