@@ -117,6 +117,39 @@ def field_matcher(selector: str) -> Any:
     return match
 
 
+def pod_problem(old: Obj | None, new: Obj) -> str:
+    """What kube-apiserver's pod validation refuses of the rules the bridge meets, else "": a node field
+    selector (``matchFields``) must name ``metadata.name`` with exactly one value for In / NotIn
+    (``ValidateNodeFieldSelectorRequirement``); scheduling gates may only be removed after creation, and a
+    pod with gates may not name a node (``ValidatePodUpdate`` / ``validateSchedulingGates``)."""
+    terms = _dig(new, "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+    for i, term in enumerate((terms or {}).get("nodeSelectorTerms") or []):
+        for j, req in enumerate(term.get("matchFields") or []):
+            where = (
+                "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                f".nodeSelectorTerms[{i}].matchFields[{j}]"
+            )
+            if req.get("key") != "metadata.name":
+                return f"{where}.key: Invalid value: {req.get('key')!r}: not a valid field selector key"
+            if req.get("operator") in ("In", "NotIn") and len(req.get("values") or []) != 1:
+                return (
+                    f"{where}.values: Required value: must be only one value when `operator` is 'In' or"
+                    " 'NotIn' for node field selector"
+                )
+    gates = {g.get("name") for g in _dig(new, "spec.schedulingGates") or []}
+    if gates and _dig(new, "spec.nodeName") and old is None:
+        return "spec.nodeName: Forbidden: cannot be set until all schedulingGates have been cleared"
+    if old is not None:
+        added = gates - {g.get("name") for g in _dig(old, "spec.schedulingGates") or []}
+        if added:
+            gate = sorted(added)[0]
+            return (
+                "spec.schedulingGates: Forbidden: only deletion is allowed, but found new scheduling gate"
+                f" '{gate}'"
+            )
+    return ""
+
+
 def merge_patch(target: Any, patch: Any, strategic: bool = False) -> Any:
     """RFC 7386 merge patch; ``strategic``: lists of objects merge by ``type``/``name`` keys."""
     if not isinstance(patch, dict):
@@ -296,6 +329,10 @@ class FakeKube:
         return self._store(key, obj, "ADDED")
 
     def _store(self, key: Key, obj: Obj, kind: str) -> Obj:
+        if key[0] == "v1/pods":
+            problem = pod_problem(self.objects.get(key) if kind == "MODIFIED" else None, obj)
+            if problem:
+                raise _Answer(status(422, "Invalid", f'Pod "{key[2]}" is invalid: {problem}'))
         obj["metadata"]["resourceVersion"] = self._next_rv()
         self.objects[key] = obj
         self._event(kind, key, obj)

@@ -192,3 +192,29 @@ async def test_events_leases_and_custom_resources(kube: tuple[FakeKube, client.C
         "scheduling.x-k8s.io", "v1alpha1", "team-a", "podgroups", "g"
     )
     assert got["spec"]["minMember"] == 2
+
+
+async def test_pod_validation_as_the_api_server_does_it(kube: tuple[FakeKube, client.CoreV1Api]) -> None:
+    """A node field selector names metadata.name with one value for In / NotIn; scheduling gates may only
+    be removed (kube-apiserver's ValidateNodeFieldSelectorRequirement, ValidatePodUpdate)."""
+    fake, api = kube
+    two = {"key": "metadata.name", "operator": "In", "values": ["c1", "c2"]}
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchFields": [two]}]}
+        }
+    }
+    with pytest.raises(ApiException) as e:
+        await api.create_namespaced_pod("team-a", pod_doc("many", spec={"affinity": affinity}))
+    assert e.value.status == 422 and "must be only one value" in e.value.body
+    two["values"] = ["c1"]
+    await api.create_namespaced_pod("team-a", pod_doc("one", spec={"affinity": affinity}))
+    gated = pod_doc("gated", spec={"schedulingGates": [{"name": "a"}]})
+    await api.create_namespaced_pod("team-a", gated)
+    with pytest.raises(ApiException) as e:
+        await api.patch_namespaced_pod(
+            "gated", "team-a", {"spec": {"schedulingGates": [{"name": "a"}, {"name": "b"}]}}
+        )
+    assert e.value.status == 422 and "only deletion is allowed" in e.value.body
+    await api.patch_namespaced_pod("gated", "team-a", {"spec": {"schedulingGates": None}})
+    assert not (fake.get("pods", "team-a", "gated") or {})["spec"].get("schedulingGates")
