@@ -68,8 +68,10 @@ def submit_body(
         job["memory_per_node"] = _number(request.memory_mib)
     if request.time_limit_minutes is not None:
         job["time_limit"] = _number(request.time_limit_minutes)
-    if request.gpus:
-        job["tres_per_node"] = f"gres/gpu:{request.gpus}"
+    tres = [f"gres/gpu:{request.gpus}"] if request.gpus else []
+    tres += [f"gres/{name}:{count}" for name, count in request.gres]
+    if tres:
+        job["tres_per_node"] = ",".join(tres)
     for field in ("account", "qos", "reservation", "constraints", "licenses", "wckey"):
         value = getattr(request, field)
         if value is not None:

@@ -12,6 +12,8 @@
         partitions: [cpu, gpu]   # likewise; at least one
         reservations: [maint]    # an annotation may name one of these; none by default
         allow_shared_nodes: false  # may a pod ask to share its node with other jobs
+        devices:                 # extended resources a pod may request → the Slurm GRES they become
+          nvidia.com/mig-1g.5gb: gpu:1g.5gb
 
 Namespaces may also be chosen by their labels, one policy for every namespace a selector matches (a
 namespace listed by name uses its own entry; the first matching selector wins otherwise)::
@@ -42,8 +44,12 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,127}", re.ASCII)
 """A Slurm account / QOS / partition / reservation name (no list separators, no spaces)."""
 _NAMESPACE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", re.ASCII)
 _KEYS = frozenset(
-    {"user_id", "group_id", "accounts", "qos", "partitions", "reservations", "allow_shared_nodes"}
+    {"user_id", "group_id", "accounts", "qos", "partitions", "reservations", "allow_shared_nodes", "devices"}
 )
+_RESOURCE = re.compile(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", re.ASCII)
+"""An extended resource name: a domain, ``/``, a name (``nvidia.com/mig-1g.5gb``)."""
+_GRES = re.compile(r"[A-Za-z0-9_]{1,64}(:[A-Za-z0-9_.-]{1,64})?", re.ASCII)
+"""A Slurm generic resource, ``name`` or ``name:type`` (``gpu:1g.5gb``)."""
 MAX_ID = (1 << 32) - 2
 """Largest uid/gid (``(uid_t)-1`` is "none")."""
 
@@ -64,6 +70,9 @@ class NamespacePolicy:
     partitions: tuple[str, ...] = ()
     reservations: tuple[str, ...] = ()
     allow_shared_nodes: bool = False
+    devices: tuple[tuple[str, str], ...] = ()
+    """(extended resource, the Slurm GRES — ``name`` or ``name:type`` — a pod's request for it becomes):
+    MIG profiles, typed GPUs, other devices; ``nvidia.com/gpu`` and ``amd.com/gpu`` are ``gpu`` already."""
 
 
 LabelMatcher = Callable[[Mapping[str, str]], bool]
@@ -202,7 +211,23 @@ def _entry(where: str, ns: str, entry: Any, keys: frozenset[str]) -> NamespacePo
         partitions=partitions,
         reservations=_names(where, "reservations", entry.get("reservations")),
         allow_shared_nodes=shared,
+        devices=tuple(sorted(_devices(where, entry.get("devices")).items())),
     )
+
+
+def _devices(where: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise PolicyError(f"{where}.devices: a mapping of extended resources to Slurm GRES")
+    out: dict[str, str] = {}
+    for resource, gres in value.items():
+        if not isinstance(resource, str) or not _RESOURCE.fullmatch(resource):
+            raise PolicyError(f"{where}.devices: {str(resource)[:64]!r} is not an extended resource name")
+        if not isinstance(gres, str) or not _GRES.fullmatch(gres):
+            raise PolicyError(f"{where}.devices.{resource}: a Slurm GRES, name or name:type (gpu:1g.5gb)")
+        out[resource] = gres
+    return out
 
 
 def load_policy(path: Path) -> Policy:

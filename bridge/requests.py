@@ -32,7 +32,8 @@ ones for resources and node counts refuse the pod, saying where this bridge take
 
 Resources as Kubernetes counts them (:func:`bridge.pods.effective_request`): CPUs rounded up (at least
 one), memory bytes → MiB rounded up (none: Slurm's default), GPUs from ``nvidia.com/gpu`` and
-``amd.com/gpu``. The job runs as the policy's uid; nothing in the pod can change that.
+``amd.com/gpu``, other extended resources through the namespace policy's ``devices`` (a GRES each;
+unmapped ones refuse the pod). The job runs as the policy's uid; nothing in the pod can change that.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ class JobRequest:
     licenses: str | None = None
     wckey: str | None = None
     exclusive: bool = True
+    gres: tuple[tuple[str, int], ...] = ()
+    """Other generic resources per node, ``(GRES name[:type], count)``, from the namespace policy's
+    ``devices`` (a MIG profile, a typed GPU, ...)."""
     nodes: int = 1
     members: tuple[tuple[str, str, str], ...] = ()
     """A gang's pods as ``(namespace, name, uid)`` in rank order (empty: the one pod above)."""
@@ -292,13 +296,23 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
     partition = _choose("partition", ours.get("partition"), ns.partitions, default_first=True)
     assert partition is not None  # the policy lists at least one
     spec = pod.spec
-    _check_devices(pod)
+    devices = dict(ns.devices)
+    _check_devices(pod, devices)
     try:
         cpu = effective_request(spec.containers, spec.initContainers, spec.overhead, "cpu")
         memory = effective_request(spec.containers, spec.initContainers, spec.overhead, "memory")
         gpus = sum(
             effective_request(spec.containers, spec.initContainers, spec.overhead, r) for r in GPU_RESOURCES
         )
+        gres: dict[str, int] = {}
+        for resource, name in sorted(devices.items()):
+            count = effective_request(spec.containers, spec.initContainers, spec.overhead, resource)
+            if count != int(count) or count > MAX_GPUS:
+                raise _Refused(
+                    f"resource {resource}: {count} is not a whole number of devices up to {MAX_GPUS}"
+                )
+            if count:
+                gres[name] = gres.get(name, 0) + int(count)
     except QuantityError as e:
         raise _Refused(f"resources: {e}") from None
     cpus = max(1, math.ceil(cpu))
@@ -337,6 +351,7 @@ def _request(pod: Pod, ns: NamespacePolicy) -> JobRequest:
         licenses=_pattern("licenses", ours.get("licenses"), _LICENSES),
         wckey=_pattern("wckey", ours.get("wckey"), _WCKEY),
         exclusive=share != "true",
+        gres=tuple(sorted(gres.items())),
     )
 
 
@@ -439,19 +454,25 @@ def _slinky_annotations(
     return out
 
 
-def _check_devices(pod: Pod) -> None:
+def _check_devices(pod: Pod, devices: Mapping[str, str]) -> None:
     """Refuse extended resources the job cannot ask Slurm for (anything with a domain other than
-    ``kubernetes.io`` besides :data:`GPU_RESOURCES`: MIG profiles such as ``nvidia.com/mig-1g.5gb``, RDMA
-    devices...): Slurm would place the pod on a node without them, and the kubelet refuses it there. A GPU
-    model is chosen with a node selector (``nvidia.com/gpu.product``), which Slurm honours through the
-    nodes it may not use."""
+    ``kubernetes.io`` besides :data:`GPU_RESOURCES` and the namespace policy's ``devices``: an unmapped MIG
+    profile such as ``nvidia.com/mig-1g.5gb``, RDMA devices...): Slurm would place the pod on a node
+    without them, and the kubelet refuses it there. A GPU model may also be chosen with a node selector
+    (``nvidia.com/gpu.product``), which Slurm honours through the nodes it may not use."""
     for c in (*pod.spec.containers, *pod.spec.initContainers):
         for name in (*c.resources.requests, *c.resources.limits):
             domain = name.split("/", 1)[0] if "/" in name else ""
-            if domain and name not in GPU_RESOURCES and not domain.endswith("kubernetes.io"):
+            if (
+                domain
+                and name not in GPU_RESOURCES
+                and name not in devices
+                and not domain.endswith("kubernetes.io")
+            ):
                 raise _Refused(
-                    f"resource {name[:64]}: the bridge asks Slurm for CPUs, memory and whole GPUs"
-                    f" ({', '.join(GPU_RESOURCES)}) only; choose a GPU model with a nodeSelector on"
+                    f"resource {name[:64]}: not mapped to a Slurm GRES in this namespace's policy (devices);"
+                    f" the bridge asks Slurm for CPUs, memory, whole GPUs ({', '.join(GPU_RESOURCES)}) and"
+                    " the policy's devices; a GPU model may be chosen with a nodeSelector on"
                     " nvidia.com/gpu.product"
                 )
 
@@ -495,6 +516,15 @@ def admit(
     return job_request(pod, ns)
 
 
+def _largest_gres(requests: Sequence[JobRequest]) -> tuple[tuple[str, int], ...]:
+    """Per GRES the largest member's count (one job holds the same on every node)."""
+    out: dict[str, int] = {}
+    for r in requests:
+        for name, count in r.gres:
+            out[name] = max(out.get(name, 0), count)
+    return tuple(sorted(out.items()))
+
+
 _MUST_AGREE = ("partition", "account", "qos", "reservation", "constraints", "licenses", "wckey", "user_id")
 
 
@@ -517,6 +547,7 @@ def gang_request(requests: Sequence[JobRequest], group: str) -> JobRequest | Ref
         cpus=max(r.cpus for r in requests),
         memory_mib=max(memories) if memories else None,
         gpus=max(r.gpus for r in requests),
+        gres=_largest_gres(requests),
         time_limit_minutes=max(limits) if limits else None,
         exclusive=any(r.exclusive for r in requests),
         nodes=len(requests),

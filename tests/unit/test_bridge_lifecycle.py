@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -26,10 +27,21 @@ from bridge.actions import (
     Waiting,
     plan,
 )
+from bridge.jobdesc import submit_body
 from bridge.pods import decode_pod
-from bridge.requests import RELEASE_MOVED, RELEASE_UNBOUND, parse_admin_comment, released_comment
+from bridge.policy import PolicyError, parse_policy
+from bridge.requests import (
+    RELEASE_MOVED,
+    RELEASE_UNBOUND,
+    JobRequest,
+    Refusal,
+    admit,
+    gang_request,
+    parse_admin_comment,
+    released_comment,
+)
 from exporter.model import Job
-from testkit.builders import NOW, OPTIONS, comment, job, k8s_node, pod, pod_doc, world
+from testkit.builders import ALLOCATABLE, NOW, OPTIONS, comment, job, k8s_node, pod, pod_doc, world
 from testkit.paths import ROOT
 
 # -- a job that ended before its pod was placed ------------------------------------------------------------
@@ -197,6 +209,59 @@ def test_devices_slurm_is_not_asked_for_are_refused_naming_them() -> None:
     fine = [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "1Gi"}}}]
     (action,) = plan(world(pods=[pod(spec={"containers": fine})]), OPTIONS)
     assert isinstance(action, Submit) and action.request.gpus == 1
+
+
+def test_devices_map_through_the_namespace_policy_to_slurm_gres() -> None:
+    """The policy's ``devices``: a MIG profile (or any extended resource) becomes a typed GRES per node; in a
+    gang each node gets the largest member's count; a bad map stops the policy with one line."""
+    policy = parse_policy(
+        {
+            "namespaces": {
+                "team-a": {
+                    "user_id": 1001,
+                    "partitions": ["cpu"],
+                    "devices": {"nvidia.com/mig-1g.5gb": "gpu:1g.5gb", "example.com/fpga": "fpga"},
+                }
+            }
+        }
+    )
+    options = BridgeOptions(instance="cluster-a", policy=policy)
+    asks = {"nvidia.com/mig-1g.5gb": "2", "nvidia.com/gpu": "1", "example.com/fpga": "1"}
+    mig = [{"name": "m", "resources": {"limits": asks}}]
+    nodes = [
+        k8s_node(n, allocatable={**ALLOCATABLE, "nvidia.com/mig-1g.5gb": "7", "example.com/fpga": "1"})
+        for n in ("c1", "c2", "c3")
+    ]
+    (action,) = plan(world(pods=[pod(spec={"containers": mig})], nodes=nodes), options)
+    assert isinstance(action, Submit) and action.request.gres == (("fpga", 1), ("gpu:1g.5gb", 2))
+    body = submit_body(action.request, "v0.0.45", instance="cluster-a")["job"]
+    assert body["tres_per_node"] == "gres/gpu:1,gres/fpga:1,gres/gpu:1g.5gb:2"
+    (action,) = plan(world(pods=[pod(spec={"containers": mig})]), options)  # no node has the devices
+    assert isinstance(action, Waiting) and "Insufficient example.com/fpga" in action.message
+    big = gang_request(
+        [replace(action_request(options, 1), gres=(("fpga", 1),)), action_request(options, 3)], "g"
+    )
+    assert not isinstance(big, Refusal) and big.gres == (("fpga", 1), ("gpu:1g.5gb", 3))
+    for bad, why in (
+        ({"nvidia.com/mig-1g.5gb": "gpu 1g"}, "a Slurm GRES"),
+        ({"mig": "gpu"}, "not an extended resource name"),
+        (["x"], "a mapping of extended resources"),
+    ):
+        doc = {"namespaces": {"team-a": {"user_id": 1, "partitions": ["cpu"], "devices": bad}}}
+        with pytest.raises(PolicyError, match=why):
+            parse_policy(doc)
+
+
+def action_request(options: BridgeOptions, mig: int) -> JobRequest:
+    containers = [{"name": "m", "resources": {"limits": {"nvidia.com/mig-1g.5gb": str(mig)}}}]
+    got = admit(
+        pod(spec={"containers": containers}),
+        scheduler_name="slurm-bridge",
+        own_namespace="x",
+        policy=options.policy,
+    )
+    assert isinstance(got, JobRequest)
+    return got
 
 
 # -- every place the bridge deletes a pod --------------------------------------------------------------------
