@@ -165,6 +165,8 @@ async def test_gated_pods_wait_for_their_gates_dra_claims_and_1_35_workload_gang
             "pods", pod("claims", resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}])
         )
         fake.put("pods", pod("k8s-gang", workloadRef={"name": "train", "podGroup": "workers"}))
+        mig = [{"name": "main", "resources": {"limits": {"nvidia.com/mig-1g.5gb": "1"}}}]
+        fake.put("pods", pod("mig", containers=mig))  # not in the namespace's devices
         got = await eventually(
             lambda: (c := condition(fake, "gated")) and c["reason"] == SCHEDULING_GATED and c,
             30.0,
@@ -180,9 +182,11 @@ async def test_gated_pods_wait_for_their_gates_dra_claims_and_1_35_workload_gang
         assert "Dynamic Resource Allocation" in refused[0]["message"]
         gang = await eventually(lambda: events(fake, "k8s-gang", "SlurmRefused"), 30.0, "1.35 gang refused")
         assert "spec.workloadRef (train)" in gang[0]["message"]
+        device = await eventually(lambda: events(fake, "mig", "SlurmRefused"), 30.0, "the MIG pod refused")
+        assert device[0]["message"].startswith("resource nvidia.com/mig-1g.5gb: not mapped")
         passes = bridge.passes
         await eventually(lambda: bridge.passes >= passes + 3, 30.0, "three more passes")
-        assert not any(jobs_named(lab_2605, name) for name in ("gated", "claims", "k8s-gang"))
+        assert not any(jobs_named(lab_2605, name) for name in ("gated", "claims", "k8s-gang", "mig"))
         fake.update("pods", "team-a", "gated", {"spec": {"schedulingGates": None}})  # Kueue admits it
         bound = await eventually(lambda: placed(fake, "gated"), 60.0, "the ungated pod to be bound", 0.2)
         assert bound["spec"]["nodeName"] in NODES
