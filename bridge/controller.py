@@ -239,34 +239,34 @@ class Bridge:
                 "pod groups",
                 kube.list_pod_groups,
                 lambda since: kube.watch_pod_groups(since),
-                _pod_group_key,
+                _object_key,
                 missing_recheck=MISSING_CRD_RECHECK,
             )
         self.scheduling_groups: Informer[SchedulingGroup] = Informer(
             "kubernetes podgroups",
             kube.list_scheduling_groups,
             lambda since: kube.watch_scheduling_groups(since),
-            lambda g: g.metadata.uid or f"{g.metadata.namespace}/{g.metadata.name}",
+            _object_key,
             missing_recheck=MISSING_CRD_RECHECK,
         )
         """Kubernetes' own PodGroups (1.36, ``scheduling.k8s.io/v1alpha2``): the gangs of
         ``spec.schedulingGroup`` pods."""
         self.jobs: Informer[Owner] = Informer(
-            "jobs", kube.list_jobs, lambda since: kube.watch_jobs(since), _owner_key
+            "jobs", kube.list_jobs, lambda since: kube.watch_jobs(since), _object_key
         )
         """Jobs, whose job annotations and ``activeDeadlineSeconds`` their pods inherit."""
         self.jobsets: Informer[Owner] = Informer(
             "jobsets",
             kube.list_jobsets,
             lambda since: kube.watch_jobsets(since),
-            _owner_key,
+            _object_key,
             missing_recheck=MISSING_CRD_RECHECK,
         )
         self.leader_worker_sets: Informer[Owner] = Informer(
             "leaderworkersets",
             kube.list_leader_worker_sets,
             lambda since: kube.watch_leader_worker_sets(since),
-            _owner_key,
+            _object_key,
             missing_recheck=MISSING_CRD_RECHECK,
         )
         self._owners_of: tuple[tuple[int, ...], dict[OwnerKey, Owner]] | None = None
@@ -854,15 +854,10 @@ def _release_reason(failed: _BindFailure, deadline: float) -> str:
     )
 
 
-def _owner_key(owner: Owner) -> str:
-    """A workload's cache key: its uid, else namespace/name."""
-    meta = owner.metadata
-    return meta.uid or f"{meta.namespace}/{meta.name}"
-
-
-def _pod_group_key(group: PodGroup) -> str:
-    """A PodGroup's cache key: its uid, else namespace/name; "" (not stored) for one with neither."""
-    meta = group.metadata
+def _object_key(obj: PodGroup | SchedulingGroup | Owner) -> str:
+    """A workload or group object's cache key: its uid, else namespace/name; "" (not stored) for one with
+    neither."""
+    meta = obj.metadata
     return meta.uid or (f"{meta.namespace}/{meta.name}" if meta.name else "")
 
 

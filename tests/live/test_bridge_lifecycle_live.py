@@ -306,3 +306,24 @@ async def test_a_kubernetes_1_36_podgroup_gang_runs_as_one_job_on_two_nodes(
         assert {a["spec"]["nodeName"], b["spec"]["nodeName"]} == set(NODES)
         assert a["metadata"]["annotations"]["slurm-keda.io/rank"] == "0"
         assert not bridge.stats.errors, bridge.stats.errors
+
+
+async def test_a_requeued_batch_placeholders_pod_is_stopped_on_24_11(lab_2411: Lab, tmp_path: Path) -> None:
+    """24.11 has no EXTERNAL_JOB: the placeholder is a batch job, which ``scontrol requeue`` sends back to
+    PENDING — its node given back, so the pod must not run on (26.05's external jobs refuse a requeue)."""
+    with reserved_nodes(lab_2411, NODES, RESERVATION):
+        OLDER.clear()
+        OLDER.update(lab_2411.run(["squeue", "-h", "-t", "all", "-o", "%i"], check=False).split())
+        async with running_bridge(lab_2411, "v0.0.42", tmp_path, policy=POLICY, fake=cluster()) as (
+            fake,
+            bridge,
+        ):
+            fake.put("pods", pod("requeued"))
+            bound = await eventually(lambda: placed(fake, "requeued"), 60.0, "the pod to be bound", 0.2)
+            job_id = bound["metadata"]["annotations"][JOB_ID_ANNOTATION]
+            lab_2411.run(["scontrol", "requeue", job_id])
+            await eventually(lambda: fake.get("pods", "team-a", "requeued") is None, 30.0, "the pod deleted")
+            stopped = events(fake, "requeued", "SlurmJobStopped")
+            assert stopped and stopped[0]["message"].startswith(f"Slurm job {job_id} is ")
+            await eventually(lambda: not squeue(lab_2411, job_id), 30.0, "the requeued job to be cancelled")
+            assert not bridge.stats.errors, bridge.stats.errors
