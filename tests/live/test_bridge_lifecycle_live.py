@@ -145,7 +145,7 @@ async def test_a_node_failing_before_the_binding_gets_the_pod_a_new_job(
             fake.heal()
             bound = await eventually(lambda: placed(fake, "fragile"), 60.0, "the pod to be bound", 0.2)
             assert bound["metadata"]["annotations"][JOB_ID_ANNOTATION] != job_id
-            assert bound["spec"]["nodeName"] != node
+            # (the node may be back already: the lab's ReturnToService=2 returns a DOWN node that registers)
             assert reasons(fake, "fragile").count("SlurmSubmitted") == 2
             assert "SlurmJobEnded" not in reasons(fake, "fragile")
             assert {action for action, _ in bridge.stats.errors} == {"bind"}  # the refused bindings only

@@ -120,9 +120,16 @@ async def test_the_console_script_places_a_pod_and_exports_the_bridges_metrics(
                     return bool(p and p["spec"].get("nodeName") == NODE)
 
                 await eventually(bound, 60.0, f"the pod to be bound (log in {tmp_path})", 0.2)
-                async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/metrics") as r:
-                    body = await r.text()
-                assert 'slurm_bridge_actions_total{action="bind"} 1.0' in body
+
+                async def counted() -> str | None:  # the binding is counted once its Event and label follow
+                    async with (
+                        aiohttp.ClientSession() as http,
+                        http.get(f"http://127.0.0.1:{port}/metrics") as r,
+                    ):
+                        text = await r.text()
+                    return text if 'slurm_bridge_actions_total{action="bind"} 1.0' in text else None
+
+                body = await eventually(counted, 10.0, "the binding counted in /metrics", 0.2)
                 assert "slurm_bridge_bind_latency_seconds " in body
                 out = subprocess.run(
                     [promtool_path(), "check", "metrics"], input=body.encode(), capture_output=True
