@@ -45,7 +45,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from exporter.model import Job, Snapshot
-from exporter.slurmtext import hostlist_expand
+from exporter.slurmtext import hostlist_expand, hosts
 
 from .feasible import NodeUse, lacks_room, node_reasons, remembered_asks
 from .groups import (
@@ -65,7 +65,6 @@ from .pods import Node, Pod, PodGroup
 from .policy import Policy
 from .requests import (
     RELEASE_MOVED,
-    RELEASE_UNBOUND,
     AdminComment,
     JobRequest,
     Refusal,
@@ -113,8 +112,6 @@ NODES_ANNOTATION = "slurm-keda.io/nodes"
 ASLEEP_FLAGS = frozenset({"POWERED_DOWN", "POWERING_UP", "POWER_DOWN", "POWERING_DOWN"})
 """Slurm node flags of a node in power saving: without a Kubernetes node it is not excluded (resumed, a
 NodeSet gives it one)."""
-SLINKY_NODE_LABEL = "slinky.slurm.net/slurm-nodename"
-"""The Kubernetes node label naming its Slurm node (Slinky's); without it the names must match."""
 ENDED = frozenset(
     {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL", "DEADLINE"}
     | {"OUT_OF_MEMORY"}
@@ -252,9 +249,9 @@ class Bind:
     """Why the pod cannot be bound yet: no room on the node (``Insufficient cpu``: pods Kubernetes still
     counts there, e.g. one Terminating), or its claims' volumes not bound yet. The binding waits — as a
     failed one does, until ``bind_deadline``."""
-    release: str = field(default="", compare=False)
-    """The job's admin comment marked :data:`RELEASE_UNBOUND`: written before the job is released at the
-    deadline (:class:`Cancel`)."""
+    admin_comment: str = field(default="", compare=False)
+    """The job's admin comment: marked :data:`RELEASE_UNBOUND` before the job is released at the deadline
+    (:class:`Cancel`)."""
 
 
 @dataclass(frozen=True)
@@ -361,6 +358,11 @@ def _time(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M UTC") if epoch else ""
 
 
+def _said(job: Job) -> str:
+    """`` (reason)`` of a job that has one (Slurm's ``None`` is none), else ""."""
+    return f" ({job.reason})" if job.reason and job.reason != "None" else ""
+
+
 def waiting_message(job: Job) -> str:
     """``Slurm job 1234: Priority, expected start 12:30 UTC`` — what ``kubectl describe pod`` shows."""
     text = f"Slurm job {job.job_id}: {job.state.lower()}"
@@ -386,8 +388,7 @@ class _Nodes:
     def __init__(self, nodes: Sequence[Node], options: BridgeOptions) -> None:
         self.by_slurm: dict[str, Node] = {}
         for n in nodes:
-            name = n.metadata.labels.get(SLINKY_NODE_LABEL) or n.metadata.name
-            self.by_slurm.setdefault(name, n)
+            self.by_slurm.setdefault(n.slurm_name, n)
         self._label = options.node_label
 
     def usable(self, slurm_node: str) -> Node | None:
@@ -395,9 +396,7 @@ class _Nodes:
         n = self.by_slurm.get(slurm_node)
         if n is None or n.spec.unschedulable or not n.ready:
             return None
-        if self._label and n.metadata.labels.get(self._label, "false") == "false":
-            return None
-        return n
+        return n if n.labelled_for(self._label) else None
 
 
 def _fresh(world: World, options: BridgeOptions) -> bool:
@@ -585,8 +584,7 @@ class _Context:
         PartitionNodeLimit) and asks the autoscaler for nodes. Seen on the 26.05 lab (``docs/bridge.md``)."""
         if place.verdict.blocked is not None:
             return True
-        size = place.left + len(place.excluded)
-        return 0 < nodes <= size and place.left < nodes
+        return 0 < nodes <= place.size and place.left < nodes
 
     def release(self, job: Job, why: str, pod: str | None, kind: str = RELEASE_MOVED) -> Cancel:
         """Cancel ``job`` to place its pods again, its admin comment first marked so (:class:`Cancel`)."""
@@ -611,7 +609,7 @@ class _Context:
         failed, None to place it again."""
         comment = self.comments.get(job.job_id)
         released = comment is not None and comment.release is not None
-        said = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+        said = _said(job)
         if job.state in VERDICTS and not released:
             return "delete", f"Slurm job {job.job_id} of {what} ended {job.state}{said} before it was placed"
         failed = self.past_failures(jobs)
@@ -637,9 +635,16 @@ class _Context:
         steps, waits = volume_steps(pod, node, self.world.volumes) if not no_room else ([], [])
         wait_for = "; ".join([no_room, *waits] if no_room else waits)
         gang = (rank, job.nodes) if rank is not None else (0, "")
-        release = released_comment(job.admin_comment, RELEASE_UNBOUND) if job.admin_comment else ""
         bind = Bind(
-            key, uid, job.job_id, node.metadata.name, slurm_node, *gang, job.start_time, wait_for, release
+            key,
+            uid,
+            job.job_id,
+            node.metadata.name,
+            slurm_node,
+            *gang,
+            job.start_time,
+            wait_for,
+            job.admin_comment,
         )
         return [*(PrepareVolume(key, uid, step) for step in steps), bind]
 
@@ -835,17 +840,13 @@ def _not_running_here(pod: Pod, job: Job) -> str:
     """Why a bound pod may not run on: its job is not RUNNING (SUSPENDED, PENDING again after a requeue...)
     or runs on other nodes than the pod's; "" when it runs there. The node is the pod's Slurm-node
     annotation (pods bound before it was written are judged by the state alone)."""
-    said = f" ({job.reason})" if job.reason and job.reason != "None" else ""
+    said = _said(job)
     if job.state != "RUNNING":
         return f"Slurm job {job.job_id} is {job.state}{said}: its pod may run only while the job runs"
     here = pod.metadata.annotations.get(SLURM_NODE_ANNOTATION)
-    if here and job.nodes:
-        try:
-            hosts = hostlist_expand(job.nodes)
-        except ValueError:
-            return ""
-        if here not in hosts:
-            return f"Slurm job {job.job_id} runs on {job.nodes}, no longer on {here}"
+    running_on = hosts(job.nodes) if here and job.nodes else ()  # () also for a list it cannot read
+    if running_on and here not in running_on:
+        return f"Slurm job {job.job_id} runs on {job.nodes}, no longer on {here}"
     return ""
 
 

@@ -60,7 +60,7 @@ from .kube import Kube, KubeError
 from .owners import Owner, OwnerKey
 from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, SchedulingGroup, created_at
-from .requests import RELEASE_UNBOUND, JobRequest, Refusal
+from .requests import RELEASE_UNBOUND, JobRequest, Refusal, released_comment
 from .sharednodes import DrainSlurmNode, NodeAction, ResumeSlurmNode, SetTaints, shared_node_actions
 from .slurm import cancel_job, exclude_nodes, set_admin_comment, submit_job, update_node
 from .volumes import Claim, PersistentVolume, StorageClass, Volumes
@@ -428,7 +428,12 @@ class Bridge:
                     del self._bind_failed[action.uid]
                 elif now - failed.first >= self.options.bind_deadline:
                     why = _release_reason(failed, self.options.bind_deadline)
-                    action = Cancel(action.job_id, why, action.pod, RELEASE_UNBOUND, action.release)
+                    marked = (
+                        released_comment(action.admin_comment, RELEASE_UNBOUND)
+                        if action.admin_comment
+                        else ""
+                    )
+                    action = Cancel(action.job_id, why, action.pod, RELEASE_UNBOUND, marked)
                 elif failed.retry_at > now:
                     continue
             key = _busy_key(action)
@@ -436,12 +441,7 @@ class Bridge:
                 continue
             if isinstance(action, Submit) and self._refused_until.get(action.uid, (0.0, 0))[0] > now:
                 continue
-            self._busy.add(key)
-            task = asyncio.create_task(
-                self._apply(action, key), name=f"bridge-{type(action).__name__.lower()}"
-            )
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(action, key)
         if self.options.shared_nodes:
             self._share_nodes(world)
         return actions
@@ -459,7 +459,7 @@ class Bridge:
         snap = world.snapshot
         nodes_as_of = snap.requested_at.get("nodes", snap.fetched_at.get("nodes", 0.0))
         for node_action in node_actions:
-            key = f"{type(node_action).__name__}:{node_action.node}"
+            key = _busy_key(node_action)
             if key in self._busy:
                 continue
             written = self._node_writes.get(key)
@@ -471,43 +471,14 @@ class Bridge:
                 and float(written) >= nodes_as_of
             ):
                 continue  # drained / resumed after the snapshot's nodes were read
-            self._busy.add(key)
-            task = asyncio.create_task(self._apply_node(node_action, key), name="bridge-shared-node")
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self._start(node_action, key)
 
-    async def _apply_node(self, action: NodeAction, key: str) -> None:
-        """One node action; a failure is counted (``node_taints``, ``slurm_drain``, ``slurm_resume``), logged
-        and tried again on a later pass."""
-        kind = {SetTaints: "node_taints", DrainSlurmNode: "slurm_drain", ResumeSlurmNode: "slurm_resume"}[
-            type(action)
-        ]
-        version = self.session.api_version
-        try:
-            if isinstance(action, SetTaints):
-                taints = [{"key": k, "value": v, "effect": e} for k, v, e in action.taints]
-                await self.kube.set_node_taints(action.node, action.version, taints)
-                self._node_writes[key] = action.version
-                log.info("bridge: node %s taints set (%s)", action.node, action.why)
-            elif version is not None and isinstance(action, DrainSlurmNode):
-                await update_node(self.session.client, version, action.node, "DRAIN", action.reason)
-                self._node_writes[key] = str(self._clock())
-                log.info("bridge: Slurm node %s drained: %s", action.node, action.reason)
-                self.source.poll_soon()
-            elif version is not None and isinstance(action, ResumeSlurmNode):
-                await update_node(self.session.client, version, action.node, "RESUME")
-                self._node_writes[key] = str(self._clock())
-                log.info("bridge: Slurm node %s resumed: %s", action.node, action.why)
-                self.source.poll_soon()
-            self.stats.done[kind] += 1
-        except (SlurmError, KubeError) as e:
-            self.stats.errors[(kind, e.kind)] += 1
-            log.warning("bridge: %s %s failed: %s", kind, action.node, e)
-        except Exception:
-            self.stats.errors[(kind, "internal")] += 1
-            log.exception("bridge: %s %s failed unexpectedly", kind, action.node)
-        finally:
-            self._busy.discard(key)
+    def _start(self, action: Action | NodeAction, key: str) -> None:
+        """Apply ``action`` in a task of its own, ``key`` busy until it is done."""
+        self._busy.add(key)
+        task = asyncio.create_task(self._apply(action, key), name=f"bridge-{type(action).__name__.lower()}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _owners(self) -> dict[OwnerKey, Owner]:
         """Every Job, JobSet, LeaderWorkerSet and PodGroup by (kind, namespace, name): what pods inherit
@@ -588,7 +559,7 @@ class Bridge:
     def _pod(self, uid: str) -> Pod | None:
         return self.pods.objects.get(uid)
 
-    async def _apply(self, action: Action, key: str) -> None:
+    async def _apply(self, action: Action | NodeAction, key: str) -> None:
         kind = _name(action)
         try:
             applied = await self._do(action)
@@ -607,9 +578,27 @@ class Bridge:
         finally:
             self._busy.discard(key)
 
-    async def _do(self, action: Action) -> bool:
+    async def _do(self, action: Action | NodeAction) -> bool:
         version = self.session.api_version
         assert version is not None
+        if isinstance(action, SetTaints):
+            taints = [{"key": k, "value": v, "effect": e} for k, v, e in action.taints]
+            await self.kube.set_node_taints(action.node, action.version, taints)
+            self._node_writes[_busy_key(action)] = action.version
+            log.info("bridge: node %s taints set (%s)", action.node, action.why)
+            return True
+        if isinstance(action, DrainSlurmNode):
+            await update_node(self.session.client, version, action.node, "DRAIN", action.reason)
+            self._node_writes[_busy_key(action)] = str(self._clock())
+            log.info("bridge: Slurm node %s drained: %s", action.node, action.reason)
+            self.source.poll_soon()
+            return True
+        if isinstance(action, ResumeSlurmNode):
+            await update_node(self.session.client, version, action.node, "RESUME")
+            self._node_writes[_busy_key(action)] = str(self._clock())
+            log.info("bridge: Slurm node %s resumed: %s", action.node, action.why)
+            self.source.poll_soon()
+            return True
         if isinstance(action, Submit):
             pod = self._pod(action.uid)
             try:
@@ -861,8 +850,11 @@ def _object_key(obj: PodGroup | SchedulingGroup | Owner) -> str:
     return meta.uid or (f"{meta.namespace}/{meta.name}" if meta.name else "")
 
 
-def _name(action: Action) -> str:
+def _name(action: Action | NodeAction) -> str:
     return {
+        SetTaints: "node_taints",
+        DrainSlurmNode: "slurm_drain",
+        ResumeSlurmNode: "slurm_resume",
         Submit: "submit",
         Bind: "bind",
         Cancel: "cancel",
@@ -876,7 +868,9 @@ def _name(action: Action) -> str:
     }[type(action)]
 
 
-def _busy_key(action: Action) -> str:
+def _busy_key(action: Action | NodeAction) -> str:
+    if isinstance(action, SetTaints | DrainSlurmNode | ResumeSlurmNode):
+        return f"{type(action).__name__}:{action.node}"
     if isinstance(action, Cancel | Exclude):
         return f"job:{action.job_id}"
     if isinstance(action, PrepareVolume):

@@ -33,9 +33,14 @@ class Placement:
     excluded: tuple[str, ...]
     """The partition's Slurm nodes whose Kubernetes node is ruled out, sorted (empty when the verdict is
     blocked: the job is not submitted)."""
-    left: int = 0
-    """The partition's Slurm nodes not excluded (those without a Kubernetes node yet included): fewer than
-    the job's nodes, and Slurm refuses it unless the partition can grow."""
+    size: int = 0
+    """The partition's Slurm nodes."""
+
+    @property
+    def left(self) -> int:
+        """The partition's Slurm nodes not excluded (powered-down ones without a Kubernetes node included):
+        fewer than the job's nodes, and Slurm refuses it unless the partition has fewer nodes than that."""
+        return self.size - len(self.excluded)
 
     @functools.cached_property
     def summary(self) -> str:
@@ -120,7 +125,7 @@ class PartitionNodes:
         if verdict.blocked is not None:
             return Placement(verdict, ())
         excluded = self._excluded(verdict)
-        return Placement(verdict, excluded, self.size - len(excluded))
+        return Placement(verdict, excluded, self.size)
 
     def _excluded(self, verdict: Feasibility) -> tuple[str, ...]:
         """Slurm nodes that do not exist yet (a NodeSet scaled to zero) are not excluded: the job pends,

@@ -228,6 +228,10 @@ class Pod(msgspec.Struct, frozen=True):
         return self.status.phase in ("Succeeded", "Failed")
 
 
+SLINKY_NODE_LABEL = "slinky.slurm.net/slurm-nodename"
+"""The Kubernetes node label naming its Slurm node (Slinky's); without it the names must match."""
+
+
 class Taint(msgspec.Struct, frozen=True):
     key: str = ""
     value: str = ""
@@ -254,6 +258,15 @@ class Node(msgspec.Struct, frozen=True):
     @property
     def ready(self) -> bool:
         return any(c.type == "Ready" and c.status == "True" for c in self.status.conditions)
+
+    @property
+    def slurm_name(self) -> str:
+        """Its Slurm node's name: Slinky's label :data:`SLINKY_NODE_LABEL`, else the node's own."""
+        return self.metadata.labels.get(SLINKY_NODE_LABEL) or self.metadata.name
+
+    def labelled_for(self, label: str) -> bool:
+        """Whether the node carries ``label`` (any value but ``"false"``); an empty ``label``: any node."""
+        return not label or self.metadata.labels.get(label, "false") != "false"
 
 
 class Namespace(msgspec.Struct, frozen=True):

@@ -46,7 +46,6 @@ DRAINED_TAINT = "slurm-keda.io/slurm-drained"
 """Taint key (value ``true``, effect ``NoSchedule``) while Slurm has the node drained."""
 CORDON_REASON = "slurm-keda: Kubernetes node {node} is cordoned"
 """The Slurm drain reason the bridge writes when Kubernetes cordons a node (and the only one it undoes)."""
-SLINKY_NODE_LABEL = "slinky.slurm.net/slurm-nodename"
 
 
 @dataclass(frozen=True)
@@ -95,9 +94,9 @@ def shared_node_actions(
     out: list[NodeAction] = []
     for k8s in nodes:
         meta = k8s.metadata
-        if node_label and meta.labels.get(node_label, "false") == "false":
+        if not k8s.labelled_for(node_label):
             continue
-        s = slurm.get(meta.labels.get(SLINKY_NODE_LABEL) or meta.name)
+        s = slurm.get(k8s.slurm_name)
         if s is None:
             continue
         taints = [(t.key, t.value, t.effect) for t in k8s.spec.taints]

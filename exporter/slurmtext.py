@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
 
 MIB = 1_048_576
 
@@ -145,6 +146,43 @@ def hostlist_count(expr: str) -> int:
             n *= _range_count(pieces[i])
         total += n
     return total
+
+
+_PLAIN_HOST = re.compile(r"[^\[\](),\s]+")
+_PREFIX = re.compile(r"[^\[\](),\s]*")
+_NO_HOSTS = frozenset({"(null)", "None", "N/A"})
+
+
+@lru_cache(maxsize=1 << 15)
+def hosts(expr: str) -> tuple[str, ...]:
+    """Host names of a job's node list, as :func:`hostlist_expand` reads it (``()`` when it cannot).
+
+    Cached: a running job's list is read again at every poll (by the demand model, by the bridge).
+    ``name`` and ``prefix[lo-hi]`` (most lists) are read here directly, the rest by
+    :func:`hostlist_expand`.
+    """
+    prefix, bracket, rest = expr.partition("[")
+    if not bracket:
+        if _PLAIN_HOST.fullmatch(expr):
+            return () if expr in _NO_HOSTS else (expr,)
+    elif rest[-1:] == "]":
+        lo, dash, hi = rest[:-1].partition("-")
+        if (
+            dash
+            and lo.isdigit()
+            and hi.isdigit()
+            and lo.isascii()
+            and hi.isascii()
+            and _PREFIX.fullmatch(prefix)
+        ):
+            first, last = int(lo), int(hi)
+            if first <= last < first + 1_000_000:  # hostlist_expand's limit
+                width = len(lo) if lo[0] == "0" and len(lo) > 1 else 0
+                return tuple(prefix + str(i).zfill(width) for i in range(first, last + 1))
+    try:
+        return tuple(hostlist_expand(expr))
+    except ValueError:
+        return ()
 
 
 # --------------------------------------------------------------------------------------------- TRES

@@ -11,13 +11,12 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from functools import lru_cache
 
 from autoscaler.demand.packing import Bins
 from autoscaler.demand.types import NodeShape, Target
 from autoscaler.nodes import POWERING_DOWN_FLAGS, free_cpus, looks_busy
 from exporter.model import Node
-from exporter.slurmtext import hostlist_expand
+from exporter.slurmtext import hostlist_expand, hosts
 
 __all__ = [
     "busy_nodes",
@@ -110,42 +109,6 @@ def constraint_fits(expr: str, feature: str | None, node_features: set[frozenset
 def node_feature_sets(nodes: Iterable[Node]) -> set[frozenset[str]]:
     """The distinct feature sets (features and active features) of ``nodes``."""
     return {frozenset((*n.features, *n.active_features)) for n in nodes}
-
-
-_PLAIN_HOST = re.compile(r"[^\[\](),\s]+")
-_PREFIX = re.compile(r"[^\[\](),\s]*")
-_NO_HOSTS = frozenset({"(null)", "None", "N/A"})
-
-
-@lru_cache(maxsize=1 << 15)
-def hosts(expr: str) -> tuple[str, ...]:
-    """Host names of a job's node list, as :func:`hostlist_expand` reads it (``()`` when it cannot).
-
-    Cached: a running job's list is read again at every poll. ``name`` and ``prefix[lo-hi]`` (most
-    lists) are read here directly, the rest by :func:`hostlist_expand`.
-    """
-    prefix, bracket, rest = expr.partition("[")
-    if not bracket:
-        if _PLAIN_HOST.fullmatch(expr):
-            return () if expr in _NO_HOSTS else (expr,)
-    elif rest[-1:] == "]":
-        lo, dash, hi = rest[:-1].partition("-")
-        if (
-            dash
-            and lo.isdigit()
-            and hi.isdigit()
-            and lo.isascii()
-            and hi.isascii()
-            and _PREFIX.fullmatch(prefix)
-        ):
-            first, last = int(lo), int(hi)
-            if first <= last < first + 1_000_000:  # hostlist_expand's limit
-                width = len(lo) if lo[0] == "0" and len(lo) > 1 else 0
-                return tuple(prefix + str(i).zfill(width) for i in range(first, last + 1))
-    try:
-        return tuple(hostlist_expand(expr))
-    except ValueError:
-        return ()
 
 
 def free_room(busy: Iterable[Node], max_cpus: int | None = None) -> Bins:

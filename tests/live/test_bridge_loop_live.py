@@ -18,7 +18,8 @@ from typing import Any
 import grpc.aio
 import pytest
 
-from bridge.actions import JOB_ID_ANNOTATION, SLINKY_NODE_LABEL
+from bridge.actions import JOB_ID_ANNOTATION
+from bridge.pods import SLINKY_NODE_LABEL
 from lab import Lab
 from testkit.bridge_lab import bridge_pod, squeue
 from testkit.builders import ALLOCATABLE
