@@ -269,6 +269,10 @@ UNSCHEDULABLE = "Unschedulable"
 SCHEDULING_GATED = "SchedulingGated"
 """The PodScheduled reason of a pod with scheduling gates, as kube-scheduler sets it."""
 GATED_MESSAGE = "Scheduling is blocked due to non-empty scheduling gates"
+JOBS_INCOMPLETE = (
+    "Slurm's job list is partly invalid (records dropped as impossible): this pod's job may be among "
+    "them, so nothing is submitted until it is whole"
+)
 JOBS_FAILED = "SlurmJobFailed"
 """The PodScheduled reason of a pod whose jobs failed ``failed_job_limit`` times before it was placed."""
 
@@ -576,6 +580,13 @@ class _Context:
         asks = [self.asks(p) for p in pods]
         return self.placements.place(self.partition(partition), pods, asks, self.world.volumes)
 
+    @property
+    def jobs_incomplete(self) -> bool:
+        """Job records were dropped from the snapshot as invalid (:attr:`exporter.model.Snapshot.dropped`):
+        a pod without a job in it may have one among them — no submission (nor a deletion) rests on its
+        absence."""
+        return bool(self.world.snapshot.dropped.get("jobs"))
+
     def refused(self, place: Placement, nodes: int) -> bool:
         """Whether Slurm must refuse a job of ``nodes`` nodes placed so: the partition has at least that
         many Slurm nodes, but fewer are left once the excluded ones are taken away ("Requested node
@@ -701,6 +712,8 @@ def _single(pod: Pod, request: JobRequest, job: Job | None, ctx: _Context) -> li
     if job is None:
         if uid in ctx.submitting:
             return []
+        if ctx.jobs_incomplete:
+            return [Waiting(key, uid, JOBS_INCOMPLETE)]
         place = ctx.placement([pod], request.partition)
         if ctx.refused(place, 1):  # a claim missing or not bound, or no node left: Slurm would refuse it
             return [Waiting(key, uid, place.summary, UNSCHEDULABLE)]
@@ -746,6 +759,8 @@ def _gang(group: GroupKey, members: list[_Member], ctx: _Context) -> list[Action
     if len(ready) < size:
         text = f"{name}: {len(ready)} of {size} pods exist; the group is submitted once all do"
         return [Waiting(m.pod.key, m.pod.metadata.uid, text) for m in ready]
+    if ctx.jobs_incomplete:
+        return [Waiting(m.pod.key, m.pod.metadata.uid, f"{name}: {JOBS_INCOMPLETE}") for m in ready]
     request = gang_request([m.request for m in ready[:size]], name)
     if isinstance(request, Refusal):
         return [Refuse(m.pod.key, m.pod.metadata.uid, request.reason) for m in ready]
@@ -815,6 +830,8 @@ def _bound_job(pod: Pod, label: str, job: Job | None, world: World, options: Bri
         submitted = world.submitted.get(uid)
         if submitted is not None and submitted.at > world.jobs_as_of:
             return []
+        if world.snapshot.dropped.get("jobs"):
+            return []  # its record may be among those dropped as invalid: absence proves nothing
         return [DeletePod(key, uid, f"Slurm job {label} is gone from Slurm")]
     if job.state in ENDED:
         if pod.metadata.deletionTimestamp or pod.terminal:

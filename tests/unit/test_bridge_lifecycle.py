@@ -10,6 +10,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+import msgspec
 import pytest
 
 from bridge.actions import (
@@ -41,7 +42,7 @@ from bridge.requests import (
     released_comment,
 )
 from exporter.model import Job
-from testkit.builders import ALLOCATABLE, NOW, OPTIONS, comment, job, k8s_node, pod, pod_doc, world
+from testkit.builders import ALLOCATABLE, NOW, OPTIONS, comment, job, k8s_node, pod, pod_doc, snapshot, world
 from testkit.paths import ROOT
 
 # -- a job that ended before its pod was placed ------------------------------------------------------------
@@ -304,6 +305,22 @@ def _deleting_functions() -> set[tuple[str, str]]:
 def test_every_place_the_bridge_deletes_a_pod_is_named_with_why_it_is_safe() -> None:
     found = {k for k in _deleting_functions() if k[0] != "bridge/kube.py"}
     assert found == set(DELETES), "a new place deletes pods: add it to DELETES with why it is safe"
+
+
+def test_job_records_dropped_as_invalid_never_lead_to_a_deletion_or_a_second_job() -> None:
+    """Partly invalid data: with job records dropped (the pod's job may be one of them), a bound pod whose
+    job is missing is not deleted and a pod without a job is not submitted — it says why."""
+    bound_pod = pod("u1", node="c1", labels={JOB_ID_ANNOTATION: "7"})
+    partial = msgspec.structs.replace(snapshot(), dropped={"jobs": ("cpu",)})
+    assert plan(world(pods=[bound_pod], snapshot=partial), OPTIONS) == []
+    (waiting,) = plan(world(pods=[pod("u2")], snapshot=partial), OPTIONS)
+    assert isinstance(waiting, Waiting) and "partly invalid" in waiting.message
+    notes = {"slurm-keda.io/group": "g", "slurm-keda.io/group-size": "2"}
+    gang = [pod(f"w{i}", annotations=notes) for i in range(2)]
+    assert {type(a) for a in plan(world(pods=gang, snapshot=partial), OPTIONS)} == {Waiting}
+    assert [type(a) for a in plan(world(pods=gang), OPTIONS)] == [Submit]
+    whole = plan(world(pods=[bound_pod, pod("u2")]), OPTIONS)  # the same without the dropped records
+    assert [type(a) for a in whole] == [DeletePod, Submit]
 
 
 def test_nothing_kube_scheduler_would_leave_pending_deletes_a_pod() -> None:
