@@ -21,6 +21,7 @@ from collections import Counter
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 
 import aiohttp
@@ -169,18 +170,33 @@ async def _head_of(content: aiohttp.StreamReader, limit: int) -> bytes:
     return out
 
 
-def check_status(status: int, body: bytes, endpoint: str) -> None:
-    """Raise the typed error for a non-2xx answer, quoting slurmrestd's ``errors[]``."""
-    if 200 <= status < 300:
-        return
+def error_detail(status: int, body: bytes) -> str:
+    """One readable line about a non-2xx answer: ``HTTP 504 Gateway Timeout: <slurmrestd's error texts>``,
+    or that slurmrestd gave none (a JSON body with an empty ``errors[]``, an empty body), or the start of a
+    body that is not slurmrestd's JSON (a proxy's HTML page) — never a raw JSON dump."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = ""
+    head = f"HTTP {status} {phrase}".rstrip()
     texts = slurm_error_texts(body)
     if texts:
-        detail = "; ".join(texts)
-    else:
-        snippet = " ".join(body[:120].decode("utf-8", "replace").split())  # pretty JSON: one line
-        detail = snippet or "no body"
+        return f"{head}: {'; '.join(texts)}"
+    stripped = body.strip()
+    if not stripped:
+        return f"{head}: slurmrestd gave no error text (empty body)"
+    if stripped[:1] in (b"{", b"["):
+        return f"{head}: slurmrestd gave no error text"
+    snippet = " ".join(re.sub(rb"<[^>]*>", b" ", stripped[:400]).decode("utf-8", "replace").split())[:120]
+    return f"{head}: slurmrestd gave no error text; the body is not its JSON: {snippet or '(markup only)'}"
+
+
+def check_status(status: int, body: bytes, endpoint: str) -> None:
+    """Raise the typed error for a non-2xx answer (:func:`error_detail` is its text)."""
+    if 200 <= status < 300:
+        return
     cls = AuthError if status in AUTH_STATUSES else HTTPStatusError
-    raise cls(f"HTTP {status}: {detail}", status=status, errors=texts, endpoint=endpoint)
+    raise cls(error_detail(status, body), status=status, errors=slurm_error_texts(body), endpoint=endpoint)
 
 
 # -- token ---------------------------------------------------------------------------------------
@@ -487,7 +503,8 @@ class SlurmClient:
                     raise
                 delay = self._backoff.delay(attempt, self._rng)
                 attempt += 1
-                log.warning("%s; retry %d/%d in %.2fs", err, attempt, max_retries, delay)
+                # debug: a lasting failure is logged once by whoever gives up (the poller's conditions)
+                log.debug("%s; retry %d/%d in %.2fs", err, attempt, max_retries, delay)
                 await self._sleep(delay)
 
     async def _attempt(

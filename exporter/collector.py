@@ -30,6 +30,11 @@ from .gresfamilies import gres_families
 from .model import License, Node, Reservation, Snapshot
 from .pollstate import PollStatus
 from .queueage import queue_age_families
+from .validate import JOB_REASONS, NODE_REASONS
+
+REFUSAL_REASONS = {"jobs": JOB_REASONS, "nodes": NODE_REASONS}
+"""The reasons every refused-records series is exported for (0 until one is refused: a counter that
+appears at 3 would be read by ``increase()`` as no increase)."""
 
 
 def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> Iterable[Metric]:
@@ -61,9 +66,15 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
     )
     dropped = CounterMetricFamily(
         "slurm_exporter_records_dropped",
-        "Records slurmrestd sent with impossible values (negative CPUs, job id below 1, ...) and that were "
-        "dropped, by endpoint",
-        labels=["endpoint"],
+        "Records slurmrestd sent with impossible values (negative CPUs, job id below 1, a count that is "
+        "not an integer, ...) and that were refused, by endpoint and reason (the field, or undecodable)",
+        labels=["endpoint", "reason"],
+    )
+    refused = GaugeMetricFamily(
+        "slurm_exporter_records_refused",
+        "Records refused for impossible values in the data held now, by endpoint and reason: the targets "
+        "of the partitions they name are held (never lowered) while this is above 0",
+        labels=["endpoint", "reason"],
     )
     fetched = GaugeMetricFamily(
         "slurm_exporter_endpoint_fetched_timestamp_seconds",
@@ -76,11 +87,15 @@ def health_families(snap: Snapshot | None, status: PollStatus, now: float) -> It
             errors.add_metric([st.name, kind], float(n))
         if st.fetched_at is not None:
             fetched.add_metric([st.name], st.fetched_at)
-        if st.name in ("jobs", "nodes"):
-            dropped.add_metric([st.name], float(st.dropped))
+        reasons = REFUSAL_REASONS.get(st.name, ())
+        for reason in sorted({*reasons, *st.dropped_by}):
+            dropped.add_metric([st.name, reason], float(st.dropped_by.get(reason, 0)))
+            n, _ = st.refused_now.get(reason, (0, ""))
+            refused.add_metric([st.name, reason], float(n))
     yield duration
     yield errors
     yield dropped
+    yield refused
     yield fetched
     yield from jobs_sync_families(status)
     last = GaugeMetricFamily(

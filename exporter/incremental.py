@@ -17,8 +17,9 @@ from . import jobsync
 from .client import version_key
 from .errors import HTTPStatusError, SlurmError
 from .jobsync import JobSig
+from .logs import Conditions
 from .model import Diag, Job
-from .pollstate import EndpointState, JobsSync, PollerConfig
+from .pollstate import EndpointState, JobsSync, PollerConfig, refusals
 from .session import Negotiated, SlurmSession
 
 log = logging.getLogger("exporter.poller")
@@ -48,10 +49,12 @@ class IncrementalJobs:
         *,
         clock: Callable[[], float],
         publish: Publish,
+        conditions: Conditions,
     ) -> None:
         self.session, self.config, self.sync = session, config, sync
+        self.conditions = conditions
         self._clock, self._publish = clock, publish
-        self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...]]] = {}
+        self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...], str]] = {}
         """Jobs the fetch of a full listing dropped as impossible, as :attr:`JobsSync.refused`."""
 
     def applies(self, negotiated: Negotiated) -> bool:
@@ -96,7 +99,7 @@ class IncrementalJobs:
     def note_listing(self, dropped: Sequence[tuple[Job, str]]) -> None:
         """The records a full listing dropped as impossible: not read again until their state moves."""
         self._listing_refused = {
-            job.job_id: (jobsync.signature(job), job.partitions or ("",)) for job, _ in dropped
+            job.job_id: (jobsync.signature(job), job.partitions or ("",), why) for job, why in dropped
         }
 
     def listed(self, requested: float, finished: float, duration: float) -> None:
@@ -127,18 +130,21 @@ class IncrementalJobs:
                 if e.status != 404:
                     raise
                 sync.states_unsupported = True
-                log.warning("jobs/state: %s; listing /jobs in full from now on", e)
+                log.warning("%s; listing /jobs in full from now on", e)
                 return "off"
             finally:
                 sync.state_reads += 1
             states = answer.states
             sync.unreadable_entries = answer.unreadable
             if answer.unreadable:
-                log.warning(
-                    "jobs/state: %d entries with an unreadable job id; no job is taken as gone this poll",
-                    answer.unreadable,
+                self.conditions.seen(
+                    "jobs/state",
+                    "unreadable",
+                    f"{answer.unreadable} entries with an unreadable job id; no job is taken as gone",
                 )
-            refused = {job_id: sig for job_id, (sig, _) in sync.refused.items()}
+            else:
+                self.conditions.ended("jobs/state", "every job id readable again")
+            refused = {job_id: sig for job_id, (sig, _, _) in sync.refused.items()}
             found = jobsync.changes(held, states, refused, complete=not answer.unreadable)
             # jobs that started first: what the bridge binds and the demand stops counting (reads of a
             # burst are published as they come, _Progress)
@@ -172,8 +178,7 @@ class IncrementalJobs:
                 st.data = progress.jobs
             sync.recheck.extend(reversed(rechecked))  # read them next time
             sync.sweep.extend(reversed(swept))
-            st.record_error(e, self._clock())
-            log.warning("poll jobs (incremental) failed: %s", e)
+            st.record_error(e, self._clock())  # logged by the poller when the failure starts or changes
             return False
         finally:
             st.last_duration = time.perf_counter() - t0
@@ -184,14 +189,14 @@ class IncrementalJobs:
             fetched[job_id] = good
             sync.refused.pop(job_id, None)
             dropped.extend(bad)
-        for job, _ in dropped:
+        for job, why in dropped:
             sig = states.get(job.job_id) or jobsync.signature(job)
-            sync.refused[job.job_id] = (sig, job.partitions or ("",))
+            sync.refused[job.job_id] = (sig, job.partitions or ("",), why)
         for job_id in [j for j in sync.refused if j not in states]:
             del sync.refused[job_id]
-        if dropped:
-            st.note_dropped(dropped)
-        st.dropped_partitions = frozenset(p for _, parts in sync.refused.values() for p in parts)
+        st.note_dropped(dropped)
+        st.dropped_partitions = frozenset(p for _, parts, _ in sync.refused.values() for p in parts)
+        st.refused_now = refusals(why for _, _, why in sync.refused.values())
         st.data = jobsync.merge(held, fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})

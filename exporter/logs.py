@@ -14,10 +14,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-__all__ = ["LOG_FORMATS", "JsonFormatter", "TextFormatter", "Throttle", "configure", "one_line"]
+__all__ = ["LOG_FORMATS", "Conditions", "JsonFormatter", "TextFormatter", "Throttle", "configure", "one_line"]
 
 LOG_FORMATS = ("text", "json")
 
@@ -102,3 +102,92 @@ class Throttle:
     def note(held: int, every: float) -> str:
         """`` (and N more like it in S s)`` when ``held`` events were left out, else ``""``."""
         return f" (and {held} more like it in {every:g} s)" if held else ""
+
+
+def _span(seconds: float) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class _Lasting:
+    __slots__ = ("cause", "count", "reminded", "since", "text")
+
+    def __init__(self, cause: str, text: str, now: float) -> None:
+        self.cause, self.text, self.since, self.reminded, self.count = cause, text, now, now, 1
+
+
+class Conditions:
+    """Lasting conditions (an expired token, a failing endpoint, refused records), logged when they start,
+    when their cause changes and when they end — with how many times they were seen and for how long —
+    and reminded every ``remind_every`` seconds, not every time they are seen again (an expired token:
+    one line per endpoint, not one per endpoint and poll; the metrics carry the rest).
+
+    ``key`` names the condition (``poll jobs``); ``cause`` is a short stable name of why (an error kind:
+    ``http_511``), compared to tell a change; ``text`` the current description, logged as it is."""
+
+    def __init__(
+        self,
+        logger: logging.Logger,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        remind_every: float = 3600.0,
+    ) -> None:
+        self._log = logger
+        self._clock = clock
+        self.remind_every = remind_every
+        self._now: dict[str, _Lasting] = {}
+
+    def seen(self, key: str, cause: str, text: str, level: int = logging.WARNING) -> None:
+        """Condition ``key`` holds now, because of ``cause``."""
+        now = self._clock()
+        held = self._now.get(key)
+        if held is None:
+            self._now[key] = _Lasting(cause, text, now)
+            self._log.log(level, "%s: %s", key, text)
+            return
+        if held.cause != cause:
+            self._log.log(
+                level,
+                "%s: %s (before: %s, %d time(s) in %s)",
+                key,
+                text,
+                held.cause,
+                held.count,
+                _span(now - held.since),
+            )
+            self._now[key] = _Lasting(cause, text, now)
+            return
+        held.count += 1
+        held.text = text
+        if now - held.reminded >= self.remind_every:
+            held.reminded = now
+            self._log.log(
+                level, "%s: still %s (%d time(s) in %s)", key, text, held.count, _span(now - held.since)
+            )
+
+    def ended(self, key: str, text: str = "ok again") -> None:
+        """Condition ``key`` no longer holds (nothing logged when it did not)."""
+        held = self._now.pop(key, None)
+        if held is not None:
+            self._log.info(
+                "%s: %s after %d time(s) in %s (last: %s)",
+                key,
+                text,
+                held.count,
+                _span(self._clock() - held.since),
+                held.text,
+            )
+
+    def ended_except(self, prefix: str, keep: Iterable[str], text: str = "ok again") -> None:
+        """End every condition whose key starts with ``prefix`` but is not in ``keep``."""
+        kept = set(keep)
+        for key in [k for k in self._now if k.startswith(prefix) and k not in kept]:
+            self.ended(key, text)
+
+    def active(self) -> dict[str, tuple[str, int, float]]:
+        """Key → (current text, times seen, since when on the clock) of every condition that holds."""
+        return {k: (v.text, v.count, v.since) for k, v in self._now.items()}

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -36,19 +37,25 @@ import msgspec
 from . import versions
 from .accounting import ENDED_STATES, Accounting, record_ended
 from .client import NotModified, QueryParams
-from .errors import HTTPStatusError, SlurmError, SlurmReportedError
+from .errors import HTTPStatusError, ShapeError, SlurmError, SlurmReportedError
 from .incremental import IncrementalJobs
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import Diag, Envelope, Job, SlurmConfig, Snapshot, wall_time
 from .pollstate import EndpointState, PollerConfig, PollStatus
 from .session import Negotiated, SlurmSession
 from .source import LatestSnapshot
-from .validate import check_jobs, check_nodes
+from .validate import check_jobs, check_nodes, decode_each, job_stand_in, node_stand_in
 
 log = logging.getLogger(__name__)
 
+_ENDPOINT_PREFIX = re.compile(r"^[\w/:]+: ")
+"""``jobs: `` before an error's text (the log line names the endpoint already)."""
+
 STREAMED_ENDPOINTS = frozenset({"jobs", "nodes", "partitions", "licenses", "reservations"})
 """Endpoints whose data is one array of records: streamed and decoded batch by batch (``_fetch_array``)."""
+STAND_INS: dict[str, Callable[[object], Any]] = {"jobs": job_stand_in, "nodes": node_stand_in}
+"""Endpoints whose records that do not decode are refused alone (:func:`exporter.validate.decode_each`):
+the others keep their data. Any other endpoint's answer fails whole."""
 OFFERED_ONLY = frozenset({"slurmdb_jobs", "qos", "associations", "conf"})
 """Endpoints fetched only when slurmrestd's OpenAPI document lists them (no path to guess)."""
 
@@ -91,7 +98,12 @@ class Poller:
         leader's, but listed in full only when it must (first, requested, too many changes), never for the
         period — the second replica does not double slurmrestd's listings."""
         self._jobs = IncrementalJobs(
-            session, self.config, self.status.jobs_sync, clock=clock, publish=self._publish_jobs
+            session,
+            self.config,
+            self.status.jobs_sync,
+            clock=clock,
+            publish=self._publish_jobs,
+            conditions=self.status.conditions,
         )
 
     # -- reading ------------------------------------------------------------------------------
@@ -173,8 +185,10 @@ class Poller:
             if negotiated is None:
                 try:
                     negotiated = await self.negotiate()
-                except SlurmError:
+                except SlurmError as e:
+                    self.status.conditions.seen("negotiate", e.kind, f"cannot choose an API version: {e}")
                     return None
+                self.status.conditions.ended("negotiate")
             paths = negotiated.paths
             wanted = [e for e in self.config.endpoints if e in paths or (not paths and e not in OFFERED_ONLY)]
             if "slurmdb_jobs" in self.config.endpoints and "slurmdb_jobs" not in wanted:
@@ -190,6 +204,7 @@ class Poller:
                 wanted = ["diag", *(e for e in wanted if e != "diag")]
             rest = [e for e in due if not (first and e == "diag")]
             results = [*first, *await asyncio.gather(*(self._fetch(e, negotiated) for e in rest))]
+            self._note_conditions([*(["diag"] if first else []), *rest], results)
             if not any(results):
                 if all(self.status.endpoints[e].last_error_kind == "http_404" for e in wanted):
                     self.session.forget()  # slurmrestd was upgraded: negotiate again next poll
@@ -202,6 +217,21 @@ class Poller:
             self.status.last_poll_ok = ok
             self.status.last_poll_finished = self._clock()
             self.status.last_poll_duration = time.perf_counter() - t0
+
+    def _note_conditions(self, fetched: Sequence[str], results: Sequence[bool]) -> None:
+        """Log each endpoint's lasting failure when it starts, changes cause and ends (not every poll:
+        an expired token is one line per endpoint, and one more when it is fixed)."""
+        conditions = self.status.conditions
+        for name, ok in zip(fetched, results, strict=True):
+            st = self.status.endpoints[name]
+            if ok:
+                conditions.ended(f"poll {name}", "answering again")
+            else:
+                text = _ENDPOINT_PREFIX.sub("", st.last_error, count=1)
+                conditions.seen(f"poll {name}", st.last_error_kind, f"failed: {text}")
+        for name in ("jobs", "nodes"):
+            if (held := self.status.endpoints.get(name)) is not None:
+                held.note_refused(conditions)
 
     def _due(self, endpoint: str, now: float) -> bool:
         """Whether ``endpoint`` is fetched in this poll: always, unless :attr:`PollerConfig.intervals`
@@ -361,7 +391,7 @@ class Poller:
             assert st.envelope is not None and st.envelope.last_update is not None
             params["update_time"] = str(int(st.envelope.last_update))
         t0 = time.perf_counter()
-        st._fetch_dropped = frozenset()
+        st.note_dropped(())
         try:
             try:
                 data, env, nbytes = await self._get_parsed(name, path, params, negotiated)
@@ -389,7 +419,7 @@ class Poller:
             st.unchanged += 1
         else:
             st.data = tuple(data) if isinstance(data, list) else data  # shared by every later snapshot
-            st.dropped_partitions = st._fetch_dropped
+            st.take_fetched_refusals()
             st.full_fetch_at = finished
             st.envelope = env
             if name == "jobs":
@@ -400,8 +430,7 @@ class Poller:
     def _failed(self, st: EndpointState, err: SlurmError) -> bool:
         """Record a failed fetch of ``st``'s endpoint (its data is kept); False."""
         st.record_error(err, self._clock())
-        self.status.last_error = str(err)
-        log.warning("poll %s failed: %s", st.name, err)
+        self.status.last_error = str(err)  # logged by _note_conditions when the failure starts or changes
         return False
 
     async def _get_parsed(
@@ -429,7 +458,7 @@ class Poller:
         records as they arrive: bounded memory, and no stall of the event loop whatever the body — where
         every byte must be scanned (before the array, a body the fast path cannot cut) the decoder works a
         bounded step at a time and the loop runs between steps. Impossible jobs and nodes are dropped."""
-        decode_batch: Callable[[bytes], list[Any]] = (
+        decode_whole: Callable[[bytes], list[Any]] = (
             adapter.job_array if name == "jobs" else functools.partial(adapter.records, name)
         )
         check: Callable[[Sequence[Any]], tuple[Sequence[Any], list[tuple[Any, str]]]] | None = None
@@ -437,6 +466,19 @@ class Poller:
             check = check_jobs
         elif name == "nodes":
             check = check_nodes
+        stand_in = STAND_INS.get(name)
+        undecodable: list[tuple[Any, str]] = []
+
+        def decode_batch(batch: bytes) -> list[Any]:
+            try:
+                return decode_whole(batch)
+            except ShapeError:
+                if stand_in is None:
+                    raise
+                good, bad = decode_each(batch, decode_whole, stand_in)  # refuse the bad records alone
+                undecodable.extend(bad)
+                return good
+
         cap = self.client.config.max_record_bytes
         decoder = StreamingArrayDecoder(
             name.encode(), decode_batch, max_element_bytes=cap, max_envelope_bytes=cap
@@ -476,6 +518,7 @@ class Poller:
         else:
             keep(rest)
             env = adapter.envelope(envelope_bytes, name)
+        dropped.extend(undecodable)
         if check is not None:
             self.status.endpoints[name].note_dropped(dropped)
         if name == "jobs":

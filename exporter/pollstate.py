@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .accounting import Accounting
 from .errors import SlurmError
 from .jobsync import JobSig
+from .logs import Conditions
 from .model import ENDPOINTS, Envelope, Job, Node
-from .validate import dropped_partitions
+from .validate import dropped_partitions, reason_of
 
 log = logging.getLogger("exporter.poller")
 
@@ -112,10 +113,16 @@ class EndpointState:
     """Whether the last finished fetch succeeded (or was answered "unchanged")."""
     dropped: int = 0
     """Records dropped for impossible values (:mod:`exporter.validate`), over all fetches."""
+    dropped_by: Counter[str] = field(default_factory=Counter)
+    """The same by reason (:func:`exporter.validate.reason_of`: the field, or ``undecodable``)."""
     dropped_partitions: frozenset[str] = frozenset()
     """Partitions named by the records dropped from the data held (see :attr:`Snapshot.dropped`)."""
+    refused_now: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Reason → (records refused from the data held now, the first one's problem text)."""
     _fetch_dropped: frozenset[str] = frozenset()
-    """The same for the fetch in progress (moved to ``dropped_partitions`` when its data is taken)."""
+    """The same as ``dropped_partitions`` for the fetch in progress (moved when its data is taken)."""
+    _fetch_refused: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """The same as ``refused_now`` for the fetch in progress."""
 
     def record_ok(self, fetched_at: float, requested_at: float | None) -> None:
         """A fetch succeeded (or confirmed no change): its data is as of ``fetched_at``, and holds all
@@ -132,20 +139,43 @@ class EndpointState:
         self.last_error, self.last_error_kind, self.last_error_at = str(err), err.kind, now
 
     def note_dropped(self, dropped: Sequence[tuple[Job | Node, str]]) -> None:
-        """Count (and log once per fetch) records dropped for impossible values; note the partitions they
-        name for the data this fetch brings."""
+        """Count the records one fetch dropped for impossible values, by reason; note the partitions they
+        name and the reasons for the data this fetch brings (logged by :meth:`note_refused`)."""
+        self._fetch_dropped = dropped_partitions(dropped)
+        self._fetch_refused = refusals(why for _, why in dropped)
         if not dropped:
             return
         self.dropped += len(dropped)
-        self._fetch_dropped = dropped_partitions(dropped)
-        log.warning(
-            "%s: dropped %d record(s) with impossible values (first: %s); demand for partition(s) %s "
-            "is held, never lowered, while they are",
-            self.name,
-            len(dropped),
-            dropped[0][1],
-            ", ".join(p or "(none)" for p in sorted(self._fetch_dropped)),
-        )
+        self.dropped_by.update(reason_of(why) for _, why in dropped)
+
+    def take_fetched_refusals(self) -> None:
+        """The data of the fetch in progress is taken: its refusals are those of the data held."""
+        self.dropped_partitions = self._fetch_dropped
+        self.refused_now = self._fetch_refused
+
+    def note_refused(self, conditions: Conditions) -> None:
+        """One log line per reason when records start being refused for it, one when none are any more
+        (not one per record, nor per poll)."""
+        prefix = f"{self.name} records refused for "
+        for reason, (n, first) in self.refused_now.items():
+            parts = ", ".join(p or "(none named: every partition)" for p in sorted(self.dropped_partitions))
+            conditions.seen(
+                prefix + reason,
+                "refused",
+                f"{n} in the data held (first: {first}); the targets of partition(s) {parts} are held, "
+                "never lowered, while they are",
+            )
+        conditions.ended_except(prefix, (prefix + r for r in self.refused_now), "none any more")
+
+
+def refusals(whys: Iterable[str]) -> dict[str, tuple[int, str]]:
+    """Reason → (how many of ``whys`` have it, the first of them)."""
+    out: dict[str, tuple[int, str]] = {}
+    for why in whys:
+        reason = reason_of(why)
+        n, first = out.get(reason, (0, why))
+        out[reason] = (n + 1, first)
+    return out
 
 
 @dataclass
@@ -225,9 +255,9 @@ class JobsSync:
     """Entries of the last ``/jobs/state`` whose job id could not be read (then no job was dropped)."""
     states_unsupported: bool = False
     """``/jobs/state`` answered 404: this server cannot do incremental reads."""
-    refused: dict[int, tuple[JobSig, tuple[str, ...]]] = field(default_factory=dict)
-    """Job id → (its signature, the partitions it names, ``("",)`` for none) when its record was refused
-    (impossible values): not read again until it moves; its partitions' demand is held meanwhile."""
+    refused: dict[int, tuple[JobSig, tuple[str, ...], str]] = field(default_factory=dict)
+    """Job id → (its signature, the partitions it names, ``("",)`` for none, why) when its record was
+    refused (impossible values): not read again until it moves; its partitions' demand is held meanwhile."""
 
     def listing_allowed(self, now: float, ratio: float) -> bool:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
@@ -278,6 +308,9 @@ class PollStatus:
     up_max_age: float = 30.0
     """:attr:`PollerConfig.up_max_age`."""
     jobs_sync: JobsSync = field(default_factory=JobsSync)
+    conditions: Conditions = field(default_factory=lambda: Conditions(log))
+    """Lasting failures and refusals, logged when they start, change and end (:class:`Conditions`); the
+    status page lists those that hold."""
 
     def data_age(self, now: float) -> float | None:
         """Seconds since the oldest of the required endpoints' data was fetched (or confirmed unchanged);

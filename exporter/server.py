@@ -45,6 +45,7 @@ from .accounting import accounting_families
 from .collector import DEFAULTS, Cardinality, health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
+from .logs import Conditions
 from .model import Snapshot, wall_time
 from .pollstate import PollStatus
 from .source import SnapshotSource
@@ -492,6 +493,16 @@ def jobs_freshness(status: PollStatus, now: float) -> str:
     )
 
 
+def condition_lines(conditions: Conditions) -> list[str]:
+    """The status page's lines for the lasting conditions that hold (failing endpoints, refused records):
+    what, since when and how often seen."""
+    now = time.monotonic()
+    return [
+        f"NOW: {key}: {text} (seen {count} time(s), for {now - since:.0f} s)"
+        for key, (text, count, since) in sorted(conditions.active().items())
+    ]
+
+
 async def _index(request: web.Request) -> web.Response:
     poller = request.app[POLLER]
     st = poller.status
@@ -520,6 +531,7 @@ async def _index(request: web.Request) -> web.Response:
     note = html.escape(st.accounting_note)
     error += f"<p>accounting (slurmdbd's ended jobs, QOS and association limits): {note}</p>"
     error += f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
+    error += "".join(f"<p>{html.escape(line)}</p>" for line in condition_lines(st.conditions))
     error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>
 <h1>slurm-keda {__version__}</h1>

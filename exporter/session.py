@@ -12,12 +12,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import msgspec
+
 from . import versions
 from .client import ApiPaths, SlurmClient, choose_jobs_version, choose_version, version_key
-from .errors import HTTPStatusError, SlurmError, SlurmReportedError
+from .errors import HTTPStatusError, ShapeError, SlurmError, SlurmReportedError
 from .jobsync import StatesRead, parse_states
-from .model import Job
-from .validate import check_jobs
+from .model import Envelope, Job
+from .validate import check_jobs, decode_each, job_stand_in
 
 log = logging.getLogger(__name__)
 
@@ -106,15 +108,34 @@ class SlurmSession:
             if e.unknown_job:
                 return [], []
             raise
-        jobs, env = adapter.jobs(body)
-        if env.errors and not jobs:
+        try:
+            jobs, env = adapter.jobs(body)
+            undecodable: list[tuple[Job, str]] = []
+        except ShapeError:
+            jobs, undecodable, env = _jobs_each(adapter, body)
+        if env.errors and not jobs and not undecodable:
             if any("Invalid job id" in text or "Unable to query" in text for text in env.errors):
                 return [], []
             raise SlurmReportedError("; ".join(env.errors), endpoint="job")
         good, dropped = check_jobs(jobs)
-        return list(good), dropped
+        return list(good), [*dropped, *undecodable]
 
     async def job(self, job_id: int, *, lane: int = 0) -> Job | None:
         """The record of ``job_id`` alone (:meth:`job_records`); None when Slurm no longer knows it."""
         good, _ = await self.job_records(job_id, lane=lane)
         return next((j for j in good if j.job_id == job_id), None)
+
+
+def _jobs_each(adapter: versions.Adapter, body: bytes) -> tuple[list[Job], list[tuple[Job, str]], Envelope]:
+    """A ``/job/{id}`` answer that did not decode whole, record by record
+    (:func:`exporter.validate.decode_each`): the jobs that decode, the refused ones, the envelope. Raises
+    the whole answer's error when its ``jobs`` array or envelope is what fails."""
+    try:
+        doc = msgspec.json.decode(body, type=dict[str, msgspec.Raw])
+        array = doc.pop("jobs")
+    except (msgspec.DecodeError, msgspec.ValidationError, KeyError):
+        jobs, env = adapter.jobs(body)  # raises the typed error of the whole answer
+        return jobs, [], env
+    _, env = adapter.jobs(msgspec.json.encode({**doc, "jobs": []}))
+    good, bad = decode_each(bytes(array), adapter.job_array, job_stand_in)
+    return good, bad, env

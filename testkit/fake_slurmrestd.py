@@ -24,7 +24,8 @@ from testkit.tools import serve_app
 Fault = str
 """``"ok"``, ``"status:<code>"``, ``"status:<code>:<errors[] text>"``, ``"not_json"``, ``"truncate"``
 (Content-Length promises more than is sent), ``"cut_json"`` (2xx, JSON cut short), ``"shape"``, ``"deep"``
-(1,100 nested arrays in the first record), ``"impossible"`` (job id −2, node CPUs −9), ``"hang"`` (never
+(1,100 nested arrays in the first record), ``"pretty:<code>"`` (slurmrestd's error answer: pretty-printed
+JSON, empty ``errors[]``), ``"impossible"`` (job id −2, node CPUs −9), ``"hang"`` (never
 answers), ``"304"``, ``"empty_list"`` (valid answer with no records)."""
 
 
@@ -169,6 +170,10 @@ class FakeSlurmrestd:
     async def _fault(self, request: web.Request, fault: Fault, body: bytes) -> web.StreamResponse:
         if fault == "ok":
             return web.Response(body=body, content_type="application/json")
+        if fault.startswith("pretty:"):  # slurmrestd's own error answer: pretty JSON, errors[] empty
+            doc = {"meta": {"plugin": {"type": "openapi/slurmctld", "name": "Slurm OpenAPI slurmctld"}}}
+            text = json.dumps({**doc, "errors": [], "warnings": []}, indent=2)
+            return web.Response(text=text, status=int(fault[7:]), content_type="application/json")
         if fault.startswith("status:"):
             _, code, *text = fault.split(":", 2)
             errors = [{"description": text[0], "error_number": 9}] if text else []

@@ -85,7 +85,7 @@ def test_check_status_quotes_slurm_errors() -> None:
     with pytest.raises(errors.HTTPStatusError) as info:
         check_status(500, body, "nodes")
     assert info.value.kind == "http_500"
-    assert str(info.value) == "nodes: HTTP 500: Unable to query nodes"
+    assert str(info.value) == "nodes: HTTP 500 Internal Server Error: Unable to query nodes"
     with pytest.raises(errors.AuthError):
         check_status(401, b"", "jobs")
     check_status(200, b"whatever", "jobs")
@@ -286,7 +286,9 @@ async def test_a_doubled_511_is_a_refused_token_and_the_token_file_is_reread(tmp
     assert err.value.kind == "http_511" and err.value.status == 511
     assert err.value.errors == ("Failure to query nodes: Protocol authentication error",)
     # slurmrestd's text (description and error), not the raw body
-    assert str(err.value) == "nodes: HTTP 511: Failure to query nodes: Protocol authentication error"
+    assert str(err.value) == (
+        "nodes: HTTP 511 Network Authentication Required: Failure to query nodes: Protocol authentication error"
+    )
     tokens = [
         line for r in server.requests for line in r.split(b"\r\n") if line.startswith(b"X-SLURM-USER-TOKEN")
     ]

@@ -914,3 +914,31 @@ async def test_no_listing_for_the_period_when_it_is_zero(rig: Rig) -> None:
         rig.clock.now += 100_000
         await p.poll_once()
     assert p.status.jobs_sync.full_listings == {"first": 1} and p.status.jobs_sync.incremental
+
+
+async def test_an_undecodable_record_read_one_by_one_is_refused_alone(rig: Rig) -> None:
+    """A ``/job/{id}`` answer with a count that is not an integer: the job is refused (its partition held,
+    not read again until it moves) and the read goes on — before, every incremental read failed on it."""
+    t = rig.table
+    p = rig.poller()
+    async with p.client:
+        await p.poll_once()
+        bad = t.submit(partition="gpu")
+        fine = t.submit(partition="cpu")
+        t.set(bad, cpus={"set": True, "infinite": False, "number": 1e30})
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        st = p.status.endpoints["jobs"]
+        assert st.last_ok, st.last_error
+        assert snap is not None and bad not in by_id(snap.jobs) and fine in by_id(snap.jobs)
+        assert snap.dropped == {"jobs": ("gpu",)}
+        assert st.refused_now == {"undecodable": (1, st.refused_now["undecodable"][1])}
+        assert st.refused_now["undecodable"][1].startswith(f"job {bad}: undecodable (Expected `int`")
+        reads = t.reads["job"]
+        rig.clock.now += 1
+        await p.poll_once()
+        assert t.reads["job"] == reads  # not read again until it moves
+        t.purge(bad)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+    assert snap is not None and snap.dropped == {} and p.status.endpoints["jobs"].refused_now == {}

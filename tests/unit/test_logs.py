@@ -27,10 +27,31 @@ def _record(message: str, *args: object, exc: bool = False) -> logging.LogRecord
     return logging.LogRecord("exporter.poller", logging.WARNING, __file__, 1, message, args, info)
 
 
-def test_an_error_answer_with_empty_errors_is_quoted_on_one_line() -> None:
+@pytest.mark.parametrize(
+    ("status", "body", "line"),
+    [
+        # slurmrestd's pretty-printed JSON with an empty errors[]: was "jobs: HTTP 504: { "errors": [], ..."
+        (504, PRETTY_504, "jobs: HTTP 504 Gateway Timeout: slurmrestd gave no error text"),
+        (502, b"", "jobs: HTTP 502 Bad Gateway: slurmrestd gave no error text (empty body)"),
+        (
+            503,
+            b"<html><head><title>503</title></head>\n<body><h1>Service Unavailable</h1></body></html>",
+            "jobs: HTTP 503 Service Unavailable: slurmrestd gave no error text; the body is not its JSON: "
+            "503 Service Unavailable",
+        ),
+        (
+            500,
+            json.dumps({"errors": [{"description": "Unable to query jobs", "error": "Slurm timeout"}]}, indent=2)
+            .encode(),
+            "jobs: HTTP 500 Internal Server Error: Unable to query jobs: Slurm timeout",
+        ),
+        (599, b"{}", "jobs: HTTP 599: slurmrestd gave no error text"),
+    ],
+)
+def test_an_error_answer_is_one_readable_line(status: int, body: bytes, line: str) -> None:
     with pytest.raises(HTTPStatusError) as e:
-        check_status(504, PRETTY_504, "jobs")
-    assert "\n" not in str(e.value) and str(e.value).startswith("jobs: HTTP 504: {")
+        check_status(status, body, "jobs")
+    assert str(e.value) == line
 
 
 @pytest.mark.parametrize("formatter", [TextFormatter(), JsonFormatter()], ids=["text", "json"])
