@@ -287,7 +287,8 @@ async def test_a_doubled_511_is_a_refused_token_and_the_token_file_is_reread(tmp
     assert err.value.errors == ("Failure to query nodes: Protocol authentication error",)
     # slurmrestd's text (description and error), not the raw body
     assert str(err.value) == (
-        "nodes: HTTP 511 Network Authentication Required: Failure to query nodes: Protocol authentication error"
+        "nodes: HTTP 511 Network Authentication Required: "
+        "Failure to query nodes: Protocol authentication error"
     )
     tokens = [
         line for r in server.requests for line in r.split(b"\r\n") if line.startswith(b"X-SLURM-USER-TOKEN")

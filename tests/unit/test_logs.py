@@ -41,8 +41,7 @@ def _record(message: str, *args: object, exc: bool = False) -> logging.LogRecord
         ),
         (
             500,
-            json.dumps({"errors": [{"description": "Unable to query jobs", "error": "Slurm timeout"}]}, indent=2)
-            .encode(),
+            b'{"errors": [{"description": "Unable to query jobs", "error": "Slurm timeout"}]}',
             "jobs: HTTP 500 Internal Server Error: Unable to query jobs: Slurm timeout",
         ),
         (599, b"{}", "jobs: HTTP 599: slurmrestd gave no error text"),
