@@ -472,9 +472,14 @@ class SlurmClient:
         method: str = "GET",
         body: bytes | None = None,
         final_statuses: frozenset[int] = frozenset(),
+        first_byte: float | None = None,
     ) -> AsyncGenerator[bytes, None]:
         """GET ``path`` (or ``method`` with a JSON ``body``) and yield the body of a 2xx answer in chunks
         as it arrives.
+
+        ``first_byte``: seconds a streamed answer may take to begin (slurmrestd renders a listing whole
+        first); None: until the streaming time limit. Once it began, no wait between bytes may exceed the
+        idle limit.
 
         A 304 answer (to ``update_time``) raises :class:`NotModified`. Retries (with backoff)
         happen only before the first chunk is yielded. ``whole`` applies
@@ -489,7 +494,7 @@ class SlurmClient:
             started = False
             try:
                 async with self._lane(endpoint, write=method != "GET"):
-                    async for chunk in self._attempt(path, endpoint, params, whole, method, body):
+                    async for chunk in self._attempt(path, endpoint, params, whole, method, body, first_byte):
                         started = True
                         yield chunk
                 return
@@ -515,6 +520,7 @@ class SlurmClient:
         whole: bool,
         method: str = "GET",
         body: bytes | None = None,
+        first_byte: float | None = None,
     ) -> AsyncIterator[bytes]:
         if self._session is None:
             await self.open()
@@ -522,10 +528,11 @@ class SlurmClient:
         limit = self.config.timeout if whole else self.config.stream_timeout
         idle = min(limit, self.config.idle_timeout)
         # slurmrestd renders a listing whole before its first byte (27 s for 20,000 jobs, 26.05): a streamed
-        # answer may take until ``limit`` to begin, and no more than ``idle`` between bytes once it has
-        timeout = aiohttp.ClientTimeout(
-            total=limit, sock_connect=min(limit, 10.0), sock_read=idle if whole else None
-        )
+        # answer may take until ``first_byte`` (else ``limit``) to begin, and no more than ``idle`` between
+        # bytes once it has (_idle_bounded)
+        begin = idle if whole else min(limit, first_byte) if first_byte is not None else None
+        timeout = aiohttp.ClientTimeout(total=limit, sock_connect=min(limit, 10.0), sock_read=begin)
+        began = False
         self.requests_sent += 1
         self.requests_by_endpoint[endpoint.partition(":")[0]] += 1
         headers = self._headers()
@@ -541,6 +548,7 @@ class SlurmClient:
                 timeout=timeout,
                 allow_redirects=False,  # the token must never go to whatever a redirect names
             ) as resp:
+                began = True
                 if resp.status == 304:
                     raise NotModified(endpoint)
                 if 300 <= resp.status < 400:
@@ -576,6 +584,11 @@ class SlurmClient:
             err.endpoint = err.endpoint or endpoint
             raise
         except (aiohttp.SocketTimeoutError, _IdleTimeout):
+            if not began and begin is not None and begin > idle:
+                raise RequestTimeout(
+                    f"no answer begun within {begin:.3g}s (the time allowed to render it; frozen or stalled)",
+                    endpoint=endpoint,
+                ) from None
             raise RequestTimeout(
                 f"no byte from slurmrestd for {idle:g}s (frozen or stalled)", endpoint=endpoint
             ) from None

@@ -56,6 +56,8 @@ class IncrementalJobs:
         self._clock, self._publish = clock, publish
         self._listing_refused: dict[int, tuple[JobSig, tuple[str, ...], str]] = {}
         """Jobs the fetch of a full listing dropped as impossible, as :attr:`JobsSync.refused`."""
+        self.beside: _Beside | None = None
+        """What the incremental reads found while a full listing is read beside them; None when none is."""
 
     def applies(self, negotiated: Negotiated) -> bool:
         """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
@@ -103,6 +105,8 @@ class IncrementalJobs:
         }
 
     def listed(self, requested: float, finished: float, duration: float) -> None:
+        """A full listing (requested at ``requested``) is the held data now: what it read replaces every
+        re-read's bookkeeping."""
         sync = self.sync
         sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
         sync.quota_at = requested  # the re-read quotas accrue from the listing's data on
@@ -111,10 +115,39 @@ class IncrementalJobs:
         sync.backlog = 0
         sync.refused = dict(self._listing_refused)
 
+    def listing_began(self) -> None:
+        """A full listing is being read beside the incremental reads: remember what they read from now on,
+        to lay it over the listing's older records (:meth:`listed_beside`)."""
+        self.beside = _Beside(rpcs=self.sync.update_rpcs)
+
+    def listing_failed(self) -> None:
+        self.beside = None
+
+    def listed_beside(
+        self, jobs: Sequence[Job], requested: float, finished: float, duration: float
+    ) -> tuple[Job, ...]:
+        """A full listing read beside the incremental reads ended: its records with what those reads found
+        since it was requested laid over them (a job read or gone since is as they found it), and its
+        refusals joined to theirs. A job-changing RPC counted since it was requested keeps the recheck
+        going (the listing may have been rendered before the change)."""
+        beside, sync = self.beside, self.sync
+        assert beside is not None
+        self.beside = None
+        recheck = (sync.recheck_pending, list(sync.recheck), sync.recheck_wanted, sync.recheck_found)
+        self.listed(requested, finished, duration)
+        for job_id in beside.read:
+            sync.refused.pop(job_id, None)
+        sync.refused.update(beside.refused)
+        if sync.update_rpcs != beside.rpcs:
+            sync.recheck_pending, sync.recheck, sync.recheck_wanted, sync.recheck_found = recheck
+        return jobsync.merge(jobs, beside.read, beside.gone)
+
     async def read(self, st: EndpointState, last_poll: float) -> bool | str:
         """One incremental read: ``/jobs/state``, then ``/job/{id}`` for each job whose state moved (at
         most :attr:`PollerConfig.jobs_changes_limit`), folded into the held jobs only when every read
-        succeeded. True/False: done, succeeded or not; a string: list in full instead, and why."""
+        succeeded. True/False: done, succeeded or not; ``"off"``: this server has no ``/jobs/state``, list
+        in full. More changed jobs than :attr:`PollerConfig.jobs_changes_limit`: the limit's worth is read,
+        :attr:`JobsSync.backlog` says how many wait (the poller lists beside the reads when it may)."""
         sync, cfg = self.sync, self.config
         held: tuple[Job, ...] = st.data
         now = self._clock()
@@ -136,6 +169,7 @@ class IncrementalJobs:
                 sync.state_reads += 1
             states = answer.states
             sync.unreadable_entries = answer.unreadable
+            sync.states_seen = len(states) + answer.unreadable
             if answer.unreadable:
                 self.conditions.seen(
                     "jobs/state",
@@ -150,9 +184,7 @@ class IncrementalJobs:
             # burst are published as they come, _Progress)
             fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
-            if sync.backlog:
-                if sync.listing_allowed(now, cfg.jobs_listing_ratio):
-                    return "changes"
+            if sync.backlog:  # the poller lists beside the reads when it may (the limit's worth meanwhile)
                 fetch = fetch[: cfg.jobs_changes_limit]
             chosen = set(fetch)
             moved = list(fetch)  # read first; published as soon as they are in (_Progress)
@@ -198,6 +230,8 @@ class IncrementalJobs:
         st.dropped_partitions = frozenset(p for _, parts, _ in sync.refused.values() for p in parts)
         st.refused_now = refusals(why for _, _, why in sync.refused.values())
         st.data = jobsync.merge(held, fetched, found.gone)
+        if self.beside is not None:
+            self.beside.took(fetched, found.gone, {j: sync.refused[j] for j in fetched if j in sync.refused})
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
         self.count_updates(jobsync.moved(held, fetched, fetch))
@@ -353,6 +387,32 @@ class IncrementalJobs:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return out
+
+
+class _Beside:
+    """What the incremental reads found since a full listing beside them was requested."""
+
+    def __init__(self, rpcs: int | None) -> None:
+        self.rpcs = rpcs
+        """slurmctld's job-changing RPC count when the listing was requested."""
+        self.read: dict[int, list[Job]] = {}
+        self.gone: set[int] = set()
+        self.refused: dict[int, tuple[JobSig, tuple[str, ...], str]] = {}
+
+    def took(
+        self,
+        fetched: Mapping[int, list[Job]],
+        gone: Sequence[int] | frozenset[int] | set[int],
+        refused: Mapping[int, tuple[JobSig, tuple[str, ...], str]],
+    ) -> None:
+        for job_id, records in fetched.items():
+            self.read[job_id] = records
+            self.gone.discard(job_id)
+            self.refused.pop(job_id, None)
+        self.refused.update(refused)
+        self.gone.update(gone)
+        for job_id in gone:
+            self.read.pop(job_id, None)
 
 
 class _Progress:

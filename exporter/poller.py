@@ -27,26 +27,34 @@ import asyncio
 import contextlib
 import functools
 import logging
+import random
 import re
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
 from . import versions
 from .accounting import ENDED_STATES, Accounting, record_ended
-from .client import NotModified, QueryParams
+from .backoff import Backoff
+from .client import RETRY_BACKOFF_CAP, NotModified, QueryParams
 from .errors import HTTPStatusError, ShapeError, SlurmError, SlurmReportedError
 from .incremental import IncrementalJobs
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import Diag, Envelope, Job, SlurmConfig, Snapshot, wall_time
-from .pollstate import EndpointState, PollerConfig, PollStatus
+from .pollstate import EndpointState, PollerConfig, PollStatus, refusals
 from .session import Negotiated, SlurmSession
 from .source import LatestSnapshot
 from .validate import check_jobs, check_nodes, decode_each, job_stand_in, node_stand_in
 
 log = logging.getLogger(__name__)
+
+RENDER_SECONDS_PER_JOB = 0.01
+"""Seconds slurmrestd may take per job to render a ``/jobs`` listing before its first byte: 7 times the
+1.35 ms measured (20,000 jobs in 27 s, Slurm 26.05 on the 2-core lab machine, 2026-12-06). A listing that
+has not begun by then is cut and retried (a hung one held the data stale for as long as it hung)."""
 
 _ENDPOINT_PREFIX = re.compile(r"^[\w/:]+: ")
 """``jobs: `` before an error's text (the log line names the endpoint already)."""
@@ -97,6 +105,12 @@ class Poller:
         """A replica that does not hold the bridge's Lease: its jobs are kept from ``/jobs/state`` like the
         leader's, but listed in full only when it must (first, requested, too many changes), never for the
         period — the second replica does not double slurmrestd's listings."""
+        self._listing: asyncio.Task[_Listed] | None = None
+        """A full ``/jobs`` listing read beside the incremental reads (:meth:`_list_beside`)."""
+        self._listing_failures = 0
+        self._listing_retry_at = 0.0
+        self._listing_backoff = Backoff(max(self.client.config.backoff, 0.1), RETRY_BACKOFF_CAP, jitter=0.5)
+        self._rng = random.Random()
         self._jobs = IncrementalJobs(
             session,
             self.config,
@@ -121,6 +135,12 @@ class Poller:
 
     async def run(self) -> None:
         """Poll forever; cancel the task to stop. Never returns, never raises on poll errors."""
+        try:
+            await self._run()
+        finally:
+            await self.close()
+
+    async def _run(self) -> None:
         while True:
             began = time.monotonic()
             try:
@@ -316,19 +336,136 @@ class Poller:
     # -- jobs, incrementally (exporter.jobsync) --------------------------------------------------------
 
     async def _fetch_jobs(self, negotiated: Negotiated) -> bool:
-        """The jobs, read incrementally or listed in full (:class:`exporter.incremental.IncrementalJobs`)."""
+        """The jobs, read incrementally (:class:`exporter.incremental.IncrementalJobs`) — with a full
+        listing beside the reads when one is due and jobs are held (:meth:`_list_beside`: the polls go on,
+        a hung listing freezes nothing) — or listed in full in this poll (the first listing; no
+        ``/jobs/state``)."""
         st, sync = self.status.endpoints["jobs"], self.status.jobs_sync
-        reason = self._jobs.listing_reason(st, self._clock(), standby=self.standby)
+        self._take_listing(st)
+        now = self._clock()
+        reason = (
+            None if self._listing is not None else self._jobs.listing_reason(st, now, standby=self.standby)
+        )
+        if reason is not None and st.data is not None:
+            self._list_beside(reason, negotiated, now)
+            reason = None
         if reason is None:
             synced = await self._jobs.read(st, self.status.last_poll_duration)
             if synced is False:
                 self.status.last_error = st.last_error
             if isinstance(synced, bool):
+                now = self._clock()
+                if (
+                    sync.backlog
+                    and self._listing is None
+                    and sync.listing_allowed(now, self.config.jobs_listing_ratio)
+                ):
+                    self._list_beside("changes", negotiated, now)  # more moved than the limit reads a poll
                 return synced
             reason = synced
         sync.incremental = False
         sync.full_listings[reason] += 1
-        return await self._fetch_listing("jobs", negotiated, update_time=reason == "off")
+        return await self._fetch_listing(
+            "jobs", negotiated, update_time=reason == "off", first_byte=self._listing_first_byte(st)
+        )
+
+    def _listing_first_byte(self, st: EndpointState) -> float | None:
+        """Seconds a full ``/jobs`` listing may take to begin: the idle limit, plus what slurmrestd may
+        take to render as many jobs as are held (or were last listed by ``/jobs/state``) at
+        :data:`RENDER_SECONDS_PER_JOB`, or three times the last listing — whichever is more. None (the
+        streaming limit alone) while the number of jobs is unknown. Before the first listing, ``/diag``'s
+        counts stand for it: pending, running and ended since its statistics were reset (more than slurmctld
+        keeps, which only makes the allowance longer)."""
+        n = len(st.data) if isinstance(st.data, tuple) else self.status.jobs_sync.states_seen
+        diag = self.status.endpoints["diag"].data if "diag" in self.status.endpoints else None
+        if n is None and isinstance(diag, Diag):
+            n = sum(
+                (
+                    diag.jobs_pending,
+                    diag.jobs_running,
+                    diag.jobs_completed,
+                    diag.jobs_canceled,
+                    diag.jobs_failed,
+                )
+            )
+        if n is None:
+            return None
+        render = max(n * RENDER_SECONDS_PER_JOB, 3 * self.status.jobs_sync.listing_duration)
+        return self.client.config.idle_timeout + render
+
+    def _list_beside(self, reason: str, negotiated: Negotiated, now: float) -> None:
+        """Start a full ``/jobs`` listing as its own task, the incremental reads going on meanwhile (what
+        they read is laid over the listing when it ends: :meth:`exporter.incremental.IncrementalJobs.
+        listed_beside`); not before the backoff after a failed one has passed."""
+        if now < self._listing_retry_at:
+            return
+        self._jobs.listing_began()
+        self._listing = asyncio.create_task(self._list_jobs(negotiated, reason), name="poller-jobs-listing")
+        self._listing.add_done_callback(lambda _: self._early.set())  # fold it in at the next poll, soon
+
+    async def _list_jobs(self, negotiated: Negotiated, reason: str) -> _Listed:
+        st = self.status.endpoints["jobs"]
+        path = negotiated.paths.get("jobs") or f"/slurm/{negotiated.jobs_version}/jobs"
+        requested, t0 = self._clock(), time.perf_counter()
+        records, env, nbytes, dropped = await self._fetch_array(
+            "jobs", path, {}, negotiated.jobs_adapter, first_byte=self._listing_first_byte(st)
+        )
+        if env.errors:
+            raise SlurmReportedError("; ".join(env.errors), endpoint="jobs")
+        return _Listed(
+            reason, records, env, nbytes, dropped, requested, self._clock(), time.perf_counter() - t0
+        )
+
+    def _take_listing(self, st: EndpointState) -> None:
+        """Fold in the listing read beside the incremental reads, if it ended: its data (with what they
+        read since laid over it), or its failure (counted, logged once, retried after a backoff)."""
+        task = self._listing
+        if task is None or not task.done():
+            return
+        self._listing = None
+        sync, conditions = self.status.jobs_sync, self.status.conditions
+        try:
+            got = task.result()
+        except (SlurmError, asyncio.CancelledError) as e:
+            err = e if isinstance(e, SlurmError) else SlurmError("listing cancelled", endpoint="jobs")
+            self._jobs.listing_failed()
+            st.record_error(err, self._clock())
+            self.status.last_error = str(err)
+            delay = self._listing_backoff.delay(self._listing_failures, self._rng)
+            self._listing_failures += 1
+            self._listing_retry_at = self._clock() + delay
+            conditions.seen(
+                "jobs listing",
+                err.kind,
+                f"failed: {_ENDPOINT_PREFIX.sub('', str(err), count=1)}; the jobs are kept by single reads "
+                f"meanwhile, listing again in {delay:.1f} s",
+            )
+            return
+        self._listing_failures, self._listing_retry_at = 0, 0.0
+        conditions.ended("jobs listing", "listed again")
+        sync.incremental = True
+        sync.full_listings[got.reason] += 1
+        st.note_dropped(got.dropped)
+        self._jobs.note_listing(got.dropped)
+        st.data = self._jobs.listed_beside(got.records, got.requested, got.finished, got.duration)
+        st.dropped_partitions = frozenset(p for _, parts, _ in sync.refused.values() for p in parts)
+        st.refused_now = refusals(why for _, _, why in sync.refused.values())
+        st.full_fetch_at, st.envelope, st.last_bytes = got.finished, got.env, got.nbytes
+        st.record_ok(got.finished, max(st.requested_at or got.requested, got.requested))
+
+    async def listing_settled(self) -> None:
+        """Until the listing read beside the incremental reads (if any) has ended, ok or not; the next poll
+        folds it in."""
+        if self._listing is not None:
+            await asyncio.wait([self._listing])
+
+    async def close(self) -> None:
+        """Stop a listing read beside the incremental reads (:meth:`run` does it when cancelled)."""
+        task, self._listing = self._listing, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._jobs.listing_failed()
 
     # -- slurmdbd's ended jobs (exporter.accounting) ----------------------------------------------------
 
@@ -371,7 +508,9 @@ class Poller:
 
     # -- any endpoint, listed -------------------------------------------------------------------------
 
-    async def _fetch_listing(self, name: str, negotiated: Negotiated, *, update_time: bool = True) -> bool:
+    async def _fetch_listing(
+        self, name: str, negotiated: Negotiated, *, update_time: bool = True, first_byte: float | None = None
+    ) -> bool:
         """Fetch one endpoint in one request (``update_time`` sent when allowed and due)."""
         st = self.status.endpoints[name]
         path = negotiated.paths.get(name) or f"/slurm/{negotiated.version}/{name}"
@@ -394,13 +533,13 @@ class Poller:
         st.note_dropped(())
         try:
             try:
-                data, env, nbytes = await self._get_parsed(name, path, params, negotiated)
+                data, env, nbytes = await self._get_parsed(name, path, params, negotiated, first_byte)
             except HTTPStatusError as e:
                 if not params or e.status not in UPDATE_TIME_REJECTED:
                     raise
                 params = {}
                 incremental = False
-                data, env, nbytes = await self._get_parsed(name, path, params, negotiated)
+                data, env, nbytes = await self._get_parsed(name, path, params, negotiated, first_byte)
                 st.update_time_broken = True  # the same request without update_time worked
                 log.warning("%s: %s with update_time; fetching in full from now on", name, e)
         except NotModified:
@@ -434,14 +573,25 @@ class Poller:
         return False
 
     async def _get_parsed(
-        self, name: str, path: str, params: QueryParams, negotiated: Negotiated
+        self,
+        name: str,
+        path: str,
+        params: QueryParams,
+        negotiated: Negotiated,
+        first_byte: float | None = None,
     ) -> tuple[Any, Envelope, int]:
         """GET and translate one endpoint. Retried as ``--retries`` says, with or without ``update_time``;
         only a status that means "this server can't do update_time" (:data:`UPDATE_TIME_REJECTED`) is not
         retried with it: :meth:`_fetch` falls back to a full fetch at once."""
         if name in STREAMED_ENDPOINTS:
             adapter = negotiated.jobs_adapter if name == "jobs" else negotiated.adapter
-            data, env, nbytes = await self._fetch_array(name, path, params, adapter)
+            data, env, nbytes, dropped = await self._fetch_array(
+                name, path, params, adapter, first_byte=first_byte
+            )
+            if name in STAND_INS:
+                self.status.endpoints[name].note_dropped(dropped)
+            if name == "jobs":
+                self._jobs.note_listing(dropped)
         else:
             final = UPDATE_TIME_REJECTED if params else frozenset()
             body = await self.client.get(path, endpoint=name, params=params, final_statuses=final)
@@ -452,8 +602,14 @@ class Poller:
         return data, env, nbytes
 
     async def _fetch_array(
-        self, name: str, path: str, params: QueryParams, adapter: versions.Adapter
-    ) -> tuple[list[Any], Envelope, int]:
+        self,
+        name: str,
+        path: str,
+        params: QueryParams,
+        adapter: versions.Adapter,
+        *,
+        first_byte: float | None = None,
+    ) -> tuple[list[Any], Envelope, int, list[tuple[Any, str]]]:
         """Stream an endpoint whose data is one array (``/jobs``, ``/nodes``, ...), decoding batches of
         records as they arrive: bounded memory, and no stall of the event loop whatever the body — where
         every byte must be scanned (before the array, a body the fast path cannot cut) the decoder works a
@@ -497,7 +653,12 @@ class Poller:
         final = UPDATE_TIME_REJECTED if params else frozenset()
         step = SCAN_STEP_BYTES
         stream = self.client.stream(
-            path, endpoint=name, params=params, whole=name != "jobs", final_statuses=final
+            path,
+            endpoint=name,
+            params=params,
+            whole=name != "jobs",
+            final_statuses=final,
+            first_byte=first_byte,
         )
         async with contextlib.aclosing(stream) as chunks:  # a decode error ends the request, frees its lane
             async for chunk in chunks:
@@ -519,11 +680,21 @@ class Poller:
             keep(rest)
             env = adapter.envelope(envelope_bytes, name)
         dropped.extend(undecodable)
-        if check is not None:
-            self.status.endpoints[name].note_dropped(dropped)
-        if name == "jobs":
-            self._jobs.note_listing(dropped)
-        return records, env, decoder.bytes_seen
+        return records, env, decoder.bytes_seen, dropped
+
+
+@dataclass(frozen=True)
+class _Listed:
+    """A full ``/jobs`` listing read beside the incremental reads."""
+
+    reason: str
+    records: list[Job]
+    env: Envelope
+    nbytes: int
+    dropped: list[tuple[Job, str]]
+    requested: float
+    finished: float
+    duration: float
 
 
 def _is_empty(data: Any) -> bool:

@@ -251,6 +251,8 @@ class JobsSync:
     an RPC (:func:`exporter.jobsync.to_follow`)."""
     followed: set[int] = field(default_factory=set)
     """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
+    states_seen: int | None = None
+    """Entries of the last ``/jobs/state`` (None before one was read): how many jobs a listing renders."""
     unreadable_entries: int = 0
     """Entries of the last ``/jobs/state`` whose job id could not be read (then no job was dropped)."""
     states_unsupported: bool = False

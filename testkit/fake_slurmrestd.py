@@ -55,6 +55,8 @@ class FakeSlurmrestd:
     fault_times: dict[str, int] = field(default_factory=dict)
     """Endpoint → how many more requests get its fault (then it answers ok); missing = always."""
     hang_seconds: float = 1.0
+    hang_until: asyncio.Event | None = None
+    """When set, ``"hang"`` waits for this event instead of ``hang_seconds``."""
     offered: tuple[str, ...] = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
     """The endpoints /openapi/v3 lists for every version."""
     jobs_table: JobTable | None = None
@@ -205,7 +207,10 @@ class FakeSlurmrestd:
         if fault == "304":
             return web.Response(status=304)
         if fault == "hang":
-            await asyncio.sleep(self.hang_seconds)
+            if self.hang_until is not None:
+                await self.hang_until.wait()
+            else:
+                await asyncio.sleep(self.hang_seconds)
             return web.Response(body=body, content_type="application/json")
         if fault == "truncate":
             resp = web.StreamResponse(headers={"Content-Type": "application/json"})

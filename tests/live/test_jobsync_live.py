@@ -130,7 +130,9 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
             assert sync.incremental_fetches == polls and sync.job_reads > 0
 
             poller.refresh_jobs()  # one full listing: now the pending jobs' estimates too
-            listing = await poller.poll_once()
+            await poller.poll_once()  # it begins beside the single reads
+            await poller.listing_settled()
+            listing = await poller.poll_once()  # folded in
             assert listing is not None and sync.full_listings["requested"] == 1
             after = await poller.poll_once()
             assert after is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import jobs_sync_families
 from exporter.jobsync import FINAL_STATES
 from exporter.model import Job, Snapshot
-from exporter.poller import Poller
+from exporter.poller import RENDER_SECONDS_PER_JOB, Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from testkit.fake_jobs import JobTable, num
@@ -364,23 +365,32 @@ async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> N
         for _ in range(5):
             t.submit()
         rig.clock.now += 1
-        await p.poll_once()  # 5 > 3 and the listing may start: listed in full
+        await p.poll_once()  # 5 > 3 and a listing may start: the limit's worth read, a listing begun beside
         sync = p.status.jobs_sync
-        assert sync.full_listings == {"first": 1, "changes": 1} and t.reads["job"] == 0
+        assert sync.backlog == 2 and t.reads["job"] == 3
+        assert sync.full_listings == {"first": 1}  # counted when it is folded in
+        await p.listing_settled()
+        assert t.reads["jobs"] == 2
+        rig.clock.now += 1
+        snap = await p.poll_once()  # folded in: nothing left to read
+        assert sync.full_listings == {"first": 1, "changes": 1} and sync.backlog == 0 and t.reads["job"] == 3
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
         sync.listing_duration = 100.0  # a listing took 100 s: the next may start 1,000 s after it
         for _ in range(5):
             t.submit()
         rig.clock.now += 1
         complete_as_of = rig.clock.now - 1
         snap = await p.poll_once()
-        assert sync.backlog == 2 and t.reads["job"] == 3 and sync.full_listings["changes"] == 1
+        assert sync.backlog == 2 and t.reads["job"] == 6 and sync.full_listings["changes"] == 1
+        await p.listing_settled()
+        assert t.reads["jobs"] == 3  # the first, the one for the changes, rig.listed()'s: none too soon
         assert snap is not None and len(snap.jobs) == len(t.records) - 2
         # two new jobs are not in it: it holds everything Slurm accepted only as of the poll before (the
         # bridge must not take a missing job for one never submitted)
         assert snap.jobs_as_of == complete_as_of and snap.fetched_at["jobs"] == rig.clock.now
         rig.clock.now += 1
         snap = await p.poll_once()
-    assert sync.backlog == 0 and t.reads["job"] == 5
+    assert sync.backlog == 0 and t.reads["job"] == 8
     assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
@@ -479,7 +489,10 @@ async def test_the_jobs_of_the_users_whose_rpcs_moved_are_rechecked_first(rig: R
         t.submit(user_name="bob")  # the fields above are read only with their jobs: list them again
         p.refresh_jobs()
         rig.clock.now += 1
-        await p.poll_once()
+        await p.poll_once()  # the listing begins beside the reads
+        await p.listing_settled()
+        rig.clock.now += 1
+        await p.poll_once()  # and is folded in
         t.set(oldest, state_reason="JobHeldUser", priority=num(0))
         rig.set_rpcs(1, {"root": 130, "ann": 8})  # ann sent one RPC, our own polling the rest
         rig.clock.now += 1
@@ -634,7 +647,9 @@ async def test_reason_only_changes_wait_for_the_listing_period(rig: Rig) -> None
         snap = await p.poll_once()
         assert snap is not None and by_id(snap.jobs)[9].reason == "Dependency"
         rig.clock.now += 1
-        snap = await p.poll_once()
+        await p.poll_once()  # the period: a listing begins beside the reads
+        await p.listing_settled()
+        snap = await p.poll_once()  # folded in
     assert snap is not None and by_id(snap.jobs)[9].reason == "Priority"
     assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
     assert snap.listed_at["jobs"] == rig.clock.now
@@ -649,6 +664,8 @@ async def test_the_listing_period_stretches_with_the_listing_cost(rig: Rig) -> N
         await p.poll_once()
         assert p.status.jobs_sync.full_listings == {"first": 1}
         rig.clock.now += 1
+        await p.poll_once()
+        await p.listing_settled()
         await p.poll_once()
     assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
 
@@ -869,6 +886,8 @@ async def test_a_standby_replica_does_not_list_for_the_period(rig: Rig) -> None:
         p.standby = False  # it leads now
         rig.clock.now += 1
         await p.poll_once()
+        await p.listing_settled()
+        await p.poll_once()
     assert p.status.jobs_sync.full_listings == {"first": 1, "period": 1}
 
 
@@ -942,3 +961,65 @@ async def test_an_undecodable_record_read_one_by_one_is_refused_alone(rig: Rig) 
         rig.clock.now += 1
         snap = await p.poll_once()
     assert snap is not None and snap.dropped == {} and p.status.endpoints["jobs"].refused_now == {}
+
+
+async def test_a_hung_listing_is_cut_and_retried_while_single_reads_keep_the_jobs_fresh(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 40, item 2: a ``/jobs`` listing slurmrestd never begins to answer. Before, the poll waited for
+    it (up to ``--stream-timeout``, 600 s) and the jobs were held stale meanwhile. Now the listing runs
+    beside the polls, is cut when it has not begun within the idle limit plus the time it may take to
+    render (:data:`exporter.poller.RENDER_SECONDS_PER_JOB` per job), counted, logged once, retried after a
+    backoff — and the single-job reads keep every change current meanwhile."""
+    caplog.set_level(logging.INFO)
+    t = rig.table
+    client = SlurmClient(
+        ClientConfig(base_url=rig.url, token=TokenSource(token="good-token"), retries=1, idle_timeout=0.3),
+        sleep=no_sleep,
+    )
+    p = Poller(SlurmSession(client), PollerConfig(jobs_sweep_rate=0.0), clock=rig.clock)
+    release = asyncio.Event()
+    rig.fake.hang_until = release
+    st, sync = p.status.endpoints["jobs"], p.status.jobs_sync
+    async with p.client:
+        try:
+            await p.poll_once()
+            rig.fake.faults["jobs"] = "hang"  # the listing only: /jobs/state and /job/{id} answer
+            p.refresh_jobs()
+            t.start(6, nodes="c2")
+            rig.clock.now += 1
+            snap = await asyncio.wait_for(p.poll_once(), 10)  # main waited here for the whole hang
+            assert snap is not None and by_id(snap.jobs)[6].state == "RUNNING"
+            assert snap.fetched_at["jobs"] == rig.clock.now and p.status.up(rig.clock.now)
+            await asyncio.wait_for(p.listing_settled(), 10)  # cut: never begun within 0.3 s + 0.01 s a job
+            t.end(6, "COMPLETED")
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            assert snap is not None and by_id(snap.jobs)[6].state == "COMPLETED"  # still fresh
+            assert st.errors == {"timeout": 1} and st.last_ok and sync.full_listings == {"first": 1}
+            held = len(by_id(snap.jobs))
+            assert f"no answer begun within {0.3 + held * RENDER_SECONDS_PER_JOB:.2f}s" in st.last_error
+            warned = [r.getMessage() for r in caplog.records if r.getMessage().startswith("jobs listing:")]
+            assert len(warned) == 1 and "kept by single reads meanwhile, listing again in" in warned[0]
+            # retried once the backoff passed; the same cause again is counted, not logged again
+            rig.clock.now += 30
+            await p.poll_once()
+            await asyncio.wait_for(p.listing_settled(), 10)
+            rig.clock.now += 1
+            await p.poll_once()
+            assert st.errors == {"timeout": 2}
+            assert len([r for r in caplog.records if r.getMessage().startswith("jobs listing:")]) == 1
+            # slurmrestd answers again: listed, folded in, said once
+            rig.fake.faults.clear()
+            rig.clock.now += 60
+            await p.poll_once()
+            await asyncio.wait_for(p.listing_settled(), 10)
+            rig.clock.now += 1
+            snap = await p.poll_once()
+        finally:
+            release.set()
+    assert sync.full_listings == {"first": 1, "requested": 1}
+    assert any(
+        r.getMessage().startswith("jobs listing: listed again after 2 time(s)") for r in caplog.records
+    )
+    assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
