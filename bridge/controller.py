@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -23,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from exporter.backoff import Backoff
 from exporter.errors import SlurmError
+from exporter.logs import Conditions
 from exporter.model import Snapshot, wall_time
 from exporter.session import SlurmSession
 from exporter.source import PolledSource
@@ -55,8 +57,8 @@ from .actions import (
     plan,
 )
 from .feasible import NodeUse, usage_split
-from .informer import Informer
-from .kube import Kube, KubeError
+from .informer import Informer, cache_families, cache_lines
+from .kube import Kube, KubeError, retry_after_families
 from .owners import Owner, OwnerKey
 from .placement import Placements
 from .pods import Namespace, Node, Pod, PodGroup, SchedulingGroup, created_at
@@ -189,35 +191,38 @@ class Bridge:
         self.kube = kube
         self.options = options
         self._clock = clock
-        self.pods: Informer[Pod] = Informer(
+        self.conditions = Conditions(log)
+        """Lasting failures of the caches, said once when they start, change and end."""
+        cache = functools.partial(Informer, conditions=self.conditions)
+        self.pods: Informer[Pod] = cache(
             "bridge pods",
             lambda: kube.list_pods(options.scheduler_name),
             lambda since: kube.watch_pods(options.scheduler_name, since),
             lambda p: p.metadata.uid,
         )
-        self.nodes: Informer[Node] = Informer(
+        self.nodes: Informer[Node] = cache(
             "nodes", kube.list_nodes, lambda since: kube.watch_nodes(since), lambda n: n.metadata.name
         )
-        self.assigned: Informer[Pod] = Informer(
+        self.assigned: Informer[Pod] = cache(
             "assigned pods",
             kube.list_assigned_pods,
             lambda since: kube.watch_assigned_pods(since),
             lambda p: p.metadata.uid,
         )
         """Every pod bound to a node and not finished, whoever scheduled it: the room left on each node."""
-        self.claims: Informer[Claim] = Informer(
+        self.claims: Informer[Claim] = cache(
             "persistent volume claims",
             kube.list_claims,
             lambda since: kube.watch_claims(since),
             lambda c: f"{c.metadata.namespace}/{c.metadata.name}",
         )
-        self.volumes: Informer[PersistentVolume] = Informer(
+        self.volumes: Informer[PersistentVolume] = cache(
             "persistent volumes",
             kube.list_volumes,
             lambda since: kube.watch_volumes(since),
             lambda v: v.metadata.name,
         )
-        self.storage_classes: Informer[StorageClass] = Informer(
+        self.storage_classes: Informer[StorageClass] = cache(
             "storage classes",
             kube.list_storage_classes,
             lambda since: kube.watch_storage_classes(since),
@@ -226,7 +231,7 @@ class Bridge:
         self.namespaces: Informer[Namespace] | None = None
         """Namespaces and their labels, watched only when the policy selects namespaces by label."""
         if options.policy.selectors:
-            self.namespaces = Informer(
+            self.namespaces = cache(
                 "namespaces",
                 kube.list_namespaces,
                 lambda since: kube.watch_namespaces(since),
@@ -235,14 +240,14 @@ class Bridge:
         self.pod_groups: Informer[PodGroup] | None = None
         """Coscheduling PodGroups (their ``minMember``), watched unless ``options.pod_groups`` is off."""
         if options.pod_groups:
-            self.pod_groups = Informer(
+            self.pod_groups = cache(
                 "pod groups",
                 kube.list_pod_groups,
                 lambda since: kube.watch_pod_groups(since),
                 _object_key,
                 missing_recheck=MISSING_CRD_RECHECK,
             )
-        self.scheduling_groups: Informer[SchedulingGroup] = Informer(
+        self.scheduling_groups: Informer[SchedulingGroup] = cache(
             "kubernetes podgroups",
             kube.list_scheduling_groups,
             lambda since: kube.watch_scheduling_groups(since),
@@ -251,18 +256,18 @@ class Bridge:
         )
         """Kubernetes' own PodGroups (1.36, ``scheduling.k8s.io/v1alpha2``): the gangs of
         ``spec.schedulingGroup`` pods."""
-        self.jobs: Informer[Owner] = Informer(
+        self.jobs: Informer[Owner] = cache(
             "jobs", kube.list_jobs, lambda since: kube.watch_jobs(since), _object_key
         )
         """Jobs, whose job annotations and ``activeDeadlineSeconds`` their pods inherit."""
-        self.jobsets: Informer[Owner] = Informer(
+        self.jobsets: Informer[Owner] = cache(
             "jobsets",
             kube.list_jobsets,
             lambda since: kube.watch_jobsets(since),
             _object_key,
             missing_recheck=MISSING_CRD_RECHECK,
         )
-        self.leader_worker_sets: Informer[Owner] = Informer(
+        self.leader_worker_sets: Informer[Owner] = cache(
             "leaderworkersets",
             kube.list_leader_worker_sets,
             lambda since: kube.watch_leader_worker_sets(since),
@@ -298,11 +303,44 @@ class Bridge:
         """When :meth:`run` last started (epoch seconds)."""
         self.passes = 0
         """Reconcile passes run, including those that did nothing because data was missing."""
+        self.running = False
+        """Whether :meth:`run` runs (on the Lease's holder)."""
+
+    def caches(self) -> list[Informer[Any]]:
+        """Every cache the bridge keeps of Kubernetes objects."""
+        every: list[Informer[Any] | None] = [
+            self.pods,
+            self.nodes,
+            self.assigned,
+            self.claims,
+            self.volumes,
+            self.storage_classes,
+            self.namespaces,
+            self.pod_groups,
+            self.scheduling_groups,
+            self.jobs,
+            self.jobsets,
+            self.leader_worker_sets,
+        ]
+        return [c for c in every if c is not None]
+
+    def cache_families(self) -> Iterable[Metric]:
+        """Each cache's state while the bridge runs (nothing on a standby replica: it keeps none)."""
+        if not self.running:
+            return []
+        return [*cache_families(self.caches()), *retry_after_families(self.kube.gate)]
+
+    def status_lines(self, now: float) -> list[str]:
+        """The status page's lines: whether the bridge runs, and each cache that is not a current copy."""
+        if not self.running:
+            return ["bridge: not running here (another replica holds the Lease, or none is taken yet)"]
+        return cache_lines(self.caches(), now)
 
     async def run(self) -> None:
         """Watch and reconcile forever (cancel to stop). Nothing is done until a /jobs listing requested
         after this start: a new leader's last snapshot may predate its predecessor's last submissions."""
         self.since = self._clock()
+        self.running = True
         self.source.poll_soon()
         watchers = [
             asyncio.create_task(self.pods.run(), name="bridge-pod-informer"),
@@ -327,6 +365,7 @@ class Bridge:
                 seen = self.source.snapshot
                 await self.reconcile()
         finally:
+            self.running = False
             for t in [*watchers, *self._tasks]:
                 t.cancel()
             await asyncio.gather(*watchers, *self._tasks, return_exceptions=True)

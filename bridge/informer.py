@@ -17,16 +17,19 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Generic, TypeVar
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Generic, TypeVar
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from exporter.backoff import Backoff
-from exporter.logs import Throttle
+from exporter.logs import Conditions, Throttle
 from exporter.notify import Notifier
 
 from .kube import Gone, KubeError
 
-__all__ = ["Informer"]
+__all__ = ["Informer", "cache_families", "cache_lines"]
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +60,9 @@ class Informer(Generic[T]):
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
         missing_recheck: float | None = None,
+        conditions: Conditions | None = None,
     ) -> None:
         self.name = name
         self._missing_recheck = missing_recheck
@@ -82,6 +87,21 @@ class Informer(Generic[T]):
         """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
         self.ignored_events = 0
         """Watch events of a type the cache does not act on, or without a key: counted, not stored."""
+        self.error_kinds: Counter[str] = Counter()
+        """Failures by kind: ``http_<status>``, ``unreachable``, ``malformed`` (an answer or event that is
+        not JSON of the objects), ``gone`` (410), ``short_watch``, ``internal`` (an unexpected error)."""
+        self.restarts = 0
+        """Times the list-and-watch loop failed on an unexpected error and was started again."""
+        self.listed_at: float | None = None
+        """When the last list succeeded (epoch seconds)."""
+        self.watched_at: float | None = None
+        """When a watch last delivered an event or ended in order (epoch seconds)."""
+        self.unsynced_since: float | None = None
+        """Since when (epoch seconds) the cache is not a current copy after having been one; None while it
+        is, or before its first list."""
+        self._wall = wall
+        self.conditions = conditions or Conditions(log)
+        """Where a lasting failure is said once (shared with the bridge's other caches)."""
         self.changes = 0
         """Changes of :attr:`objects` or :attr:`synced` so far: a caller deriving something from the cache
         derives it again only when this moved."""
@@ -96,12 +116,42 @@ class Informer(Generic[T]):
         self.changes += 1
         self._changes.notify()
 
+    @property
+    def key(self) -> str:
+        """The name of this cache's condition in the log and on the status page."""
+        return f"cache {self.name}"
+
     async def run(self) -> None:
-        """List and watch forever (cancel to stop); never raises on API failures."""
+        """List and watch forever (cancel to stop); never raises. API failures are retried (backed off);
+        an unexpected error (a bug, an answer no rule expects) is logged, counted in :attr:`restarts` and
+        the loop started again after a backoff — never a dead task behind an empty cache."""
         try:
-            await self._run()
+            while True:
+                try:
+                    await self._run()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:
+                    self.restarts += 1
+                    self.error_kinds["internal"] += 1
+                    self._lost()
+                    self.conditions.seen(
+                        self.key,
+                        "internal",
+                        f"failed unexpectedly ({e!r}); started again, the bridge waits until it has listed",
+                        logging.ERROR,
+                        exc_info=e,
+                    )
+                    await self._backoff(min(self.restarts, 10))
         finally:
             self.synced = False  # stopped: the cache no longer follows the API server
+
+    def _lost(self) -> None:
+        """The cache is no longer a current copy."""
+        if self.synced:
+            self.unsynced_since = self._wall()
+        self.synced = False
+        self._notify()
 
     async def _backoff(self, failures: int) -> None:
         """Wait after the ``failures``-th failure in a row: half to all of 0.5 s × 2^failures, at most
@@ -120,21 +170,26 @@ class Informer(Generic[T]):
                 self.lists += 1
                 self.objects = {self._key(o): o for o in objects}
                 self.synced = True
+                self.listed_at, self.unsynced_since = self._wall(), None
+                self.conditions.ended(self.key, "listed again, watching")
                 self._notify()
                 while True:
                     began, events = self._clock(), 0
                     self.watches += 1
                     async for kind, obj in self._watch(version):
                         events += 1
+                        self.watched_at = self._wall()
                         version = self._version(obj) or version
                         self._apply(kind, obj)
                     # the server ended the watch (its timeout): resume from the last version seen, which
                     # loses nothing — unless it ended at once, over and over: then back off first
                     if events or self._clock() - began >= SHORT_WATCH:
                         failures = 0
+                        self.watched_at = self._wall()
                         continue
                     failures += 1
                     self.short_watches += 1
+                    self.error_kinds["short_watch"] += 1
                     held = self._throttle.admit("short")
                     if held is not None:
                         log.warning(
@@ -146,6 +201,7 @@ class Informer(Generic[T]):
                         )
                     await self._backoff(failures)
             except Gone:
+                self.error_kinds["gone"] += 1
                 log.info("%s: watch version compacted away; listing again", self.name)
                 if failures:  # a server answering 410 again and again is not listed in a loop
                     await self._backoff(failures)
@@ -165,11 +221,12 @@ class Informer(Generic[T]):
                     await self._sleep(self._missing_recheck)
                     continue
                 self.errors += 1
+                self.error_kinds[e.kind] += 1
                 failures += 1
-                if self.synced:
-                    log.warning("%s: %s; the cache is not trusted until the next list", self.name, e)
-                self.synced = False
-                self._notify()
+                self.conditions.seen(
+                    self.key, e.kind, f"{e}; not trusted until the next list (the bridge waits meanwhile)"
+                )
+                self._lost()
                 await self._backoff(failures)
 
     def _apply(self, kind: str, obj: T) -> None:
@@ -201,3 +258,91 @@ class Informer(Generic[T]):
         """The resourceVersion of a decoded object (pods, nodes and namespaces all carry ``metadata``)."""
         meta = getattr(obj, "metadata", None)
         return str(getattr(meta, "resourceVersion", "") or "")
+
+
+def cache_families(caches: Iterable[Informer[Any]]) -> Iterable[Metric]:
+    """Each cache's state for ``/metrics``: synced or not, when it last listed and heard from a watch,
+    lists, failures by kind, unexpected restarts, ignored events."""
+    synced = GaugeMetricFamily(
+        "slurm_bridge_cache_synced",
+        "1 while the bridge's cache of a kind of Kubernetes object is a current copy (listed, watching), "
+        "0 while it is not (the bridge places and deletes nothing meanwhile); absent for a resource the API "
+        "server does not have (a CRD not installed)",
+        labels=["cache"],
+    )
+    unsynced = GaugeMetricFamily(
+        "slurm_bridge_cache_unsynced_since_timestamp_seconds",
+        "Since when a cache that was a current copy is not one (absent while it is)",
+        labels=["cache"],
+    )
+    listed = GaugeMetricFamily(
+        "slurm_bridge_cache_listed_timestamp_seconds",
+        "When each cache last listed its objects successfully",
+        labels=["cache"],
+    )
+    watched = GaugeMetricFamily(
+        "slurm_bridge_cache_watched_timestamp_seconds",
+        "When each cache's watch last delivered an event or ended in order",
+        labels=["cache"],
+    )
+    lists = CounterMetricFamily(
+        "slurm_bridge_cache_lists",
+        "Full lists made by each cache (the first, and one after each break)",
+        labels=["cache"],
+    )
+    errors = CounterMetricFamily(
+        "slurm_bridge_cache_errors",
+        "Failed lists and watches of each cache, by kind (http_<status>, unreachable, malformed, gone, "
+        "short_watch, internal)",
+        labels=["cache", "kind"],
+    )
+    restarts = CounterMetricFamily(
+        "slurm_bridge_cache_restarts",
+        "Times a cache's list-and-watch loop failed on an unexpected error and was started again",
+        labels=["cache"],
+    )
+    ignored = CounterMetricFamily(
+        "slurm_bridge_cache_ignored_events",
+        "Watch events of an unknown type, or without a name, counted and not stored",
+        labels=["cache"],
+    )
+    for c in caches:
+        if not c.missing:
+            synced.add_metric([c.name], 1.0 if c.synced else 0.0)
+        if c.unsynced_since is not None and not c.synced:
+            unsynced.add_metric([c.name], c.unsynced_since)
+        if c.listed_at is not None:
+            listed.add_metric([c.name], c.listed_at)
+        if c.watched_at is not None:
+            watched.add_metric([c.name], c.watched_at)
+        lists.add_metric([c.name], c.lists)
+        for kind, n in sorted(c.error_kinds.items()):
+            errors.add_metric([c.name, kind], n)
+        restarts.add_metric([c.name], c.restarts)
+        ignored.add_metric([c.name], c.ignored_events)
+    yield from (synced, unsynced, listed, watched, lists, errors, restarts, ignored)
+
+
+def cache_lines(caches: Iterable[Informer[Any]], now: float) -> list[str]:
+    """The status page's lines: one for the caches that are current, one for each that is not (why, since
+    when), and the resources the API server does not have."""
+    every = list(caches)
+    current = [c.name for c in every if c.synced]
+    lines = [f"bridge caches current: {len(current)} of {len(every)} ({', '.join(current) or 'none'})"]
+    for c in every:
+        if c.synced:
+            continue
+        if c.missing:
+            lines.append(
+                f"bridge cache {c.name}: the API server has no such resource (off, looked for again)"
+            )
+            continue
+        since = f"for {now - c.unsynced_since:.0f} s" if c.unsynced_since is not None else "not listed yet"
+        text = c.conditions.active().get(c.key, ("", 0, 0.0))[0]
+        kinds = ", ".join(f"{k} ×{n}" for k, n in sorted(c.error_kinds.items())) or "no error yet"
+        why = f": {text}" if text else ""
+        lines.append(
+            f"bridge cache {c.name}: NOT CURRENT ({since}; {kinds}){why} — nothing is placed or deleted "
+            "until it has listed again"
+        )
+    return lines

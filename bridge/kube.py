@@ -11,24 +11,30 @@ compacted resourceVersion raises :class:`Gone` (410), after which the caller lis
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import aiohttp
 import msgspec
 from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client import rest
 from kubernetes_asyncio.client.rest import ApiException
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from .owners import Owner
 from .pods import Namespace, Node, Pod, PodGroup, SchedulingGroup
 from .volumes import SELECTED_NODE_ANNOTATION, Claim, PersistentVolume, StorageClass
 
-__all__ = ["Gone", "Kube", "KubeError", "load_configuration"]
+__all__ = ["Gone", "Kube", "KubeError", "MalformedAnswer", "RetryAfterGate", "load_configuration"]
 
 _JSON = msgspec.json.Decoder(dict[str, Any])
 T = TypeVar("T")
@@ -56,6 +62,88 @@ class KubeError(Exception):
     @property
     def kind(self) -> str:
         return f"http_{self.status}" if self.status else "unreachable"
+
+
+class MalformedAnswer(KubeError):
+    """A 2xx answer (a list, a watch event) that is not the JSON of the objects asked for."""
+
+    @property
+    def kind(self) -> str:
+        return "malformed"
+
+
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+"""Statuses whose ``Retry-After`` is honoured (client-go's ``checkWait``: 429, and 5xx with the header)."""
+MAX_RETRY_AFTER = 60.0
+"""Seconds at most a ``Retry-After`` holds a path back (a server asking for hours is not believed)."""
+
+
+def retry_after_seconds(status: int, value: str | None) -> float | None:
+    """Seconds ``Retry-After: value`` asks a client to wait after a ``status`` answer (None: nothing asked);
+    only delay-seconds (what kube-apiserver sends), at most :data:`MAX_RETRY_AFTER`."""
+    if value is None or not (status in RETRY_AFTER_STATUSES or status >= 500):
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER) if seconds == seconds else None
+
+
+class RetryAfterGate(rest.RESTClientObject):
+    """The API client's HTTP layer with client-go's ``Retry-After`` rule, per URL path: after an answer
+    asking to wait (429, 5xx with ``Retry-After``), no request for that path leaves before the time asked
+    — list and watch of one resource share the path, so a throttled informer does not ask again at once.
+    Wraps the client's own session (same TLS, auth and pool)."""
+
+    def __init__(
+        self,
+        inner: rest.RESTClientObject,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:  # no super().__init__: the inner client's session and settings are used
+        self.inner = inner
+        self.pool_manager = inner.pool_manager
+        self.proxy, self.proxy_headers = inner.proxy, inner.proxy_headers
+        self.server_hostname = inner.server_hostname
+        self._clock, self._sleep = clock, sleep
+        self.not_before: dict[str, float] = {}
+        """URL path → when (on ``clock``) the server allows the next request to it."""
+        self.asked: Counter[str] = Counter()
+        """Answers that asked to wait, by status (``429``, ``503``, ...)."""
+        self.waited = 0.0
+        """Seconds requests were held back, in all."""
+
+    def wait_for(self, path: str) -> float:
+        """Seconds a request for ``path`` must still wait (0: none)."""
+        until = self.not_before.get(path)
+        if until is None:
+            return 0.0
+        left = until - self._clock()
+        if left <= 0:
+            del self.not_before[path]
+            return 0.0
+        return left
+
+    def _note(self, path: str, status: int, headers: Any) -> None:
+        seconds = retry_after_seconds(status, headers.get("Retry-After") if headers is not None else None)
+        if seconds is not None:
+            self.asked[str(status)] += 1
+            self.not_before[path] = max(self.not_before.get(path, 0.0), self._clock() + seconds)
+
+    async def request(self, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        path = urlsplit(url).path
+        if (left := self.wait_for(path)) > 0:
+            self.waited += left
+            await self._sleep(left)
+        try:
+            resp = await super().request(method, url, *args, **kwargs)
+        except ApiException as e:
+            self._note(path, int(e.status or 0), e.headers)
+            raise
+        self._note(path, int(resp.status), resp.headers)
+        return resp
 
 
 class Gone(KubeError):
@@ -122,10 +210,16 @@ async def _checked(call: Any) -> bytes:
 
 
 async def _listed(call: Any, cls: type[T]) -> tuple[list[T], str]:
-    """A raw list call's items decoded as ``cls``, and the list's resourceVersion."""
-    doc = _JSON.decode(await _checked(call))
-    items = [msgspec.convert(item, cls) for item in doc.get("items", [])]
-    return items, str(doc.get("metadata", {}).get("resourceVersion", ""))
+    """A raw list call's items decoded as ``cls``, and the list's resourceVersion; :class:`MalformedAnswer`
+    when the answer is not such a list."""
+    body = await _checked(call)
+    try:
+        doc = _JSON.decode(body)
+        items = [msgspec.convert(item, cls) for item in doc.get("items") or []]
+        meta = doc.get("metadata") or {}
+        return items, str(meta.get("resourceVersion", "") if isinstance(meta, dict) else "")
+    except (msgspec.MsgspecError, AttributeError, TypeError) as e:
+        raise MalformedAnswer(f"Kubernetes API list answer malformed ({e}): {body[:120]!r}") from None
 
 
 async def _watched(call: Any, cls: type[T]) -> AsyncIterator[tuple[str, T]]:
@@ -154,7 +248,7 @@ async def _watched(call: Any, cls: type[T]) -> AsyncIterator[tuple[str, T]]:
                 else:  # an unknown type: handed on as an empty object, which the informer counts and drops
                     yield kind[:64], msgspec.convert({}, cls)
             except msgspec.MsgspecError as e:
-                raise KubeError(f"watch: malformed event ({e}): {line[:120]!r}") from None
+                raise MalformedAnswer(f"watch: malformed event ({e}): {line[:120]!r}") from None
     except (aiohttp.ClientError, OSError, TimeoutError) as e:
         raise KubeError(f"watch cut short: {e}") from None
     finally:
@@ -165,6 +259,9 @@ class Kube:
     """The calls the bridge makes; ``api`` is an open ``kubernetes_asyncio.client.ApiClient``."""
 
     def __init__(self, api: client.ApiClient, *, component: str = "slurm-bridge") -> None:
+        if not isinstance(api.rest_client, RetryAfterGate):
+            api.rest_client = RetryAfterGate(api.rest_client)
+        self.gate: RetryAfterGate = api.rest_client
         self.core = client.CoreV1Api(api)
         self.custom = client.CustomObjectsApi(api)
         self.coordination = client.CoordinationV1Api(api)
@@ -441,3 +538,21 @@ class Kube:
                 return False
             raise
         return True
+
+
+def retry_after_families(gate: RetryAfterGate) -> list[Metric]:
+    """How often the API server asked the bridge to wait (``Retry-After``) and how long it did."""
+    asked = CounterMetricFamily(
+        "slurm_bridge_kube_retry_after",
+        "Kubernetes API answers that asked the bridge to wait before asking that path again (Retry-After), "
+        "by status",
+        labels=["status"],
+    )
+    for code, n in sorted(gate.asked.items()):
+        asked.add_metric([code], n)
+    waited = CounterMetricFamily(
+        "slurm_bridge_kube_retry_after_wait_seconds",
+        "Seconds the bridge's Kubernetes API requests were held back as the server's Retry-After asked",
+    )
+    waited.add_metric([], gate.waited)
+    return [asked, waited]

@@ -25,6 +25,7 @@ import math
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +33,7 @@ from typing import Any, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from exporter.logs import Conditions
 from exporter.model import wall_time
 
 from .kube import Kube, KubeError
@@ -92,6 +94,11 @@ class LeaderElector:
         """The holder last seen (this process's identity while it leads)."""
         self._observed: tuple[str, str, str] | None = None
         self._observed_at = 0.0
+        self.errors: Counter[tuple[str, str]] = Counter()
+        """Failed reads and writes of the Lease by (operation, error kind); a lost race (409) is not one."""
+        self.conditions = Conditions(log)
+        self.problem = ""
+        """Why the last attempt could not read or write the Lease ("" when it could)."""
 
     async def run(self, lead: Callable[[], Awaitable[None]]) -> None:
         """Forever: wait to lead, run ``lead()`` while leading, stop it when the Lease is lost. Cancel to
@@ -147,8 +154,7 @@ class LeaderElector:
         try:
             lease = await self.kube.read_lease(o.namespace, o.name)
         except KubeError as e:
-            log.debug("lease read failed: %s", e)
-            return "failed"
+            return self._failed("read", e)
         now = self._wall()
         spec: dict[str, Any] = (lease or {}).get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -159,6 +165,7 @@ class LeaderElector:
         self.holder = holder
         duration = float(spec.get("leaseDurationSeconds") or o.duration)
         if holder and holder != o.identity and self._clock() < self._observed_at + duration:
+            self._ok()
             return "held"
         mine = holder == o.identity
         body = {
@@ -180,10 +187,50 @@ class LeaderElector:
                 body["metadata"]["resourceVersion"] = version  # type: ignore[index]
                 await self.kube.replace_lease(o.namespace, o.name, body)
         except KubeError as e:
-            log.debug("lease write failed: %s", e)
-            return "held" if e.status == 409 and not mine else "failed"
+            if e.status == 409:  # another candidate wrote first (or our read was stale): no fault
+                log.debug("lease write lost a race: %s", e)
+                return "failed" if mine else "held"
+            return self._failed("write", e)
         self.holder = o.identity
+        self._ok()
         return "ours"
+
+    def _failed(self, operation: str, e: KubeError) -> Outcome:
+        """Count a failed read or write of the Lease; say it once per cause (a Role that does not name this
+        Lease: 403 on every try, forever — the bridge never leads)."""
+        o = self.options
+        self.errors[(operation, e.kind)] += 1
+        advice = ""
+        if e.status in (401, 403):
+            advice = (
+                f" — the service account may not {'get' if operation == 'read' else 'update'} Lease "
+                f"{o.namespace}/{o.name}: the Role must name it (the shipped manifests name "
+                "slurm-keda-bridge-<instance> from the slurm-keda-instance ConfigMap: set the instance "
+                "there, deploy/README.md)"
+            )
+        self.problem = f"cannot {operation} the Lease: {e}{advice}"
+        self.conditions.seen(
+            f"bridge Lease {o.namespace}/{o.name}",
+            f"{operation} {e.kind}",
+            f"{self.problem}; this replica does not lead (the bridge places no pod here) until it can",
+            logging.ERROR if e.status in (401, 403) else logging.WARNING,
+        )
+        return "failed"
+
+    def _ok(self) -> None:
+        o = self.options
+        self.problem = ""
+        self.conditions.ended(f"bridge Lease {o.namespace}/{o.name}", "read and written again")
+
+    def status_lines(self) -> list[str]:
+        """The status page's line: leading, who holds the Lease, or why it cannot be taken."""
+        o = self.options
+        where = f"bridge Lease {o.namespace}/{o.name}"
+        if self.problem:
+            return [f"{where}: CANNOT BE TAKEN — {self.problem}"]
+        if self.leading:
+            return [f"{where}: held by this replica ({o.identity}), which runs the bridge"]
+        return [f"{where}: held by {self.holder or 'nobody yet'}; this replica is a standby"]
 
     async def _release(self) -> None:
         """Clear the holder so a follower need not wait out the duration (best effort, 2 s)."""
@@ -207,3 +254,15 @@ class LeaderElector:
         taken = CounterMetricFamily("slurm_bridge_leader_acquisitions", "Times this replica took the Lease")
         taken.add_metric([], self.acquisitions)
         yield taken
+        errors = CounterMetricFamily(
+            "slurm_bridge_lease_errors",
+            "Failed reads and writes of the bridge's Lease, by operation and error kind (http_403: the Role "
+            "does not allow this Lease; the replica cannot lead)",
+            labels=["operation", "kind"],
+        )
+        for operation in ("read", "write"):
+            errors.add_metric([operation, "http_403"], self.errors[(operation, "http_403")])
+        for (operation, kind), n in sorted(self.errors.items()):
+            if kind != "http_403":
+                errors.add_metric([operation, kind], n)
+        yield errors

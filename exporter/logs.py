@@ -7,6 +7,8 @@
   ``message``, ``exception`` when there is one), what Loki/Fluent Bit/Vector parse without rules.
 * :class:`Throttle` — at most one line per key per interval, with how many were held back; for
   events a client can cause at will (refused gRPC calls, failed accepts).
+* :class:`Conditions` — lasting conditions (a failing endpoint, an expired token, a cache that cannot
+  list) logged when they start, change cause and end, with a count: not once per poll or retry.
 """
 
 from __future__ import annotations
@@ -141,13 +143,21 @@ class Conditions:
         self.remind_every = remind_every
         self._now: dict[str, _Lasting] = {}
 
-    def seen(self, key: str, cause: str, text: str, level: int = logging.WARNING) -> None:
-        """Condition ``key`` holds now, because of ``cause``."""
+    def seen(
+        self,
+        key: str,
+        cause: str,
+        text: str,
+        level: int = logging.WARNING,
+        exc_info: BaseException | None = None,
+    ) -> None:
+        """Condition ``key`` holds now, because of ``cause`` (``exc_info``: logged with its traceback when
+        the condition starts or changes)."""
         now = self._clock()
         held = self._now.get(key)
         if held is None:
             self._now[key] = _Lasting(cause, text, now)
-            self._log.log(level, "%s: %s", key, text)
+            self._log.log(level, "%s: %s", key, text, exc_info=exc_info)
             return
         if held.cause != cause:
             self._log.log(
@@ -158,6 +168,7 @@ class Conditions:
                 held.cause,
                 held.count,
                 _span(now - held.since),
+                exc_info=exc_info,
             )
             self._now[key] = _Lasting(cause, text, now)
             return

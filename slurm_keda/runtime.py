@@ -64,6 +64,8 @@ class Elector(Protocol):
 
     def families(self) -> Iterable[Metric]: ...
 
+    def status_lines(self) -> Iterable[str]: ...
+
 
 class Manager:
     """Starts the runnables, runs them as named tasks (the writers under the elector), stops them."""
@@ -93,6 +95,8 @@ class Manager:
             yield from self.elector.families()
 
     def status_lines(self, now: float) -> Iterable[str]:
+        if self.elector is not None:
+            yield from self.elector.status_lines()
         for r in self.runnables:
             yield from r.status_lines(now)
 

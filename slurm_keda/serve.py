@@ -260,7 +260,11 @@ class BridgeRunnable(Runnable):
         await self.bridge.run()
 
     def health_families(self, now: float) -> Iterable[Metric]:
-        return self.bridge.stats.families()
+        yield from self.bridge.stats.families()
+        yield from self.bridge.cache_families()
+
+    def status_lines(self, now: float) -> Iterable[str]:
+        return self.bridge.status_lines(now)
 
 
 class WebhookRunnable(Runnable):

@@ -68,6 +68,9 @@ class Elector:
     def families(self) -> Iterable[Metric]:
         return [GaugeMetricFamily("probe_leader", "1 while leading", value=float(self.leading.is_set()))]
 
+    def status_lines(self) -> Iterable[str]:
+        return ["lease: leading" if self.leading.is_set() else "lease: standby"]
+
 
 async def test_start_in_order_run_all_stop_in_reverse() -> None:
     log: list[str] = []
@@ -146,7 +149,7 @@ def test_families_and_status_lines_come_from_every_runnable() -> None:
     assert [f.name for f in manager.health_families(7.0)] == ["probe_a", "probe_b", "probe_leader"]
     snap = Snapshot(taken_at=3.0, api_version="v0.0.45")
     assert [f.name for f in manager.snapshot_families(snap)] == ["probe_a_snapshot", "probe_b_snapshot"]
-    assert list(manager.status_lines(7.0)) == ["a fine", "b fine"]
+    assert list(manager.status_lines(7.0)) == ["lease: standby", "a fine", "b fine"]
     with pytest.raises(AssertionError, match="added twice"):
         manager.add(Probe("a", log))
 
