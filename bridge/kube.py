@@ -199,14 +199,21 @@ async def _checked(call: Any) -> bytes:
         resp.release()
     if 200 <= resp.status < 300:
         return bytes(body)
-    reason, message = "", body[:200].decode("utf-8", "replace")
+    raise _status_error(resp.status, bytes(body))
+
+
+def _status_error(status: int, body: bytes) -> KubeError:
+    """The typed error of a non-2xx answer, one readable line: its Status reason and message (the start of
+    the body when it is not a Status)."""
+    reason, message = "", " ".join(body[:200].decode("utf-8", "replace").split())
     try:
         doc = json.loads(body)
-        reason, message = str(doc.get("reason", "")), str(doc.get("message", message))
+        if isinstance(doc, dict):
+            reason, message = str(doc.get("reason", "")), str(doc.get("message", message))
     except ValueError:
         pass
-    cls = Gone if resp.status == 410 else KubeError
-    raise cls(f"Kubernetes API {resp.status} {reason}: {message}", resp.status, reason)
+    cls = Gone if status == 410 else KubeError
+    return cls(f"Kubernetes API {status} {reason}: {message or 'no message'}", status, reason)
 
 
 async def _listed(call: Any, cls: type[T]) -> tuple[list[T], str]:
@@ -227,9 +234,7 @@ async def _watched(call: Any, cls: type[T]) -> AsyncIterator[tuple[str, T]]:
     resp = await _sent(call)
     try:
         if resp.status != 200:
-            body = await resp.read()
-            error = Gone if resp.status == 410 else KubeError
-            raise error(f"Kubernetes API {resp.status}: {body[:200]!r}", resp.status)
+            raise _status_error(resp.status, bytes(await resp.read()))
         async for line in resp.content:
             if not line.strip():
                 continue

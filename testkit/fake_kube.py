@@ -18,7 +18,10 @@ this speaks the JSON API itself, for any resource:
   deleting a bound pod whose node's kubelet is "dead" (:meth:`FakeKube.kill_kubelet`) leaves it
   Terminating (``deletionTimestamp`` set) as a real cluster does, otherwise it is gone at once;
 * faults: :attr:`FakeKube.down` answers 503 to everything; :meth:`FakeKube.fail_next` one status for the
-  next matching request.
+  next matching request, :meth:`FakeKube.fail_always` every one (429 with ``Retry-After`` as the real
+  server's max-in-flight filter; a 200 that is not JSON);
+* RBAC when :attr:`FakeKube.rbac` is set (:mod:`testkit.fake_rbac`): 403 Forbidden with kube-apiserver's
+  message for what the bound Roles do not allow.
 
 Every request is recorded in :attr:`FakeKube.requests` as ``(method, path, watch)``.
 """
@@ -40,6 +43,7 @@ from typing import Any
 
 from aiohttp import web
 
+from testkit.fake_rbac import Rbac, request_info
 from testkit.tools import serve_app
 
 CLUSTER_SCOPED = frozenset({"nodes", "namespaces", "persistentvolumes", "customresourcedefinitions"})
@@ -61,6 +65,22 @@ def status(code: int, reason: str, message: str) -> web.Response:
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": reason}
     body["message"] = message
     return web.json_response(body, status=code)
+
+
+def too_many_requests(retry_after: int) -> web.Response:
+    """kube-apiserver's 429 (``staging/src/k8s.io/apiserver/pkg/server/filters/maxinflight.go``,
+    ``tooManyRequests``): Status ``TooManyRequests`` with ``details.retryAfterSeconds`` and a
+    ``Retry-After`` header."""
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": "Too many requests, please try again later.",
+        "reason": "TooManyRequests",
+        "details": {"retryAfterSeconds": retry_after},
+        "code": 429,
+    }
+    return web.json_response(body, status=429, headers={"Retry-After": str(retry_after)})
 
 
 # -- selectors and patches ------------------------------------------------------------------------------
@@ -228,7 +248,7 @@ class FakeKube:
         self.bound_at: dict[Key, float] = {}
         """Pod → when the API server bound it (epoch seconds): the moment benchmarks measure to."""
         self._fail: list[tuple[str, re.Pattern[str], int]] = []
-        self._always: list[tuple[str, re.Pattern[str], int]] = []
+        self._always: list[tuple[str, re.Pattern[str], int, int | None, bytes]] = []
         self._watchers: list[_Watcher] = []
         self.dead_kubelets: set[str] = set()
         self.stopping = False
@@ -241,6 +261,10 @@ class FakeKube:
         API server answers for a group/version/resource no CRD or built-in registers."""
         self.watch_lines: list[bytes] = []
         """Raw lines sent once, at the start of the next watch (malformed or unknown events)."""
+        self.rbac: Rbac | None = None
+        """When set, every request is authorized by these RBAC rules (403 Forbidden otherwise)."""
+        self.request_times: list[tuple[float, str, str]] = []
+        """(monotonic time, method, path) of every request."""
 
     # -- helpers for tests ----------------------------------------------------------------------------
 
@@ -248,9 +272,13 @@ class FakeKube:
         """Answer the next ``method`` request whose path matches with ``code``."""
         self._fail.append((method.upper(), re.compile(path_regex), code))
 
-    def fail_always(self, method: str, path_regex: str, code: int) -> None:
-        """Answer every ``method`` request whose path matches with ``code`` until :meth:`heal`."""
-        self._always.append((method.upper(), re.compile(path_regex), code))
+    def fail_always(
+        self, method: str, path_regex: str, code: int, *, retry_after: int | None = None, body: bytes = b""
+    ) -> None:
+        """Answer every ``method`` request whose path matches with ``code`` until :meth:`heal`: a Status
+        (429 as kube-apiserver's max-in-flight filter writes it: ``TooManyRequests``, ``Retry-After`` and
+        ``details.retryAfterSeconds``), or ``body`` as it is (a 200 that is not JSON)."""
+        self._always.append((method.upper(), re.compile(path_regex), code, retry_after, body))
 
     def heal(self) -> None:
         self._always.clear()
@@ -369,14 +397,19 @@ class FakeKube:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         watching = request.query.get("watch", "").lower() in ("true", "1")
         self.requests.append((request.method, request.path, watching))
+        self.request_times.append((time.monotonic(), request.method, request.path))
         if self.down:
             return status(503, "ServiceUnavailable", "the API server is down (test fault)")
         for i, (method, pattern, code) in enumerate(self._fail):
             if method == request.method and pattern.search(request.path):
                 del self._fail[i]
                 return status(code, "InjectedFault", f"injected {code}")
-        for method, pattern, code in self._always:
+        for method, pattern, code, retry_after, body in self._always:
             if method == request.method and pattern.search(request.path):
+                if body:
+                    return web.Response(body=body, status=code, content_type="text/html")
+                if code == 429:
+                    return too_many_requests(retry_after or 1)
                 return status(code, "InjectedFault", f"injected {code}")
         if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
             return status(401, "Unauthorized", "Unauthorized")
@@ -384,6 +417,18 @@ class FakeKube:
         if m is None:
             return status(404, "NotFound", f"the server could not find {request.path}")
         prefix = (f"{m['group']}/{m['version']}" if m["group"] else "v1") + "/" + m["plural"]
+        if self.rbac is not None:
+            info = request_info(
+                request.method,
+                m["group"] or "",
+                m["plural"],
+                m["ns"] or "",
+                m["name"] or "",
+                m["sub"] or "",
+                watching,
+            )
+            if not self.rbac.allows(info):
+                return status(403, "Forbidden", self.rbac.forbidden(info))
         if prefix in self.missing:
             return status(404, "NotFound", "the server could not find the requested resource")
         try:
