@@ -302,6 +302,55 @@ ALERTS = (
         "been held for 15 minutes: records of its partition are dropped as impossible, so its NodeSet is "
         "never scaled down (and has no answer at all if it never had one on valid data).",
     ),
+    Alert(
+        "SlurmExporterRecordsRefused",
+        f"max by ({BY}, endpoint, reason) (slurm_exporter_records_refused) > 0",
+        "10m",
+        "warning",
+        "Records slurmrestd sends are refused as impossible in the data held.",
+        "{{ $value }} {{ $labels.endpoint }} record(s) on {{ $labels.instance }} have been refused for "
+        "{{ $labels.reason }} for 10 minutes: the targets of their partitions are held until slurmrestd "
+        "sends them valid (the status page and the log name the first one).",
+    ),
+    Alert(
+        "SlurmBridgeCacheNotSynced",
+        f"max by ({BY}, cache) (slurm_bridge_cache_synced == 0)",
+        "5m",
+        "critical",
+        "The bridge cannot see part of Kubernetes: it places and deletes nothing.",
+        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} has not been a current copy for "
+        "5 minutes (slurm_bridge_cache_errors_total says why): no pod is bound, submitted or deleted until it "
+        "lists again.",
+    ),
+    Alert(
+        "SlurmBridgeCacheRestarts",
+        f"sum by ({BY}, cache) (increase(slurm_bridge_cache_restarts_total[15m])) > 0",
+        "0m",
+        "warning",
+        "A cache of the bridge failed unexpectedly and was started again.",
+        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} failed unexpectedly in the last "
+        "15 minutes and was started again (a bug, or an answer nothing expects): its traceback is in the log.",
+    ),
+    Alert(
+        "SlurmBridgeLeaseErrors",
+        f"sum by ({BY}, operation, kind) (increase(slurm_bridge_lease_errors_total[5m])) > 0",
+        "5m",
+        "critical",
+        "A bridge replica cannot read or write its Lease: it cannot lead.",
+        "{{ $labels.instance }} has failed to {{ $labels.operation }} the bridge's Lease ({{ $labels.kind }}) "
+        "for 5 minutes: with http_403 the Role does not name the Lease (the instance changed without the "
+        "manifests) and no replica can ever place a pod.",
+    ),
+    Alert(
+        "SlurmBridgeThrottled",
+        f"sum by ({BY}, status) (rate(slurm_bridge_kube_retry_after_total[5m])) > 0",
+        "15m",
+        "warning",
+        "The Kubernetes API server keeps asking the bridge to slow down.",
+        "{{ $labels.instance }}: the API server answered {{ $labels.status }} with Retry-After "
+        '{{ printf "%.2f" $value }} times a second for 15 minutes; the bridge waits as asked, so its caches '
+        "and actions lag (API Priority and Fairness, max-in-flight).",
+    ),
 )
 
 
