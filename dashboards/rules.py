@@ -318,9 +318,9 @@ ALERTS = (
         "5m",
         "critical",
         "The bridge cannot see part of Kubernetes: it places and deletes nothing.",
-        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} has not been a current copy for "
-        "5 minutes (slurm_bridge_cache_errors_total says why): no pod is bound, submitted or deleted until it "
-        "lists again.",
+        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} has not been a current copy "
+        "for 5 minutes (slurm_bridge_cache_errors_total says why): no pod is bound, submitted or deleted "
+        "until it lists again.",
     ),
     Alert(
         "SlurmBridgeCacheRestarts",
@@ -328,8 +328,9 @@ ALERTS = (
         "0m",
         "warning",
         "A cache of the bridge failed unexpectedly and was started again.",
-        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} failed unexpectedly in the last "
-        "15 minutes and was started again (a bug, or an answer nothing expects): its traceback is in the log.",
+        "The bridge's cache of {{ $labels.cache }} on {{ $labels.instance }} failed unexpectedly in the "
+        "last 15 minutes and was started again (a bug, or an answer nothing expects): its traceback is in "
+        "the log.",
     ),
     Alert(
         "SlurmBridgeLeaseErrors",
@@ -337,8 +338,8 @@ ALERTS = (
         "5m",
         "critical",
         "A bridge replica cannot read or write its Lease: it cannot lead.",
-        "{{ $labels.instance }} has failed to {{ $labels.operation }} the bridge's Lease ({{ $labels.kind }}) "
-        "for 5 minutes: with http_403 the Role does not name the Lease (the instance changed without the "
+        "{{ $labels.instance }} has failed to {{ $labels.operation }} the bridge's Lease "
+        "({{ $labels.kind }}) for 5 minutes: with http_403 the Role does not name the Lease (the instance changed without the "
         "manifests) and no replica can ever place a pod.",
     ),
     Alert(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -213,3 +214,38 @@ async def test_a_missing_crd_is_said_once_and_checked_again_rarely(
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+
+
+async def test_a_loop_that_fails_unexpectedly_is_started_again_and_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error no rule expects (a bug) ended the informer's task for good: the cache stayed empty and not
+    synced, said nowhere. Now the loop starts again after a backoff, counts it and says it once."""
+    caplog.set_level(logging.INFO)
+    calls = 0
+
+    async def listing() -> tuple[list[str], str]:
+        nonlocal calls
+        calls += 1
+        if calls <= 3:
+            raise RuntimeError("a bug")
+        return ["a", "b"], "7"
+
+    async def watching(since: str) -> AsyncIterator[tuple[str, str]]:
+        await asyncio.Event().wait()
+        yield "ADDED", "never"
+
+    informer: Informer[str] = Informer("things", listing, watching, lambda s: s, sleep=_no_sleep)
+    task = asyncio.create_task(informer.run(), name="things-informer")
+    try:
+        await eventually(lambda: informer.synced, 10, "listed after the failures", 0.01)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert informer.restarts == 3 and informer.error_kinds == {"internal": 3}
+    assert set(informer.objects) == {"a", "b"} and informer.listed_at is not None
+    said = [r for r in caplog.records if r.getMessage().startswith("cache things:")]
+    assert len(said) == 2, [r.getMessage() for r in said]  # failed (with the traceback), listed again
+    assert said[0].levelno == logging.ERROR and said[0].exc_info is not None
+    assert "listed again" in said[1].getMessage()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,9 +23,13 @@ import pytest
 
 from autoscaler.demand import Target
 from autoscaler.metrics import demand_families
+from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.poller import Poller
+from exporter.pollstate import PollerConfig
 from exporter.server import make_app
-from testkit.fake_slurmrestd import FakeSlurmrestd
-from testkit.tools import serve_app
+from exporter.session import SlurmSession
+from testkit.fake_slurmrestd import FakeSlurmrestd, serve
+from testkit.tools import Clock, serve_app
 from tests.unit.test_bad_data_holds import DATA, Polled, polling
 
 pytestmark = pytest.mark.skipif(not DATA.is_dir(), reason="no recorded 26.05 payloads")
@@ -198,3 +203,37 @@ async def test_a_lasting_error_is_logged_when_it_starts_changes_and_ends(
         assert len(ended) == len(endpoints), ended
         assert all("after 1 time(s)" in line for line in ended)
         assert "good-token" not in caplog.text and "rotated-elsewhere" not in caplog.text
+
+
+async def test_a_token_file_gone_is_said_once_and_the_data_held(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What must keep holding: the token file removed (a Secret unmounted) — a clear error naming the file,
+    never the token, the last good data served, and once it is back the next request uses it."""
+    caplog.set_level(logging.INFO)
+    token = tmp_path / "token"
+    token.write_text("good-token\n")
+    fake = FakeSlurmrestd(DATA)
+    clock = Clock(2_000_000.0)
+    async with serve(fake) as url:
+        client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token_file=token), retries=0))
+        p = Poller(SlurmSession(client), PollerConfig(), clock=clock)
+        async with client:
+            good = await p.poll_once()
+            assert good is not None
+            token.unlink()
+            caplog.clear()
+            for _ in range(5):
+                clock.now += 5
+                assert await p.poll_once() is None  # nothing could be asked: no new snapshot
+            assert p.snapshot is good  # the last good data is served
+            jobs = p.status.endpoints["jobs"]
+            assert jobs.errors == {"token": 5} and f"cannot read token file {token}" in jobs.last_error
+            warned = _warnings(caplog)
+            assert len(warned) == len(p.status.endpoints), warned  # one per endpoint, once in 5 polls
+            token.write_text("SLURM_JWT=rotated\n")
+            fake.token = "rotated"
+            clock.now += 5
+            assert await p.poll_once() is not None
+            assert fake.requests[-1][2]["X-SLURM-USER-TOKEN"] == "rotated"
+    assert "good-token" not in caplog.text and "rotated" not in caplog.text

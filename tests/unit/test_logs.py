@@ -12,7 +12,7 @@ import pytest
 
 from exporter.client import check_status
 from exporter.errors import HTTPStatusError
-from exporter.logs import JsonFormatter, TextFormatter, Throttle, configure
+from exporter.logs import Conditions, JsonFormatter, TextFormatter, Throttle, configure
 
 PRETTY_504 = json.dumps({"meta": {"plugin": {"type": "openapi/slurmctld"}}, "errors": []}, indent=2).encode()
 
@@ -114,3 +114,35 @@ def test_text_lines_stay_text() -> None:
     handler.setFormatter(TextFormatter())
     handler.handle(_record("a\nb"))
     assert stream.getvalue().count("\n") == 1 and "a\\nb" in stream.getvalue()
+
+
+def test_a_lasting_condition_is_said_when_it_starts_changes_is_reminded_and_ends(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO)
+    now = [0.0]
+    c = Conditions(logging.getLogger("t"), clock=lambda: now[0], remind_every=3600.0)
+    for _ in range(100):  # a poll every 5 s for ~8 minutes: one line
+        c.seen("poll jobs", "http_511", "failed: HTTP 511")
+        now[0] += 5
+    assert [r.getMessage() for r in caplog.records] == ["poll jobs: failed: HTTP 511"]
+    now[0] = 3700.0
+    c.seen("poll jobs", "http_511", "failed: HTTP 511")  # an hour on: reminded once, with the count
+    assert caplog.records[-1].getMessage() == "poll jobs: still failed: HTTP 511 (101 time(s) in 62 min)"
+    c.seen("poll jobs", "timeout", "failed: no byte for 30s")
+    assert caplog.records[-1].getMessage() == (
+        "poll jobs: failed: no byte for 30s (before: http_511, 101 time(s) in 62 min)"
+    )
+    c.seen("poll nodes", "timeout", "failed: no byte for 30s")
+    assert set(c.active()) == {"poll jobs", "poll nodes"}
+    now[0] += 10
+    c.ended("poll jobs", "answering again")
+    c.ended("poll jobs", "answering again")  # nothing more: it had ended
+    assert caplog.records[-1].getMessage() == (
+        "poll jobs: answering again after 1 time(s) in 10 s (last: failed: no byte for 30s)"
+    )
+    assert caplog.records[-1].levelno == logging.INFO
+    c.ended_except("poll ", ["poll nodes"])
+    assert set(c.active()) == {"poll nodes"}
+    c.ended_except("poll ", [])
+    assert c.active() == {} and len(caplog.records) == 6  # start, reminder, change, nodes, two ends
