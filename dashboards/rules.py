@@ -339,8 +339,8 @@ ALERTS = (
         "critical",
         "A bridge replica cannot read or write its Lease: it cannot lead.",
         "{{ $labels.instance }} has failed to {{ $labels.operation }} the bridge's Lease "
-        "({{ $labels.kind }}) for 5 minutes: with http_403 the Role does not name the Lease (the instance changed without the "
-        "manifests) and no replica can ever place a pod.",
+        "({{ $labels.kind }}) for 5 minutes: with http_403 the Role does not name the Lease (the instance "
+        "changed without the manifests) and no replica can ever place a pod.",
     ),
     Alert(
         "SlurmBridgeThrottled",
