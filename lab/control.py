@@ -275,6 +275,20 @@ class Lab:
         assert pid is not None
         return pid
 
+    def stop_ctld(self) -> None:
+        """Stop slurmctld (SIGTERM: it saves its state, jobs keep running on their slurmd)."""
+        self._stop("slurmctld")
+
+    def start_ctld(self, *, timeout: float = 60.0) -> int:
+        """Start slurmctld again from its saved state (a restart: jobs and nodes recovered); its pid once it
+        answers ``scontrol ping``."""
+        deadline = time.monotonic() + timeout
+        self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
+        self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
+        pid = self._pid("slurmctld")
+        assert pid is not None
+        return pid
+
     def _start(self, component: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         pid = self._pid(component)
         if pid is not None:

@@ -12,6 +12,7 @@ time to recover" table.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -239,3 +240,56 @@ async def test_faults_show_in_health_signals_hold_demand_and_recover(lab_2605: L
         or (o.fault.expected_kind and o.fault.expected_kind not in o.kinds)
     ]
     assert not bad, table
+
+
+async def test_a_slurmctld_restart_is_seen_and_no_target_drops_below_its_busy_nodes(
+    lab_2605: Lab, tmp_path: Path
+) -> None:
+    """What must keep holding (issue 40): slurmctld restarted under a running ``serve`` — ``slurm_up`` 0
+    while it is down, 1 again once it is back, the cpu target's desired nodes never below its busy nodes,
+    and the same process throughout (no restart needed)."""
+    job = lab_2605.sbatch("-p", "cpu", "-N", "1", "-J", "busy-through-restart")
+    samples: list[tuple[float | None, float | None, float | None]] = []
+    try:
+        targets = tmp_path / "targets.yaml"
+        targets.write_text("targets:\n  - partition: cpu\n")
+        args = (*SERVE_ARGS, "--autoscaler-targets-file", str(targets))
+        async with ScalerProcess(lab_2605, tmp_path / "serve.log", INTERVAL, args=args) as scaler:
+
+            async def sample() -> Reading:
+                r = Reading(await scaler.scrape())
+                busy = r.value("slurm_autoscaler_busy_nodes", target="cpu", partition="cpu")
+                desired = r.value("slurm_autoscaler_desired_nodes", target="cpu", partition="cpu")
+                samples.append((r.up, desired, busy))
+                return r
+
+            async def busy_up() -> Reading | None:
+                r = await sample()
+                return r if r.up == 1 and (samples[-1][2] or 0) >= 1 else None
+
+            await eventually(busy_up, 30.0, "the running job's node busy", 0.2)
+            pid = scaler.proc.pid
+            await asyncio.to_thread(lab_2605.stop_ctld)
+
+            async def down() -> Reading | None:
+                r = await sample()
+                return r if r.up == 0 else None
+
+            await eventually(down, DETECT_WITHIN, "slurm_up 0 while slurmctld is down", 0.1)
+            await asyncio.to_thread(lab_2605.start_ctld)
+
+            async def back() -> Reading | None:
+                r = await sample()
+                return r if r.up == 1 and (samples[-1][2] or 0) >= 1 else None
+
+            await eventually(back, 60.0, "slurm_up 1 again with the job's node busy", 0.1)
+            assert scaler.proc.returncode is None and scaler.proc.pid == pid
+    finally:
+        if lab_2605.pid("slurmctld") is None:
+            lab_2605.start_ctld()
+        lab_2605.run(["scancel", str(job)], check=False)
+    seen = [(d, b) for _, d, b in samples if d is not None and b is not None]
+    assert seen and all(d >= b for d, b in seen), samples
+    assert min(d for d, _ in seen) >= 1, samples  # the busy node was never given up
+    ups = [u for u, _, _ in samples]
+    assert 0.0 in ups and ups[-1] == 1.0
