@@ -139,8 +139,9 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     yield mode
     listings = CounterMetricFamily(
         "slurm_exporter_poll_jobs_listings",
-        "Full /jobs listings started, by why: first, period, changes (more changed jobs than "
-        "--jobs-changes-limit), requested, off (incremental reads off or not offered)",
+        "Full /jobs listings, by why: first, period, changes (more changed jobs than --jobs-changes-limit), "
+        "requested, off (incremental reads off or not offered); one read beside the polls is counted when "
+        "its data is taken",
         labels=["reason"],
     )
     for reason, n in sorted(sync.full_listings.items()):
