@@ -13,6 +13,9 @@ APT_PACKAGES := gcc python3-dev debootstrap ca-certificates prometheus slurmctld
 DEMO_SLURM ?= 26.05
 DEMO_PORT ?= 9341
 DEMO_GRPC_PORT ?= 9342
+# the demo's scaling targets, the same for `demand` and `serve` (dyn: a NodeSet at zero, its shape given)
+DEMO_TARGETS := --target partition=cpu --target partition=gpu \
+  --target partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000
 
 .PHONY: demo test unit deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
 
@@ -47,10 +50,9 @@ demo: deps
 	echo; echo "== one poll, as a table (slurm-keda snapshot) =="; \
 	$(BIN)/slurm-keda snapshot --slurmrestd-url $$url --token-file $$tok; \
 	echo; echo "== the nodes each target needs (slurm-keda demand; dyn = a NodeSet at zero, shape from the flags) =="; \
-	$(BIN)/slurm-keda demand --slurmrestd-url $$url --token-file $$tok --target partition=cpu --target partition=gpu \
-	  --target partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000; \
+	$(BIN)/slurm-keda demand --slurmrestd-url $$url --token-file $$tok $(DEMO_TARGETS); \
 	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
-	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT)
+	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT) $(DEMO_TARGETS)
 
 # kustomize for tests/unit/test_deploy.py: Debian trixie's package (bookworm has none), fetched with apt into a
 # private list/cache directory (the machine's sources stay as they are), binary only.
@@ -104,3 +106,5 @@ bench: venv
 
 clean: lab-down
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	@cache=$${SLURM_KEDA_LAB_CACHE:-/var/cache/slurm-keda/chroots}; if [ -d "$$cache" ]; then \
+	  echo "kept: the labs' Slurm chroots in $$cache ($$(du -sh "$$cache" | cut -f1); building them again takes minutes): rm -rf $$cache frees that"; fi

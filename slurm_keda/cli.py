@@ -73,6 +73,18 @@ def _add_option_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> 
             parser.add_argument(flag_name(name), dest=name, default=None, choices=choices or None, help=help_)
 
 
+def _add_target_flag(parser: argparse.ArgumentParser) -> None:
+    """``--target``, the same for ``serve``, ``bridge`` and ``demand``."""
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE,...",
+        help="a scaling target as KEDA trigger metadata, e.g. partition=gpu,nodeset=slurm-gpu,cpusPerNode=64 "
+        "(repeatable; instead of --autoscaler-targets-file; default: one target per partition)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slurm-keda", description="Slurm exporter, KEDA autoscaler and bridge, fed by slurmrestd."
@@ -81,22 +93,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="poll slurmrestd and serve /metrics")
     _add_option_flags(serve, SERVE_OPTIONS)
+    _add_target_flag(serve)
     snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
     _add_option_flags(snap, POLL_OPTIONS)
     snap.add_argument("--format", choices=["json", "table"], default="table")
     dem = sub.add_parser("demand", help="poll once and print the nodes each scaling target needs")
     _add_option_flags(dem, [*POLL_OPTIONS, "autoscaler_targets_file"])
-    dem.add_argument(
-        "--target",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE,...",
-        help="a target as KEDA trigger metadata, e.g. partition=gpu,nodeset=slurm-gpu,cpusPerNode=64 "
-        "(repeatable; default: the targets file, else one target per partition)",
-    )
+    _add_target_flag(dem)
     dem.add_argument("--format", choices=["json", "table"], default="table")
     bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
     _add_option_flags(bridge, [f for f in SERVE_OPTIONS if f != "bridge"])
+    _add_target_flag(bridge)
     sub.add_parser(
         "dashboards", help="Grafana dashboards and rules: build, check, render (--help)", add_help=False
     )
@@ -166,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "demand":
             return run_demand(settings, args.target, args.format)
         if args.command in ("serve", "bridge"):
-            return asyncio.run(run_serve(settings))
+            return asyncio.run(run_serve(settings, args.target))
     except SlurmError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 1

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import ssl
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -438,12 +438,13 @@ def build(
     return manager
 
 
-async def run_serve(s: Settings) -> int:
+async def run_serve(s: Settings, target_flags: Sequence[str] = ()) -> int:
     """Poll and serve until SIGINT/SIGTERM (with ``--bridge``, place pods too); 2 when the configuration
-    (web config, TLS files, targets, addresses, bridge policy, Kubernetes config) is unusable."""
+    (web config, TLS files, targets, addresses, bridge policy, Kubernetes config) is unusable.
+    ``target_flags``: ``--target`` values (else the targets file, else one target per partition)."""
     try:
         web_config = load_web_config(s.http.web_config_file) if s.http.web_config_file else WebConfig()
-        targets = targets_from_flags((), s.demand.targets_file)
+        targets = targets_from_flags(target_flags, s.demand.targets_file)
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2

@@ -96,3 +96,44 @@ async def test_no_jobs_data_is_an_error_not_zero_demand() -> None:
         code, out, err = await run(url, "--format", "json")
     assert code == 1 and out == ""
     assert "no jobs or nodes data" in err
+
+
+async def test_serve_takes_the_same_target_flags_as_demand(tmp_path: Path) -> None:
+    """One CLI: ``serve --target`` (it wanted a YAML file) — so ``make demo``'s page and printout agree."""
+    import aiohttp
+
+    from testkit.scale_harness import metric_sample
+    from testkit.tools import free_port
+
+    flags = ["--target", "partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000"]
+    async with serve(FakeSlurmrestd(DATA)) as url:
+        code, out, err = await run(url, "--format", "json", *flags)
+        assert code == 0, err
+        (printed,) = json.loads(out)
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            str(SCRIPT),
+            "serve",
+            *("--slurmrestd-url", url, "--jwt", "good-token", "--listen-address", "127.0.0.1"),
+            *("--listen-port", str(port), *flags),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        served = None
+        try:
+            async with aiohttp.ClientSession() as s:
+                for _ in range(200):
+                    try:
+                        async with s.get(f"http://127.0.0.1:{port}/metrics") as r:
+                            body = await r.text()
+                        labels = {"target": "ns-dyn", "partition": "dyn"}
+                        served = metric_sample(body, "slurm_autoscaler_desired_nodes", **labels)
+                        if served is not None:
+                            break
+                    except aiohttp.ClientError:
+                        pass
+                    await asyncio.sleep(0.05)
+        finally:
+            proc.terminate()
+            await asyncio.wait_for(proc.wait(), 15)
+    assert printed["target"] == "ns-dyn" and served == printed["desired"] == 1
