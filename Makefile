@@ -81,7 +81,7 @@ typecheck: venv
 # everything: lint, types, the unit tests and the live tests against the labs (started as needed, left
 # running: `make lab-down` stops them)
 test: deps lint typecheck kustomize
-	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 $(PYTEST_ARGS)
 	@echo "the Slurm labs the live tests started are still running (make lab-down stops them)"
 
 # quick feedback: the unit tests only (no lab), two workers, the fuzzers at a fifth of their examples

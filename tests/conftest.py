@@ -4,6 +4,7 @@ leaked tasks."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
@@ -29,3 +30,23 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
         for t in left:
             t.cancel()
         pytest.fail(f"test left tasks running: {[t.get_name() for t in left]}")
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    reason = str(reason).removeprefix("Skipped: ")
+    if "shared" in reason:  # ../shared/schemas, slurm-openapi, slurm-payloads: one cause
+        return "../shared is absent (the real CRDs, slurmrestd OpenAPI documents and payloads they check)"
+    return reason
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Each reason tests were skipped for, once, with how many (``make test`` lists no skip one by one)."""
+    skipped = [r for r in terminalreporter.stats.get("skipped", []) if isinstance(r, pytest.TestReport)]
+    if not skipped:
+        return
+    reasons = Counter(_skip_reason(r) for r in skipped)
+    terminalreporter.section("skipped, by reason")
+    for reason, n in reasons.most_common():
+        terminalreporter.write_line(f"{n:4d} × {reason}")
