@@ -1,7 +1,10 @@
-"""Demand in words, for people and scripts: ``slurm-keda demand --format json|table``. Pure.
+"""Demand in words, for people and scripts: ``slurm-keda demand --format json|table``, ``slurm-keda
+explain``, the status page and ``/targets``. Pure.
 
 :func:`explain` turns a :class:`~autoscaler.demand.Demand`'s facts into the lines ``slurm-keda demand``
-prints under each target; :func:`misfit_text` says why a too-large job never fits.
+prints under each target; :func:`misfit_text` says why a too-large job never fits; :func:`target_report`
+and :func:`target_line` say what a served target asks for and why, with its state (held, stale), when it
+last changed and when KEDA last asked.
 """
 
 from __future__ import annotations
@@ -9,10 +12,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 from autoscaler.demand import Demand, Misfit, NodeShape, Target
 from exporter.model import MIB
 
-__all__ = ["demand_json", "demand_table", "explain", "misfit_text"]
+__all__ = [
+    "TargetReport",
+    "demand_json",
+    "demand_table",
+    "explain",
+    "misfit_text",
+    "target_line",
+    "target_report",
+]
 
 BUSY_NAMES = 8
 """Busy node names listed in the busy line (then ``…``)."""
@@ -179,3 +192,124 @@ def demand_table(demands: Mapping[Target, Demand]) -> str:
     for t, d in demands.items():
         rows += ["", f"{t.name}:"] + [f"  {r}" for r in explain(t, d)]
     return "\n".join(rows)
+
+
+class TargetReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one served target asks for and why (``/targets``; :func:`target_line` on the status page)."""
+
+    target: str
+    """Its ``target`` label."""
+    partition: str
+    nodeset: str | None
+    source: str
+    """``configured``, ``scaler`` (a KEDA trigger asked for it) or ``default`` (one per partition)."""
+    desired: int | None
+    """What KEDA is told; None: no answer (held without an answer on valid data)."""
+    busy: int
+    needed: int
+    nodes: int
+    """The target's nodes in Slurm now, any state."""
+    state: str
+    """``ok``, ``held`` (records of its partition refused: never lowered), ``no answer`` or ``stale``."""
+    why: str
+    """Why it is not ``ok`` ("" when it is)."""
+    pending_counted: int
+    pending_not_counted: dict[str, int]
+    """Pending jobs not counted, by Slurm's reason (or why the model left them out), largest first."""
+    too_large: int
+    """Pending jobs that can never run on the target (larger than its node shape or max)."""
+    changed_at: float | None
+    """When its desired count became what it is (the snapshot's time, epoch seconds); None: not known."""
+    asked_at: float | None
+    """When KEDA's scaler last asked for it (epoch seconds); None: not since this process started."""
+    as_of: float
+    """``now`` of the report (epoch seconds)."""
+    explanation: list[str]
+    """:func:`explain`'s lines."""
+
+
+def target_report(
+    target: Target,
+    d: Demand,
+    *,
+    label: str,
+    source: str,
+    stale_for: float | None,
+    stale_after: float,
+    changed_at: float | None,
+    asked_at: float | None,
+    now: float,
+) -> TargetReport:
+    """The report of ``target`` whose demand is ``d``; ``stale_for``: the data's age when it is older than
+    ``stale_after`` (KEDA is then refused an answer and keeps its replicas), else None."""
+    if stale_for is not None:
+        state = "stale"
+        why = (
+            f"Slurm data {stale_for:.0f} s old (--demand-stale-after {stale_after:.0f} s): KEDA gets no "
+            "answer and keeps its replicas"
+        )
+    elif d.held is not None and not d.answered:
+        state = "no answer"
+        why = (
+            f"records of partition {target.partition} were refused as impossible and it never had an "
+            f"answer on valid data (the model computed {d.held} on the rest)"
+        )
+    elif d.held is not None:
+        state = "held"
+        why = (
+            f"records of partition {target.partition} were refused as impossible: held at {d.desired}, "
+            f"never lowered (the model computed {d.held} on the rest)"
+        )
+    else:
+        state, why = "ok", ""
+    return TargetReport(
+        target=label,
+        partition=target.partition,
+        nodeset=target.name if target.name != target.partition else None,
+        source=source,
+        desired=d.desired if d.answered else None,
+        busy=d.busy,
+        needed=d.needed,
+        nodes=d.nodes,
+        state=state,
+        why=why,
+        pending_counted=d.eligible,
+        pending_not_counted=dict(sorted(d.ignored.items(), key=lambda kv: (-kv[1], kv[0]))),
+        too_large=len(d.too_large),
+        changed_at=changed_at,
+        asked_at=asked_at,
+        as_of=now,
+        explanation=list(explain(target, d)),
+    )
+
+
+def _ago(at: float | None, now: float) -> str:
+    if at is None:
+        return "not known"
+    seconds = max(0.0, now - at)
+    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+
+
+def target_line(r: TargetReport, *, live: bool = True) -> str:
+    """One status-page line: ``target cpu (partition cpu, configured): desires 9 nodes = 3 busy + 6 needed
+    (12 in Slurm); pending: 12 counted, 28 not (26 JobArrayTaskLimit, 1 Dependency, ...); 1 too large;
+    desired since 40 s ago; KEDA asked 3 s ago``, with HELD / STALE / NO ANSWER and why first when so;
+    ``live`` False leaves out the last two (one poll has no history)."""
+    where = f"partition {r.partition}" + (f", NodeSet {r.nodeset}" if r.nodeset else "")
+    head = f"target {r.target} ({where}, {r.source}): "
+    if r.state != "ok":
+        head += f"{r.state.upper()} — {r.why}; "
+    wants = "no answer" if r.desired is None else f"desires {r.desired} nodes"
+    line = f"{head}{wants} = {r.busy} busy + {r.needed} needed ({r.nodes} in Slurm)"
+    not_counted = sum(r.pending_not_counted.values())
+    line += f"; pending: {r.pending_counted} counted"
+    if not_counted:
+        top = list(r.pending_not_counted.items())
+        reasons = ", ".join(f"{n} {reason}" for reason, n in top[:4]) + (", ..." if len(top) > 4 else "")
+        line += f", {not_counted} not ({reasons})"
+    if r.too_large:
+        line += f"; {r.too_large} too large to ever run on it"
+    if not live:  # one poll (slurm-keda explain): no history, no KEDA
+        return line
+    asked = "KEDA never asked" if r.asked_at is None else f"KEDA asked {_ago(r.asked_at, r.as_of)}"
+    return f"{line}; desired since {_ago(r.changed_at, r.as_of)}; {asked}"

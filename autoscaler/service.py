@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from autoscaler.demand import Demand, ScanCache, Target, compute_demand
+from autoscaler.report import TargetReport, target_line, target_report
 from exporter.model import Snapshot, wall_time
 from exporter.notify import Notifier
 from exporter.source import SnapshotSource
@@ -154,6 +155,10 @@ class DemandService:
         """Runs of the model over every target on a new snapshot (:meth:`demands_on`)."""
         self.model_seconds = 0.0
         """Seconds those runs took, in all."""
+        self._changed: dict[Target, tuple[int, float]] = {}
+        """Target → (its desired count, since when: the taken_at of the snapshot it first had it on)."""
+        self._keda_asked: dict[Target, float] = {}
+        """Target → when KEDA's scaler (gRPC) last asked for its answer, epoch seconds."""
 
     @property
     def targets(self) -> list[Target]:
@@ -242,6 +247,37 @@ class DemandService:
             line += f"; HELD on records dropped as impossible: {', '.join(invalid)}"
         return line
 
+    def target_reports(self, now: float) -> list[TargetReport]:
+        """Why each exported target asks for what it does, as of ``now`` (the status page, ``/targets``):
+        its numbers, held or stale and why, the pending jobs counted and not, the blockers, when its
+        desired count last changed and when KEDA last asked. Empty before the first usable snapshot."""
+        snap = self._snap if self._snap is not None else self._source.snapshot
+        if snap is None or not _usable(snap):
+            return []
+        age = self.data_age(now)
+        stale = age is not None and age > self.stale_after
+        out = []
+        for t, d in self.demands_on(snap).items():
+            changed = self._changed.get(t)
+            out.append(
+                target_report(
+                    t,
+                    d,
+                    label=self.label(t),
+                    source=self.source(t),
+                    stale_for=age if stale else None,
+                    stale_after=self.stale_after,
+                    changed_at=changed[1] if changed is not None and changed[0] == d.desired else None,
+                    asked_at=self._keda_asked.get(t),
+                    now=now,
+                )
+            )
+        return out
+
+    def status_lines(self, now: float) -> list[str]:
+        """The status page's lines: the summary, then one line per target (:func:`target_line`)."""
+        return [self.status_line(now), *(target_line(r) for r in self.target_reports(now))]
+
     def answer(self, target: Target) -> Answer:
         """The demand of ``target`` now; raises :class:`NoSnapshotYet` before the first poll."""
         snap = self._current()
@@ -249,6 +285,7 @@ class DemandService:
             self._admit(target, snap)
         if target not in self._fixed:
             self._asked[target] = self._clock()
+        self._keda_asked[target] = self._clock()
         demand = self._demands.get(target)
         if demand is None:
             demand = self._demands[target] = self.judged(
@@ -368,6 +405,10 @@ class DemandService:
             if t not in by_name:
                 by_name[t] = self.judged(snap, t, compute_demand(snap, [t])[t.name])
         self._snap, self._demands = snap, by_name
+        for t, d in by_name.items():
+            known = self._changed.get(t)
+            if known is None or known[0] != d.desired:
+                self._changed[t] = (d.desired, snap.taken_at)
         self._updated.notify()
 
     async def run(self) -> None:

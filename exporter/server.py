@@ -30,7 +30,7 @@ import struct
 import time
 import zlib
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -301,6 +301,7 @@ RENDERER: web.AppKey[MetricsRenderer] = web.AppKey("renderer", MetricsRenderer)
 AUTH: web.AppKey[BasicAuth] = web.AppKey("basic_auth", BasicAuth)
 WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
 STATUS_LINES: web.AppKey[Callable[[float], Iterable[str]]] = web.AppKey("status_lines")
+JSON_PAGES: web.AppKey[tuple[str, ...]] = web.AppKey("json_pages")
 GUARD: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
 
 
@@ -315,6 +316,7 @@ def make_app(
     extra_health: Callable[[float], Iterable[Metric]] | None = None,
     status_lines: Callable[[float], Iterable[str]] | None = None,
     listen_limits: ListenLimits | None = None,
+    json_pages: Mapping[str, Callable[[float], object]] | None = None,
 ) -> web.Application:
     """The app; ``cardinality``: which optional series /metrics carries (:class:`Cardinality`).
 
@@ -323,7 +325,8 @@ def make_app(
     ``extra_families`` adds families computed from each snapshot (the autoscaler's demand), rendered
     and cached with the Slurm families; ``extra_health`` families rendered on every scrape from the time
     (the demand's staleness); ``status_lines`` lines for the status page; ``listen_limits`` the
-    connection cap and timeouts :func:`start` applies (their counters are exported per scrape).
+    connection cap and timeouts :func:`start` applies (their counters are exported per scrape);
+    ``json_pages`` more pages (path → what to answer as JSON at a time, e.g. the autoscaler's ``/targets``).
     """
     wc = web_config or WebConfig()
     app = web.Application(middlewares=[_auth_middleware])
@@ -354,7 +357,17 @@ def make_app(
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/snapshot", _snapshot)
     app.router.add_get("/", _index)
+    app[JSON_PAGES] = tuple(sorted((json_pages or {}).keys()))
+    for path, page in (json_pages or {}).items():
+        app.router.add_get(path, _json_page(page))
     return app
+
+
+def _json_page(page: Callable[[float], object]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=msgspec.json.encode(page(time.time())), content_type="application/json")
+
+    return handler
 
 
 @dataclass
@@ -533,11 +546,12 @@ async def _index(request: web.Request) -> web.Response:
     error += f"<p>last error: {html.escape(st.last_error)}</p>" if st.last_error else ""
     error += "".join(f"<p>{html.escape(line)}</p>" for line in condition_lines(st.conditions))
     error += "".join(f"<p>{html.escape(line)}</p>" for line in request.app[STATUS_LINES](time.time()))
+    more = "".join(f' <a href="{p}">{p}</a> ·' for p in request.app[JSON_PAGES])
     page = f"""<!doctype html><html><head><title>slurm-keda</title></head><body>
 <h1>slurm-keda {__version__}</h1>
 <p>API version {html.escape(st.api_version or "not negotiated")}; {summary}</p>
 <p>{last_poll}</p>{error}
-<p><a href="/metrics">/metrics</a> · <a href="/snapshot">/snapshot</a> ·
+<p><a href="/metrics">/metrics</a> · <a href="/snapshot">/snapshot</a> ·{more}
 <a href="/healthz">/healthz</a> · <a href="/readyz">/readyz</a></p>
 <table border="1"><tr><th>endpoint</th><th>ok</th><th>errors</th><th>data as of</th><th>last duration</th>
 <th>last error</th></tr>

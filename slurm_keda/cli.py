@@ -2,6 +2,7 @@
 
 Subcommands: ``serve`` (poller, metrics HTTP, demand, optional gRPC scaler and bridge), ``bridge`` (serve
 with the bridge on), ``snapshot`` (one poll, printed), ``demand`` (one poll, the nodes each target needs),
+``explain`` (one poll, why each target asks for what it does, as the status page says it),
 ``dashboards`` (build, check, render), ``version``. Every option is a flag generated from
 :data:`slurm_keda.settings.OPTIONS` and an environment variable ``SLURM_KEDA_<NAME>``.
 """
@@ -19,7 +20,7 @@ from typing import Any, get_args
 
 import msgspec
 
-from autoscaler.report import demand_json, demand_table
+from autoscaler.report import demand_json, demand_table, target_line
 from autoscaler.service import DemandService, StaticSource
 from dashboards.cli import main as dashboards_main
 from exporter import __version__
@@ -101,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     _add_option_flags(dem, [*POLL_OPTIONS, "autoscaler_targets_file"])
     _add_target_flag(dem)
     dem.add_argument("--format", choices=["json", "table"], default="table")
+    exp = sub.add_parser(
+        "explain",
+        help="poll once and say, in words, why each scaling target (or the one named) asks for what it does",
+    )
+    _add_option_flags(exp, [*POLL_OPTIONS, "autoscaler_targets_file"])
+    _add_target_flag(exp)
+    exp.add_argument(
+        "name", nargs="?", default=None, help="a target's name or partition (default: every target)"
+    )
     bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
     _add_option_flags(bridge, [f for f in SERVE_OPTIONS if f != "bridge"])
     _add_target_flag(bridge)
@@ -144,6 +154,30 @@ def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
     return 0
 
 
+def run_explain(s: Settings, target_flags: Sequence[str], name: str | None) -> int:
+    """One poll, then what the status page says of each target (or the one named) and why."""
+    try:
+        targets = targets_from_flags(target_flags, s.demand.targets_file)
+    except ConfigError as e:
+        print(f"slurm-keda: {e}", file=sys.stderr)
+        return 2
+    snap = asyncio.run(run_snapshot(s))
+    service = DemandService(StaticSource(snap), targets=targets)
+    reports = service.target_reports(snap.taken_at)
+    if not reports:
+        raise SlurmError("no jobs or nodes data from slurmrestd: cannot compute demand")
+    chosen = [r for r in reports if name is None or name in (r.target, r.partition, r.nodeset)]
+    if not chosen:
+        known = ", ".join(r.target for r in reports)
+        print(f"slurm-keda: no target named {name!r} (targets: {known})", file=sys.stderr)
+        return 2
+    for i, r in enumerate(chosen):
+        print(("\n" if i else "") + target_line(r, live=False))
+        for line in r.explanation:
+            print(f"  {line}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["dashboards"]:
@@ -172,6 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "demand":
             return run_demand(settings, args.target, args.format)
+        if args.command == "explain":
+            return run_explain(settings, args.target, args.name)
         if args.command in ("serve", "bridge"):
             return asyncio.run(run_serve(settings, args.target))
     except SlurmError as e:

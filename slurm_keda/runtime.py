@@ -55,6 +55,10 @@ class Runnable:
         """Lines for the status page."""
         return ()
 
+    def json_pages(self) -> Mapping[str, Callable[[float], object]]:
+        """More pages of the HTTP server: path → what to answer as JSON at a time (epoch seconds)."""
+        return {}
+
 
 class Elector(Protocol):
     """Leader election: :meth:`run` calls ``lead`` while this replica holds the lease and cancels it when
@@ -93,6 +97,12 @@ class Manager:
             yield from r.health_families(now)
         if self.elector is not None:
             yield from self.elector.families()
+
+    def json_pages(self) -> dict[str, Callable[[float], object]]:
+        pages: dict[str, Callable[[float], object]] = {}
+        for r in self.runnables:
+            pages.update(r.json_pages())
+        return pages
 
     def status_lines(self, now: float) -> Iterable[str]:
         if self.elector is not None:

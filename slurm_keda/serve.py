@@ -16,7 +16,7 @@ import contextlib
 import logging
 import ssl
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -174,7 +174,10 @@ class DemandRunnable(Runnable):
         return self.service.health_families(now)
 
     def status_lines(self, now: float) -> Iterable[str]:
-        return [self.service.status_line(now)]
+        return self.service.status_lines(now)
+
+    def json_pages(self) -> Mapping[str, Callable[[float], object]]:
+        return {"/targets": self.service.target_reports}
 
 
 class MetricsHttp(Runnable):
@@ -207,6 +210,7 @@ class MetricsHttp(Runnable):
             extra_health=manager.health_families,
             status_lines=manager.status_lines,
             listen_limits=limits,
+            json_pages=manager.json_pages(),  # the pages of the runnables added before this one (demand)
         )
         self.address, self.port = settings.http.address, settings.http.port
         self.server: HttpServer | None = None
