@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import json
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +33,7 @@ from exporter.poller import Poller
 from exporter.session import SlurmSession
 
 from .serve import client_config, poller_config, run_serve
-from .settings import OPTIONS, Settings, env_name, flag_name, load, option
+from .settings import OPTIONS, Settings, flag_name, load, option
 from .table import format_table
 from .targets import targets_from_flags
 
@@ -63,15 +64,108 @@ SERVE_OPTIONS = list(OPTIONS)
 """``serve`` takes every option."""
 
 
+GROUP_TITLES = {
+    "slurm": "slurmrestd",
+    "poll": "polling",
+    "http": "HTTP server (/metrics, /targets, /snapshot, probes, status page)",
+    "metrics": "metrics (which series)",
+    "grpc": "KEDA external scaler (gRPC)",
+    "demand": "autoscaler",
+    "bridge": "bridge and its admission webhook",
+    "lease": "bridge leader election",
+    "log": "logging",
+}
+"""``--help``'s sections, one per settings group, in this order."""
+
+ENV_NOTE = (
+    "Every option is also an environment variable SLURM_KEDA_<OPTION> (--poll-interval: "
+    "SLURM_KEDA_POLL_INTERVAL) or a file of that name in --secrets-dir; flags win. Durations are seconds. "
+    "Each option in full: README.md (settings) and docs/."
+)
+_SECONDS = ("timeout", "interval", "refresh", "age", "deadline", "period", "stale_after", "duration")
+
+
+def _seconds(name: str) -> bool:
+    return any(word in name for word in _SECONDS)
+
+
+def human_default(name: str, value: object) -> str | None:
+    """An option's default as ``--help`` shows it: ``30 s``, ``16 GiB``, ``on``/``off``; None: none."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, int | float) and name.endswith("_bytes"):
+        size, unit = float(value), "bytes"
+        for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+            if size < 1024 or unit == "TiB":
+                break
+            size /= 1024
+        return f"{size:g} {unit}"
+    if isinstance(value, int | float) and _seconds(name):
+        return f"{value:g} s"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _metavar(name: str, annotation: object) -> str:
+    if name.endswith("_bytes"):
+        return "BYTES"
+    if _seconds(name):
+        return "SECONDS"
+    text = str(annotation)
+    if "Path" in text:
+        return "FILE"
+    if "int" in text or "float" in text:
+        return "N"
+    return "TEXT"
+
+
+def _short(description: str | None) -> str:
+    """The first clause of an option's description, up to a ``; `` or `` — `` outside parentheses (the rest
+    is in the docs)."""
+    text = description or ""
+    depth = 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth == 0 and (text.startswith("; ", i) or text.startswith(" — ", i)):
+            return text[:i]
+    return text
+
+
+class _Help(argparse.HelpFormatter):
+    """``--help`` up to 110 columns wide (the terminal's width when narrower), flags in a 36-column gutter."""
+
+    def __init__(self, prog: str) -> None:
+        super().__init__(prog, max_help_position=36, width=min(110, shutil.get_terminal_size().columns))
+
+
 def _add_option_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
-    for name in names:
+    """The options ``names`` as flags, in one section per settings group."""
+    sections: dict[str, argparse._ArgumentGroup] = {}
+    for name in sorted(names, key=lambda n: list(GROUP_TITLES).index(OPTIONS[n][0])):
+        group = OPTIONS[name][0]
+        if group not in sections:
+            sections[group] = parser.add_argument_group(GROUP_TITLES[group])
         info = option(name)
-        help_ = f"{info.description} [env {env_name(name)}; default {info.default!r}]"
+        default = human_default(name, info.default)
+        help_ = _short(info.description) + (f" (default {default})" if default else "")
+        section = sections[group]
         if info.annotation is bool:
-            parser.add_argument(flag_name(name), dest=name, action=argparse.BooleanOptionalAction, help=help_)
+            section.add_argument(
+                flag_name(name), dest=name, action=argparse.BooleanOptionalAction, help=help_
+            )
         else:
             choices = get_args(info.annotation) if "Literal" in str(info.annotation) else None
-            parser.add_argument(flag_name(name), dest=name, default=None, choices=choices or None, help=help_)
+            section.add_argument(
+                flag_name(name),
+                dest=name,
+                default=None,
+                choices=choices or None,
+                metavar=None if choices else _metavar(name, info.annotation),
+                help=help_,
+            )
 
 
 def _add_target_flag(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +186,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--secrets-dir", type=Path, default=None, help="directory of mounted secrets")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="poll slurmrestd and serve /metrics")
+    usage = "%(prog)s [options] [--target KEY=VALUE,...]"
+    serve = sub.add_parser(
+        "serve",
+        help="poll slurmrestd and serve /metrics",
+        usage=usage,
+        epilog=ENV_NOTE,
+        formatter_class=_Help,
+    )
     _add_option_flags(serve, SERVE_OPTIONS)
     _add_target_flag(serve)
     snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
@@ -111,7 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "name", nargs="?", default=None, help="a target's name or partition (default: every target)"
     )
-    bridge = sub.add_parser("bridge", help="serve with the bridge on (the same flags as serve)")
+    bridge = sub.add_parser(
+        "bridge",
+        help="serve with the bridge on (the same flags as serve)",
+        usage=usage,
+        epilog=ENV_NOTE,
+        formatter_class=_Help,
+    )
     _add_option_flags(bridge, [f for f in SERVE_OPTIONS if f != "bridge"])
     _add_target_flag(bridge)
     sub.add_parser(

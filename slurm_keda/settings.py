@@ -90,7 +90,7 @@ class SlurmSettings(_Group):
         gt=0.0,
         alias="stream_idle_timeout",
         description="seconds a request may go without receiving a byte (a frozen slurmrestd); a /jobs "
-        "listing's first byte may take until --stream-timeout (slurmrestd renders it whole first)",
+        "listing's first byte may take this plus 0.01 s a job (slurmrestd renders it whole first)",
     )
     min_transfer_rate: float = Field(
         1024.0,
