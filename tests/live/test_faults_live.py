@@ -6,8 +6,8 @@ lab through :class:`testkit.fault_proxy.FaultProxy`. A job pending on the zero-n
 the ``dyn`` target's desired nodes at a known non-zero value. For each fault: ``slurm_up`` must reach 0,
 the fault's error kind must be counted, the desired value (on /metrics and through KEDA's gRPC protocol)
 must hold and be flagged stale; after the fault ends ``slurm_up`` must be 1 again within two poll
-intervals (plus the poll itself). The timings are logged and are the README's "fault → what you see →
-time to recover" table.
+intervals (plus the poll itself). The timings are logged and printed
+as a "fault → what you see → time to recover" table.
 """
 
 from __future__ import annotations

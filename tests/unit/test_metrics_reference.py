@@ -1,5 +1,6 @@
-"""README's metrics reference is the contract: every family served from the recorded lab answers (the golden
-``/metrics`` of every API version, every cardinality flag on) and every accounting and fair-share family
+"""The metrics reference (docs/metrics.md) is the contract: every family served from the recorded lab
+answers (the golden ``/metrics`` of every API version, every cardinality flag on) and every accounting and
+fair-share family
 rendered from slurmdbd's recorded answers has its row, with its type and label names, and every row states
 its cardinality (the ``series`` column)."""
 
@@ -20,7 +21,7 @@ from exporter.versions.slurmdb import decode_slurmdb_jobs
 from testkit.paths import ROOT
 from testkit.tools import registry_of
 
-README = ROOT / "README.md"
+README = ROOT / "docs" / "metrics.md"
 GOLDEN = sorted((ROOT / "tests" / "data" / "golden").glob("slurm-*/v0.0.*/metrics.openmetrics.txt"))
 ACCOUNTING = ROOT / "tests" / "data" / "accounting" / "slurm-26.05.5" / "v0.0.45"
 HISTOGRAM_LABELS = {"le"}
@@ -70,7 +71,7 @@ def test_every_served_family_has_its_row_type_and_labels() -> None:
     served = served_families()
     assert len(served) > 100
     missing = sorted(n for n in served if n not in rows and f"{n}_total" not in rows)
-    assert missing == [], f"families without a README row: {missing}"
+    assert missing == [], f"families without a row in docs/metrics.md: {missing}"
     for name, (kind, labels) in served.items():
         row_type, row_labels, _ = rows.get(name) or rows[f"{name}_total"]
         assert row_type == kind, (name, row_type, kind)
