@@ -454,8 +454,13 @@ class Lab:
             )
 
     def up(self, *, timeout: float = START_TIMEOUT) -> LabStatus:
-        """Start the lab, or complete/confirm an already running one. Returns its status."""
+        """Start the lab, or complete/confirm an already running one. Returns its status. One process at a
+        time per lab (a file lock beside its state): test workers running side by side may all ask."""
         require_root()
+        with procs.locked(self.state_dir.parent / f".{self.flavor.name}.up.lock"):
+            return self._up(timeout)
+
+    def _up(self, timeout: float) -> LabStatus:
         saved_base = self._saved().get("port_base")
         if self.is_running():
             if self._requested_base is not None and saved_base not in (None, self._requested_base):

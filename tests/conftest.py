@@ -50,3 +50,29 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     terminalreporter.section("skipped, by reason")
     for reason, n in reasons.most_common():
         terminalreporter.write_line(f"{n:4d} × {reason}")
+
+
+LAB_FIXTURES = {"lab_2605": "26.05", "lab_2411": "24.11", "lab_host": "host"}
+
+
+def lab_group(item: pytest.Item) -> str | None:
+    """The lab a test uses (``lab-26.05``, ``lab-24.11``, ``lab-host``), None when it uses none: with
+    ``pytest -n N --dist loadgroup`` the tests of one lab run one after the other in one worker (they share
+    its jobs and nodes), the tests of different labs and those without a lab side by side."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    for key in ("flavor", "lab"):
+        if isinstance(params.get(key), str):
+            return f"lab-{params[key]}"
+    names = getattr(item, "fixturenames", ())
+    for fixture, flavor in LAB_FIXTURES.items():
+        if fixture in names:
+            return f"lab-{flavor}"
+    return None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        group = lab_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
