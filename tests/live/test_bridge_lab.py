@@ -44,9 +44,9 @@ def request(uid: str, **kw: object) -> JobRequest:
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_placeholder_job_runs_on_a_whole_node_and_is_cancelled(
-    flavor: str, version: str, request: pytest.FixtureRequest
+    flavor: str, version: str, fixtures: pytest.FixtureRequest
 ) -> None:
-    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
         poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
@@ -111,11 +111,11 @@ async def test_a_submission_slurm_refuses_is_a_typed_error_with_slurms_text(lab_
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_an_incremental_poll_sees_a_placeholder_start_without_a_listing(
-    flavor: str, version: str, request: pytest.FixtureRequest
+    flavor: str, version: str, fixtures: pytest.FixtureRequest
 ) -> None:
     """/jobs/state and /job/{id} on the real slurmrestd: a job submitted after the listing is found RUNNING on
     its node by the next poll, which reads /jobs/state and that one job (no second /jobs listing)."""
-    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
         poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
