@@ -242,15 +242,21 @@ async def run_snapshot(s: Settings) -> Snapshot:
         return snap
 
 
+def _one_poll_service(s: Settings, target_flags: Sequence[str]) -> tuple[Snapshot, DemandService]:
+    """One poll and a demand service over it, for the targets flags or the targets file name (ConfigError
+    naming the flag when they do not parse)."""
+    targets = targets_from_flags(target_flags, s.demand.targets_file)
+    snap = asyncio.run(run_snapshot(s))
+    return snap, DemandService(StaticSource(snap), targets=targets)
+
+
 def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
     """One poll, then the demand of each target as a table or JSON."""
     try:
-        targets = targets_from_flags(target_flags, s.demand.targets_file)
+        snap, service = _one_poll_service(s, target_flags)
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
-    snap = asyncio.run(run_snapshot(s))
-    service = DemandService(StaticSource(snap), targets=targets)
     demands = service.demands_on(snap)
     if not demands and not all(e in snap.fetched_at for e in ("jobs", "nodes")):
         raise SlurmError("no jobs or nodes data from slurmrestd: cannot compute demand")
@@ -264,12 +270,10 @@ def run_demand(s: Settings, target_flags: Sequence[str], fmt: str) -> int:
 def run_explain(s: Settings, target_flags: Sequence[str], name: str | None) -> int:
     """One poll, then what the status page says of each target (or the one named) and why."""
     try:
-        targets = targets_from_flags(target_flags, s.demand.targets_file)
+        snap, service = _one_poll_service(s, target_flags)
     except ConfigError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)
         return 2
-    snap = asyncio.run(run_snapshot(s))
-    service = DemandService(StaticSource(snap), targets=targets)
     reports = service.target_reports(snap.taken_at)
     if not reports:
         raise SlurmError("no jobs or nodes data from slurmrestd: cannot compute demand")
