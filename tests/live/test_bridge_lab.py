@@ -24,7 +24,7 @@ from testkit.tools import eventually
 INSTANCE = "lab-test"
 
 
-def request(uid: str, **kw: object) -> JobRequest:
+def job_request(uid: str, **kw: object) -> JobRequest:
     fields: dict[str, object] = {
         "namespace": "team-a",
         "pod": f"pod-{uid}",
@@ -44,9 +44,9 @@ def request(uid: str, **kw: object) -> JobRequest:
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_placeholder_job_runs_on_a_whole_node_and_is_cancelled(
-    flavor: str, version: str, fixtures: pytest.FixtureRequest
+    flavor: str, version: str, request: pytest.FixtureRequest
 ) -> None:
-    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
         poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
@@ -55,7 +55,7 @@ async def test_placeholder_job_runs_on_a_whole_node_and_is_cancelled(
             job_id = await submit_job(
                 client,
                 version,
-                request(uid, partition="dyn", reservation=node_name),
+                job_request(uid, partition="dyn", reservation=node_name),
                 instance=INSTANCE,
                 excluded_nodes=["c1"],
             )
@@ -104,18 +104,18 @@ async def test_a_submission_slurm_refuses_is_a_typed_error_with_slurms_text(lab_
     cfg = ClientConfig(base_url=lab_2605.url, token=TokenSource(token_file=lab_2605.token_file))
     async with SlurmClient(cfg) as client:
         with pytest.raises(SlurmError) as e:
-            await submit_job(client, "v0.0.45", request("u-bad", partition="nosuch"), instance=INSTANCE)
+            await submit_job(client, "v0.0.45", job_request("u-bad", partition="nosuch"), instance=INSTANCE)
         assert "Invalid partition name specified" in str(e.value)  # slurmctld's reason, not only "failed"
         assert await cancel_job(client, "v0.0.45", 999_999) is False  # no such job: nothing to cancel
 
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_an_incremental_poll_sees_a_placeholder_start_without_a_listing(
-    flavor: str, version: str, fixtures: pytest.FixtureRequest
+    flavor: str, version: str, request: pytest.FixtureRequest
 ) -> None:
     """/jobs/state and /job/{id} on the real slurmrestd: a job submitted after the listing is found RUNNING on
     its node by the next poll, which reads /jobs/state and that one job (no second /jobs listing)."""
-    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     async with SlurmClient(cfg) as client:
         poller = Poller(SlurmSession(client, api_version=version), PollerConfig())
@@ -125,7 +125,7 @@ async def test_an_incremental_poll_sees_a_placeholder_start_without_a_listing(
             job_id = await submit_job(
                 client,
                 version,
-                request("uid-watch", partition="dyn", reservation=node_name),
+                job_request("uid-watch", partition="dyn", reservation=node_name),
                 instance=INSTANCE,
             )
             try:

@@ -39,9 +39,9 @@ log = logging.getLogger(__name__)
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_demo_1_a_pod_placed_by_slurm_and_both_lifecycles(
-    flavor: str, version: str, fixtures: pytest.FixtureRequest, tmp_path: Path
+    flavor: str, version: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
-    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     with reserved_node(lab, NODE):
         async with running_bridge(lab, version, tmp_path) as (fake, bridge):
             # 1. a pod is placed where Slurm runs its placeholder job

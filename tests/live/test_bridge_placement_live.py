@@ -124,11 +124,11 @@ async def test_a_node_filled_by_a_pod_slurm_does_not_know_is_left_out(
 
 @pytest.mark.parametrize(("flavor", "version"), [("26.05", "v0.0.45"), ("24.11", "v0.0.42")])
 async def test_a_node_tainted_while_the_job_pends_is_never_used(
-    flavor: str, version: str, fixtures: pytest.FixtureRequest, tmp_path: Path
+    flavor: str, version: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """The pending job's excluded nodes follow Kubernetes by a job update — on 24.11 as well, where
     slurmrestd answers a job that started meanwhile with HTTP 500 rather than 422 (same error 2073)."""
-    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     with reserved_nodes(lab, NODES, RESERVATION):
         await _tainted_while_pending(lab, version, tmp_path)
 

@@ -51,9 +51,9 @@ def only(snap: Snapshot, ids: set[int]) -> list[Job]:
 
 @pytest.mark.parametrize("flavor", ["26.05", "24.11"])
 async def test_churn_then_the_incremental_snapshot_equals_a_listing(
-    flavor: str, fixtures: pytest.FixtureRequest
+    flavor: str, request: pytest.FixtureRequest
 ) -> None:
-    lab: Lab = fixtures.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     resv = "jobsync"
     where = ("-p", "dyn", f"--reservation={resv}", "-n1")
