@@ -17,7 +17,7 @@ DEMO_GRPC_PORT ?= 9342
 DEMO_TARGETS := --target partition=cpu --target partition=gpu \
   --target partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000
 
-.PHONY: demo test unit deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
+.PHONY: demo test test-nightly unit deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
 
 deps: apt venv
 
@@ -78,15 +78,23 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
-# everything: lint, types, the unit tests and the live tests against the labs (started as needed, left
-# running: `make lab-down` stops them)
+# everything: lint, types, the unit tests (four workers: most of them wait on sockets and subprocesses, not
+# the CPU) and then the live tests one after the other against the labs (they share each lab's jobs and
+# nodes, and time Slurm's own scheduling: never beside other work). The labs are started as needed and left
+# running (`make lab-down` stops them). Tests marked nightly (comparisons, measurements) run in test-nightly.
+TEST_WORKERS ?= 4
 test: deps lint typecheck kustomize
-	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 $(PYTEST_ARGS)
+	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 -m "not nightly" tests/unit $(PYTEST_ARGS)
+	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 -m "not nightly" tests/live $(PYTEST_ARGS)
 	@echo "the Slurm labs the live tests started are still running (make lab-down stops them)"
 
-# quick feedback: the unit tests only (no lab), two workers, the fuzzers at a fifth of their examples
+# what make test leaves out: the side-by-side run against SchedMD's pending-jobs trigger (2 minutes)
+test-nightly: deps kustomize
+	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 -m nightly tests $(PYTEST_ARGS)
+
+# quick feedback: the unit tests only (no lab), four workers, the fuzzers at a fifth of their examples
 unit: venv
-	SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -q -n 2 tests/unit $(PYTEST_ARGS)
+	SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -q -n 4 tests/unit $(PYTEST_ARGS)
 
 # KEDA's external scaler messages: autoscaler/_proto/externalscaler_pb2.py + .pyi (mypy-protobuf), committed;
 # tests/unit/test_grpc_scaler.py regenerates them (PROTO_OUT=<tmp>) and checks they are byte-identical.

@@ -80,7 +80,7 @@ GROUP_TITLES = {
 ENV_NOTE = (
     "Every option is also an environment variable SLURM_KEDA_<OPTION> (--poll-interval: "
     "SLURM_KEDA_POLL_INTERVAL) or a file of that name in --secrets-dir; flags win. Durations are seconds. "
-    "Each option in full: docs/settings.md."
+    "Each option in full is in docs/settings.md."
 )
 _SECONDS = ("timeout", "interval", "refresh", "age", "deadline", "period", "stale_after", "duration")
 

@@ -894,6 +894,7 @@ async def test_scale_from_zero_runs_the_jobs_and_returns_to_zero(scale_runs: Sca
     assert r.zero_at is not None, f"not back at zero {r.window:.0f} s into the run"
 
 
+@pytest.mark.nightly  # two more 60-s runs of the whole loop: make test-nightly
 async def test_side_by_side_with_the_naive_pending_jobs_trigger(scale_runs: ScaleRuns) -> None:
     """The same workload through the same harness with SchedMD's documented trigger (pending jobs of the
     partition; replicas = ⌈pending / threshold⌉) at threshold 5 and 1."""

@@ -57,7 +57,8 @@ async def test_the_status_page_and_targets_say_why_each_target_asks_what_it_does
         try:
             reports: list[dict[str, Any]] = []
             deadline = time.monotonic() + 20
-            while time.monotonic() < deadline and not reports:
+            # until the demand service has taken the first snapshot (before, "desired since" is not known)
+            while time.monotonic() < deadline and not (reports and all(r["changed_at"] for r in reports)):
                 try:
                     status, body = await _get(http, "/targets")
                     reports = json.loads(body) if status == 200 else []
