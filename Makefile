@@ -51,7 +51,7 @@ demo: deps
 	$(BIN)/slurm-keda snapshot --slurmrestd-url $$url --token-file $$tok; \
 	echo; echo "== the nodes each target needs (slurm-keda demand; dyn = a NodeSet at zero, shape from the flags) =="; \
 	$(BIN)/slurm-keda demand --slurmrestd-url $$url --token-file $$tok $(DEMO_TARGETS); \
-	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
+	echo; echo "== slurm-keda serve: open http://127.0.0.1:$(DEMO_PORT)/  (each target in words: /targets, metrics: /metrics, snapshot: /snapshot; KEDA external scaler on 127.0.0.1:$(DEMO_GRPC_PORT)); Ctrl-C stops =="; \
 	exec $(BIN)/slurm-keda serve --slurmrestd-url $$url --token-file $$tok --listen-address 127.0.0.1 --listen-port $(DEMO_PORT) --poll-interval 2 --grpc-listen 127.0.0.1:$(DEMO_GRPC_PORT) $(DEMO_TARGETS)
 
 # kustomize for tests/unit/test_deploy.py: Debian trixie's package (bookworm has none), fetched with apt into a
