@@ -115,6 +115,12 @@ class IncrementalJobs:
         sync.backlog = 0
         sync.refused = dict(self._listing_refused)
 
+    def hold_refused(self, st: EndpointState) -> None:
+        """:attr:`JobsSync.refused` as the refusals of the jobs held (``st``'s partitions held, reasons)."""
+        refused = self.sync.refused.values()
+        st.dropped_partitions = frozenset(p for _, parts, _ in refused for p in parts)
+        st.refused_now = refusals(why for _, _, why in refused)
+
     def listing_began(self) -> None:
         """A full listing is being read beside the incremental reads: remember what they read from now on,
         to lay it over the listing's older records (:meth:`listed_beside`)."""
@@ -227,8 +233,7 @@ class IncrementalJobs:
         for job_id in [j for j in sync.refused if j not in states]:
             del sync.refused[job_id]
         st.note_dropped(dropped)
-        st.dropped_partitions = frozenset(p for _, parts, _ in sync.refused.values() for p in parts)
-        st.refused_now = refusals(why for _, _, why in sync.refused.values())
+        self.hold_refused(st)
         st.data = jobsync.merge(held, fetched, found.gone)
         if self.beside is not None:
             self.beside.took(fetched, found.gone, {j: sync.refused[j] for j in fetched if j in sync.refused})

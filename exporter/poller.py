@@ -44,7 +44,7 @@ from .errors import HTTPStatusError, ShapeError, SlurmError, SlurmReportedError
 from .incremental import IncrementalJobs
 from .jsonsplit import SCAN_STEP_BYTES, StreamingArrayDecoder
 from .model import Diag, Envelope, Job, SlurmConfig, Snapshot, wall_time
-from .pollstate import EndpointState, PollerConfig, PollStatus, refusals
+from .pollstate import EndpointState, PollerConfig, PollStatus
 from .session import Negotiated, SlurmSession
 from .source import LatestSnapshot
 from .validate import check_jobs, check_nodes, decode_each, job_stand_in, node_stand_in
@@ -379,15 +379,8 @@ class Poller:
         n = len(st.data) if isinstance(st.data, tuple) else self.status.jobs_sync.states_seen
         diag = self.status.endpoints["diag"].data if "diag" in self.status.endpoints else None
         if n is None and isinstance(diag, Diag):
-            n = sum(
-                (
-                    diag.jobs_pending,
-                    diag.jobs_running,
-                    diag.jobs_completed,
-                    diag.jobs_canceled,
-                    diag.jobs_failed,
-                )
-            )
+            ended = diag.jobs_completed + diag.jobs_canceled + diag.jobs_failed
+            n = diag.jobs_pending + diag.jobs_running + ended
         if n is None:
             return None
         render = max(n * RENDER_SECONDS_PER_JOB, 3 * self.status.jobs_sync.listing_duration)
@@ -429,8 +422,7 @@ class Poller:
         except (SlurmError, asyncio.CancelledError) as e:
             err = e if isinstance(e, SlurmError) else SlurmError("listing cancelled", endpoint="jobs")
             self._jobs.listing_failed()
-            st.record_error(err, self._clock())
-            self.status.last_error = str(err)
+            self._failed(st, err)
             delay = self._listing_backoff.delay(self._listing_failures, self._rng)
             self._listing_failures += 1
             self._listing_retry_at = self._clock() + delay
@@ -448,8 +440,7 @@ class Poller:
         st.note_dropped(got.dropped)
         self._jobs.note_listing(got.dropped)
         st.data = self._jobs.listed_beside(got.records, got.requested, got.finished, got.duration)
-        st.dropped_partitions = frozenset(p for _, parts, _ in sync.refused.values() for p in parts)
-        st.refused_now = refusals(why for _, _, why in sync.refused.values())
+        self._jobs.hold_refused(st)
         st.full_fetch_at, st.envelope, st.last_bytes = got.finished, got.env, got.nbytes
         st.record_ok(got.finished, max(st.requested_at or got.requested, got.requested))
 
