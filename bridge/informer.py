@@ -83,8 +83,6 @@ class Informer(Generic[T]):
         self.watches = 0
         """Watch requests made."""
         self.errors = 0
-        self.short_watches = 0
-        """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
         self.ignored_events = 0
         """Watch events of a type the cache does not act on, or without a key: counted, not stored."""
         self.error_kinds: Counter[str] = Counter()
@@ -115,6 +113,11 @@ class Informer(Generic[T]):
     def _notify(self) -> None:
         self.changes += 1
         self._changes.notify()
+
+    @property
+    def short_watches(self) -> int:
+        """Watches that ended within :data:`SHORT_WATCH` s without an event (each one backed off)."""
+        return self.error_kinds["short_watch"]
 
     @property
     def key(self) -> str:
@@ -188,7 +191,6 @@ class Informer(Generic[T]):
                         self.watched_at = self._wall()
                         continue
                     failures += 1
-                    self.short_watches += 1
                     self.error_kinds["short_watch"] += 1
                     held = self._throttle.admit("short")
                     if held is not None:
