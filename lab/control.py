@@ -282,12 +282,15 @@ class Lab:
     def start_ctld(self, *, timeout: float = 60.0) -> int:
         """Start slurmctld again from its saved state (a restart: jobs and nodes recovered); its pid once it
         answers ``scontrol ping``."""
-        deadline = time.monotonic() + timeout
-        self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
-        self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
+        self._start_ctld(time.monotonic() + timeout)
         pid = self._pid("slurmctld")
         assert pid is not None
         return pid
+
+    def _start_ctld(self, deadline: float) -> None:
+        """slurmctld (unless it runs), until it answers ``scontrol ping``."""
+        self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
+        self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
 
     def _start(self, component: str, argv: Sequence[str], env: dict[str, str] | None = None) -> int:
         pid = self._pid(component)
@@ -487,11 +490,6 @@ class Lab:
             for name in ("demo.json", "token"):
                 (self.state_dir / name).unlink(missing_ok=True)
             self._write_files(cfg)
-        return self._start_all(timeout)
-
-    def _start_all(self, timeout: float) -> LabStatus:
-        """Start whatever of the lab is not running (each daemon once: a running one is kept), in order,
-        waiting for each; the lab's status."""
         deadline = time.monotonic() + timeout
         if self.flavor.is_host:
             # before slurmctld (auth/munge); while the lab runs, this restarts a munged that died
@@ -499,8 +497,7 @@ class Lab:
         cfg = self._config()
         if cfg.accounting:
             self._start_accounting(cfg, deadline)
-        self._start("slurmctld", ["slurmctld", "-D", "-f", self.slurm_conf_inner])
-        self._wait("slurmctld to answer `scontrol ping`", deadline, self._ctld_ready, "slurmctld")
+        self._start_ctld(deadline)
         for node in self._static_nodes() + self._runtime_nodes():
             self._start_slurmd(node, deadline)
         self._start_restd()
