@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from autoscaler.demand import Demand, Misfit, NodeShape, Target
+from exporter.logs import span
 from exporter.model import MIB
 
 __all__ = [
@@ -286,8 +287,7 @@ def target_report(
 def _ago(at: float | None, now: float) -> str:
     if at is None:
         return "not known"
-    seconds = max(0.0, now - at)
-    return f"{seconds:.0f} s ago" if seconds < 120 else f"{seconds / 60:.0f} min ago"
+    return f"{span(max(0.0, now - at))} ago"
 
 
 def target_line(r: TargetReport, *, live: bool = True) -> str:

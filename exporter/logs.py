@@ -19,7 +19,16 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
-__all__ = ["LOG_FORMATS", "Conditions", "JsonFormatter", "TextFormatter", "Throttle", "configure", "one_line"]
+__all__ = [
+    "LOG_FORMATS",
+    "Conditions",
+    "JsonFormatter",
+    "TextFormatter",
+    "Throttle",
+    "configure",
+    "one_line",
+    "span",
+]
 
 LOG_FORMATS = ("text", "json")
 
@@ -106,7 +115,7 @@ class Throttle:
         return f" (and {held} more like it in {every:g} s)" if held else ""
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
     """``45 s``, ``12 min``, ``3.5 h``."""
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -167,7 +176,7 @@ class Conditions:
                 text,
                 held.cause,
                 held.count,
-                _span(now - held.since),
+                span(now - held.since),
                 exc_info=exc_info,
             )
             self._now[key] = _Lasting(cause, text, now)
@@ -177,7 +186,7 @@ class Conditions:
         if now - held.reminded >= self.remind_every:
             held.reminded = now
             self._log.log(
-                level, "%s: still %s (%d time(s) in %s)", key, text, held.count, _span(now - held.since)
+                level, "%s: still %s (%d time(s) in %s)", key, text, held.count, span(now - held.since)
             )
 
     def ended(self, key: str, text: str = "ok again") -> None:
@@ -189,7 +198,7 @@ class Conditions:
                 key,
                 text,
                 held.count,
-                _span(self._clock() - held.since),
+                span(self._clock() - held.since),
                 held.text,
             )
 
