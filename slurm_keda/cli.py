@@ -186,16 +186,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--secrets-dir", type=Path, default=None, help="directory of mounted secrets")
     sub = parser.add_subparsers(dest="command", required=True)
-    usage = "%(prog)s [options] [--target KEY=VALUE,...]"
-    serve = sub.add_parser(
-        "serve",
-        help="poll slurmrestd and serve /metrics",
-        usage=usage,
-        epilog=ENV_NOTE,
-        formatter_class=_Help,
-    )
-    _add_option_flags(serve, SERVE_OPTIONS)
-    _add_target_flag(serve)
+    for command, help_, options in (
+        ("serve", "poll slurmrestd and serve /metrics", SERVE_OPTIONS),
+        (
+            "bridge",
+            "serve with the bridge on (the same flags as serve)",
+            [o for o in SERVE_OPTIONS if o != "bridge"],
+        ),
+    ):
+        usage = "%(prog)s [options] [--target KEY=VALUE,...]"
+        serving = sub.add_parser(command, help=help_, usage=usage, epilog=ENV_NOTE, formatter_class=_Help)
+        _add_option_flags(serving, options)
+        _add_target_flag(serving)
     snap = sub.add_parser("snapshot", help="poll once and print the normalised snapshot")
     _add_option_flags(snap, POLL_OPTIONS)
     snap.add_argument("--format", choices=["json", "table"], default="table")
@@ -212,15 +214,6 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument(
         "name", nargs="?", default=None, help="a target's name or partition (default: every target)"
     )
-    bridge = sub.add_parser(
-        "bridge",
-        help="serve with the bridge on (the same flags as serve)",
-        usage=usage,
-        epilog=ENV_NOTE,
-        formatter_class=_Help,
-    )
-    _add_option_flags(bridge, [f for f in SERVE_OPTIONS if f != "bridge"])
-    _add_target_flag(bridge)
     sub.add_parser(
         "dashboards", help="Grafana dashboards and rules: build, check, render (--help)", add_help=False
     )
