@@ -170,16 +170,16 @@ async def _head_of(content: aiohttp.StreamReader, limit: int) -> bytes:
     return out
 
 
-def error_detail(status: int, body: bytes) -> str:
-    """One readable line about a non-2xx answer: ``HTTP 504 Gateway Timeout: <slurmrestd's error texts>``,
-    or that slurmrestd gave none (a JSON body with an empty ``errors[]``, an empty body), or the start of a
-    body that is not slurmrestd's JSON (a proxy's HTML page) — never a raw JSON dump."""
+def error_detail(status: int, body: bytes, texts: tuple[str, ...]) -> str:
+    """One readable line about a non-2xx answer: ``HTTP 504 Gateway Timeout: <texts>`` (``texts``: its
+    :func:`slurm_error_texts`), or that slurmrestd gave none (a JSON body with an empty ``errors[]``, an
+    empty body), or the start of a body that is not slurmrestd's JSON (a proxy's HTML page) — never a raw
+    JSON dump."""
     try:
         phrase = HTTPStatus(status).phrase
     except ValueError:
         phrase = ""
     head = f"HTTP {status} {phrase}".rstrip()
-    texts = slurm_error_texts(body)
     if texts:
         return f"{head}: {'; '.join(texts)}"
     stripped = body.strip()
@@ -196,7 +196,8 @@ def check_status(status: int, body: bytes, endpoint: str) -> None:
     if 200 <= status < 300:
         return
     cls = AuthError if status in AUTH_STATUSES else HTTPStatusError
-    raise cls(error_detail(status, body), status=status, errors=slurm_error_texts(body), endpoint=endpoint)
+    texts = slurm_error_texts(body)
+    raise cls(error_detail(status, body, texts), status=status, errors=texts, endpoint=endpoint)
 
 
 # -- token ---------------------------------------------------------------------------------------
