@@ -258,9 +258,10 @@ def mariadb_argv(cfg: LabConfig) -> list[str]:
         "--skip-log-bin",
         "--innodb-buffer-pool-size=64M",
         # TLS off: with it, libmariadb 3.4 failed slurmdbd's first query ("Number of columns in result (=1)
-        # set exceeds maximum allowed number of columns (=0)"), with a password or without. Without it the
-        # client's first connection is refused ("SSL is required, but the server does not support it") and
-        # slurmdbd's retry 5 s later connects: `up` takes those 5 s.
+        # set exceeds maximum allowed number of columns (=0)"), with a password or without. The database is
+        # created before slurmdbd starts (lab.control): slurmdbd creating it itself reconnects on the handle
+        # that failed, which libmariadb refuses ("SSL is required, but the server does not support it"), and
+        # its fresh handle 5 s later connects.
         "--skip-ssl",
         # what slurmdbd asks for (it logs an error otherwise; snapshot isolation makes it fatal on a write
         # conflict)
