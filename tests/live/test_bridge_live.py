@@ -190,9 +190,13 @@ async def test_waiting_refusals_bad_input_restart_and_time_limit(lab_2605: Lab, 
     nodes = (NODE, second)
     with reserved_node(lab, NODE), reserved_node(lab, second):
         async with running_bridge(lab, "v0.0.45", tmp_path, policy=doc, nodes=nodes) as (fake, bridge):
-            # a 1-minute job on the second node: Slurm ends it (TIMEOUT) at about 1:22 while the rest runs
+            # a 1-minute job on the second node (its limit lowered to 0 below, once the held pod has said why
+            # it waits: Slurm ends it TIMEOUT at its next time-limit check, within 30 s, while the rest runs)
             fake.put("pods", pod_with("short", {PREFIX + "time-limit": "1"}, reservation=second))
             await eventually(lambda: bound_to(fake, "short") == second, 60.0, "the short pod bound", 0.2)
+            (short_job,) = jobs_named(lab, "short")
+            short_id = short_job.split("|")[0]
+            assert lab.run(["squeue", "-h", "-j", short_id, "-o", "%l"]).strip() == "1:00"
             # waiting: the second node is taken (exclusively), so this one pends and says why
             fake.put("pods", pod_with("held", {}, reservation=second))
 
@@ -204,6 +208,7 @@ async def test_waiting_refusals_bad_input_restart_and_time_limit(lab_2605: Lab, 
 
             message = await eventually(held, 30.0, "Slurm's reason on the held pod", 0.2)
             log.info("held pod: %s", message)
+            lab.run(["scontrol", "update", f"jobid={short_id}", "timelimit=0"])
 
             # refusals — an absurd request, a misspelt annotation, another user: an Event each, no job
             fake.put("pods", pod_with("greedy", {}, {"cpu": "1e6"}))
@@ -248,7 +253,7 @@ async def test_waiting_refusals_bad_input_restart_and_time_limit(lab_2605: Lab, 
 
             # the time limit: the job ends TIMEOUT and its pod is deleted, the Event naming the cause
             await eventually(
-                lambda: fake.get("pods", "team-a", "short") is None, 150.0, "the timed-out pod to go", 1.0
+                lambda: fake.get("pods", "team-a", "short") is None, 90.0, "the timed-out pod to go", 0.5
             )
             ended = events(fake, "short", "SlurmJobEnded")
             assert ended and "TIMEOUT" in ended[0], ended

@@ -156,6 +156,20 @@ async def test_dashboards_and_rules_on_a_real_prometheus(
                 prometheus.proc.stop()
 
 
+async def render(stem: str, port: int, out: Path) -> subprocess.CompletedProcess[str]:
+    """``slurm-keda dashboards render`` of one dashboard from the Prometheus on ``port``, the last minute."""
+    argv = [
+        str(Path(sys.executable).parent / "slurm-keda"),
+        *("dashboards", "render", stem, "--prometheus-url", f"http://127.0.0.1:{port}"),
+        *("--out", str(out), "--range", "60", "--step", "1", "--scrape-interval", "1"),
+        *("--var", f"cluster={CLUSTER}"),
+    ]
+    proc = await asyncio.create_subprocess_exec(*argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    stdout, stderr = await proc.communicate()
+    assert proc.returncode is not None
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout.decode(), stderr.decode())
+
+
 async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> None:
     async def scraped() -> bool:
         try:
@@ -195,6 +209,7 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
     for stem in DASHBOARDS:
         if stem != ACCOUNTING_DASHBOARD:
             await note_empty(stem)
+    renders = [asyncio.create_task(render(stem, port, tmp_path / f"{stem}.png")) for stem in DASHBOARDS]
     # jobs that end (one failing, each sampled by jobacct_gather) for the accounting dashboard
     with reserved_node(lab, ENDED_NODE):
         where = ["-p", "dyn", f"--reservation={ENDED_NODE}", "-n1", "--mem=100", "-A", "physics"]
@@ -220,20 +235,9 @@ async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> N
     true_now = {a.name for a in ALERTS if await instant(port, a.expr)}
     assert true_now - MAYBE_FIRING == FIRING_IN_THE_DEMO
 
-    # pictures, from the same Prometheus
-    for stem in DASHBOARDS:
+    # pictures, from the same Prometheus (drawn while the ended jobs ran)
+    for stem, drawn in zip(DASHBOARDS, await asyncio.gather(*renders), strict=True):
         out = tmp_path / f"{stem}.png"
-        drawn = subprocess.run(
-            [
-                str(Path(sys.executable).parent / "slurm-keda"),
-                *("dashboards", "render", stem, "--prometheus-url", f"http://127.0.0.1:{port}"),
-                *("--out", str(out), "--range", "60", "--step", "1", "--scrape-interval", "1"),
-                *("--var", f"cluster={CLUSTER}"),
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
         assert drawn.returncode == 0, drawn.stderr
         assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 20_000
         if os.environ.get("SLURM_KEDA_SCREENSHOTS"):  # README pictures: SLURM_KEDA_SCREENSHOTS=docs/images

@@ -1,7 +1,7 @@
 """Faults between ``serve`` and the real 26.05 lab, and in the lab's own daemons: what the health signals,
 the error counters and the scaler's answer do, and how fast ``serve`` recovers once the fault ends.
 
-One ``serve`` (1 s polls, ``slurm_up`` 0 past 4 s of data age, demand flagged stale past 4 s) reads the
+One ``serve`` (1 s polls, ``slurm_up`` 0 past 2.5 s of data age, demand flagged stale past 2.5 s) reads the
 lab through :class:`testkit.fault_proxy.FaultProxy`. A job pending on the zero-node ``dyn`` partition keeps
 the ``dyn`` target's desired nodes at a known non-zero value. For each fault: ``slurm_up`` must reach 0,
 the fault's error kind must be counted, the desired value (on /metrics and through KEDA's gRPC protocol)
@@ -32,12 +32,12 @@ from testkit.tools import eventually
 log = logging.getLogger(__name__)
 
 INTERVAL = 1.0
-UP_MAX_AGE = 4.0
-STALE_AFTER = 4.0
-IDLE_TIMEOUT = 2.0
+UP_MAX_AGE = 2.5
+STALE_AFTER = 2.5
+IDLE_TIMEOUT = 1.0
 SERVE_ARGS = (
     *("--up-max-age", str(UP_MAX_AGE), "--demand-stale-after", str(STALE_AFTER)),
-    *("--stream-idle-timeout", str(IDLE_TIMEOUT), "--request-timeout", "5", "--retries", "1"),
+    *("--stream-idle-timeout", str(IDLE_TIMEOUT), "--request-timeout", "2.5", "--retries", "1"),
 )
 DETECT_WITHIN = UP_MAX_AGE + IDLE_TIMEOUT + 4.0
 """Seconds a fault may take to show as ``slurm_up 0``: data age past the limit, or a failed poll."""
