@@ -17,6 +17,10 @@ DEMO_GRPC_PORT ?= 9342
 DEMO_TARGETS := --target partition=cpu --target partition=gpu \
   --target partition=dyn,nodeset=ns-dyn,nodeFeature=dyn,cpusPerNode=8,memoryPerNode=16000
 
+# pytest keeps the test modules it rewrote (assertion rewriting) as .pyc files beside them: an environment
+# that sets PYTHONDONTWRITEBYTECODE made every worker of every run rewrite them all again (~4 s of CPU each)
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: demo test test-nightly unit deps apt venv lab lab-down lint typecheck bench clean proto dashboards kustomize
 
 deps: apt venv
@@ -79,18 +83,21 @@ typecheck: venv
 	$(BIN)/mypy
 
 # everything: lint, types, the unit tests (four workers: most of them wait on sockets and subprocesses, not
-# the CPU) and then the live tests one after the other against the labs (they share each lab's jobs and
-# nodes, and time Slurm's own scheduling: never beside other work). The labs are started as needed and left
-# running (`make lab-down` stops them). Tests marked nightly (comparisons, measurements) run in test-nightly.
+# the CPU; the fuzzers at a fifth of their examples) and then the live tests one after the other against the
+# labs (they share each lab's jobs and nodes, and time Slurm's own scheduling: never beside other work). The
+# labs are started as needed and left running (`make lab-down` stops them). What is left for test-nightly:
+# the tests marked nightly and the fuzzers' full example counts.
 TEST_WORKERS ?= 4
 test: deps lint typecheck kustomize
-	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 -m "not nightly" tests/unit $(PYTEST_ARGS)
+	SLURM_KEDA_REQUIRE_LAB=1 SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 -m "not nightly" tests/unit $(PYTEST_ARGS)
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 -m "not nightly" tests/live $(PYTEST_ARGS)
 	@echo "the Slurm labs the live tests started are still running (make lab-down stops them)"
 
-# what make test leaves out: the side-by-side run against SchedMD's pending-jobs trigger (2 minutes)
+# what make test leaves out: the side-by-side run against SchedMD's pending-jobs trigger (2 minutes), and
+# every fuzzer with all its examples (make test runs a fifth of them)
 test-nightly: deps kustomize
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 -m nightly tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 tests/unit/test_fuzz.py $(PYTEST_ARGS)
 
 # quick feedback: the unit tests only (no lab), four workers, the fuzzers at a fifth of their examples
 unit: venv

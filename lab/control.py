@@ -368,9 +368,9 @@ class Lab:
         fresh accounting database).
 
         ``down`` + ``up`` takes ~1.8 s on the 26.05 lab (measured 2026-12-06). Powering the cloud nodes
-        back down instead (``scontrol update nodename=p[1-12] state=power_down_force``) takes ~45 s (SuspendTimeout
-        30 s, and SuspendRate 60 nodes/min also paces nodes that were never up) and keeps finished jobs and
-        the log.
+        back down instead (``scontrol update nodename=p[1-12] state=power_down_force``) takes ~45 s
+        (SuspendTimeout 30 s, and SuspendRate 60 nodes/min also paces nodes that were never up) and keeps
+        finished jobs and the log.
         """
         self.down()
         return self.up(timeout=timeout)

@@ -8,8 +8,14 @@ from collections import Counter
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import settings
 
 pytest_plugins = ["testkit.lab_fixtures"]
+
+settings.register_profile("slurm-keda", derandomize=True, database=None, deadline=None)
+settings.load_profile("slurm-keda")
+"""Every property test derandomised (the same examples on every run: CI is deterministic), no example
+database, no per-example deadline (CI machines are slow); a test's own settings add to these."""
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,11 @@ API server while every Kube method runs), and the example policy loads."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import yaml
 from kubernetes_asyncio import client
@@ -56,17 +59,10 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
             k = Kube(api)
             fake.put("pods", pod("a"))
             pods, rv = await k.list_pods("slurm-bridge")
-            async for _ in k.watch_pods("slurm-bridge", rv, timeout=1):
-                pass
-            nodes_rv = (await k.list_nodes())[1]
-            async for _ in k.watch_nodes(nodes_rv, timeout=1):
-                pass
-            ns_rv = (await k.list_namespaces())[1]
-            async for _ in k.watch_namespaces(ns_rv, timeout=1):
-                pass
-            groups_rv = (await k.list_pod_groups())[1]
-            async for _ in k.watch_pod_groups(groups_rv, timeout=1):
-                pass
+            watches: list[AsyncIterator[Any]] = [k.watch_pods("slurm-bridge", rv, timeout=1)]
+            watches.append(k.watch_nodes((await k.list_nodes())[1], timeout=1))
+            watches.append(k.watch_namespaces((await k.list_namespaces())[1], timeout=1))
+            watches.append(k.watch_pod_groups((await k.list_pod_groups())[1], timeout=1))
             for lister, watcher in (
                 (k.list_assigned_pods, k.watch_assigned_pods),
                 (k.list_claims, k.watch_claims),
@@ -77,9 +73,13 @@ async def test_the_roles_are_exactly_what_the_bridge_calls(tmp_path: Path) -> No
                 (k.list_jobsets, k.watch_jobsets),
                 (k.list_leader_worker_sets, k.watch_leader_worker_sets),
             ):
-                since = (await lister())[1]
-                async for _ in watcher(since, timeout=1):
+                watches.append(watcher((await lister())[1], timeout=1))
+
+            async def drain(watch: AsyncIterator[Any]) -> None:
+                async for _ in watch:
                     pass
+
+            await asyncio.gather(*map(drain, watches))  # each watch ends after its 1 s timeout: at once
             fake.put("persistentvolumeclaims", {"metadata": {"name": "c", "namespace": "ns", "uid": "cu"}})
             await k.select_node("ns", "c", "cu", "c1")
             pv = fake.put("persistentvolumes", {"metadata": {"name": "pv"}, "spec": {}})

@@ -43,7 +43,8 @@ EXAMPLES = {
 
 
 QUICK = os.environ.get("SLURM_KEDA_FUZZ") == "quick"
-"""``make unit`` runs every fuzzer with a fifth of its examples (quick feedback); ``make test`` with all."""
+"""``make unit`` and ``make test`` run every fuzzer with a fifth of its examples; ``make test-nightly`` with
+all of them."""
 
 
 def fuzz(examples: int) -> settings:
