@@ -194,7 +194,7 @@ creates (AverageValue, tolerance 0.1, sync every 1 s, scale-down stabilization 5
 (dynamic slurmd nodes ``dyn-<n>``; drain, then delete) around a real ``slurm-keda serve --grpc-listen``
 polling the lab every second. First only held, dependent and begin-time jobs are queued: the scaler must
 stay inactive at zero through two KEDA checks and two HPA syncs on a snapshot holding them. Then nine
-short jobs (5–20 s, 4 or 8 CPUs, one of them on 2 nodes) that need exactly :data:`NEEDED` nodes: they all
+short jobs (5–12 s, 4 or 8 CPUs, one of them on 2 nodes) that need exactly :data:`NEEDED` nodes: they all
 start, the group never has more, and it is back at zero after they end. Activation (submission → KEDA sees
 active) and scale-up times are printed.
 
@@ -804,8 +804,8 @@ IN_WINDOW = 2
 JobHeldUser at once): the harness lands serve's first poll of them there on every run of ours (the naive
 trigger scales up for them anyway, and once the NodeSet has nodes there is no window)."""
 ELIGIBLE = (
-    WorkJob("whole_a", "-c8 --mem=1000", 20),
-    WorkJob("whole_b", "-c8 --mem=1000", 20),
+    WorkJob("whole_a", "-c8 --mem=1000", 12),
+    WorkJob("whole_b", "-c8 --mem=1000", 12),
     WorkJob("half_a", "-c4 --mem=1000", 10),
     WorkJob("half_b", "-c4 --mem=1000", 10),
     WorkJob("half_c", "-c4 --mem=1000", 10),

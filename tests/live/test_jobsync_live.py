@@ -74,8 +74,8 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
 
             requeued = lab.sbatch(*where, "--requeue", command="sleep 300")
             shorts = [lab.sbatch(*where, command="sleep 1") for _ in range(3)]
-            array = lab.sbatch(*where, "-a", "1-5%2", command="sleep 2")
-            het = lab.sbatch(*where, ":", *where, command="sleep 2")
+            array = lab.sbatch(*where, "-a", "1-5%2", command="sleep 1")
+            het = lab.sbatch(*where, ":", *where, command="sleep 1")
             held = lab.sbatch(*where, "-H", command="sleep 300")
             # held (never starts); a partition change sticks on both releases from a multi-partition job
             later = lab.sbatch("-p", "cpu,gpu", "-n1", "--mem=100", "-H", command="sleep 1")
@@ -98,7 +98,7 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
             lab.run(["scontrol", "release", str(held)])
             await poll_for(2.0)
             lab.run(["scontrol", "hold", str(requeued)])
-            await poll_for(8.0)  # the array's tasks and the het job end; held and requeued settle
+            await poll_for(3.0)  # held and requeued settle (the array's last tasks: waited for below)
             lab.run(["scancel", str(held), str(later), str(requeued)])
             # no fixed wait decides it: poll until none of the reservation's jobs pends, runs or completes
             for _ in range(120):
