@@ -15,11 +15,14 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   ``BeginTime``;
   **partition** — in every partition the job lists that the snapshot knows — DOWN / INACTIVE →
   ``PartitionDown`` / ``PartitionInactive``, minimum nodes outside MinNodes..MaxNodes →
-  ``PartitionNodeLimit``, time limit above MaxTime → ``PartitionTimeLimit``, whole-node memory or
+  ``PartitionNodeLimit``, time limit above MaxTime (and no ``--time-min`` under it) →
+  ``PartitionTimeLimit``, whole-node memory or
   ``--mem`` above MaxMemPerNode → ``MaxMemPerLimit``;
   **licenses** beyond what is free now (one ``|`` alternative suffices; a license the snapshot does not
   list is not held against the job) → ``Licenses``;
   else Slurm's reason: an eligible fresh job counts at once.
+* ``PartitionTimeLimit`` on a job whose ``--time-min`` fits under MaxTime: slurmctld's main scheduler says
+  so, its backfill starts the job with its limit cut to MaxTime → read as an unsettled reason.
 * any eligible reason, with a **reservation**: unless the reservation is in the snapshot, has started and
   is FLEX, the job runs only on the reservation's nodes, which new nodes never join → ``Reservation``.
 * any eligible reason, with ``--nodelist`` naming at least the nodes it needs → ``RequiredNodes``
@@ -115,8 +118,7 @@ def _partition_reason(job: Job, part: Partition) -> str | None:
         job.min_nodes < part.min_nodes_per_job
     ):
         return "PartitionNodeLimit"
-    limit = job.time_limit_seconds
-    if part.max_time_seconds is not None and limit is not None and limit > part.max_time_seconds:
+    if _over_max_time(job, part):
         return "PartitionTimeLimit"
     # MaxMemPerNode bounds each job's memory on a node: a whole-node-memory job (--mem=0, or no memory
     # default) or a larger --mem pends with MaxMemPerLimit for ever (lab: 26.05.5, MaxMemPerNode=8000)
@@ -124,6 +126,27 @@ def _partition_reason(job: Job, part: Partition) -> str | None:
     if most and (job.whole_node_memory or (job.memory_per_node_bytes or 0) > most):
         return "MaxMemPerLimit"
     return None
+
+
+def _over_max_time(job: Job, part: Partition) -> bool:
+    """The job's time limit is above the partition's MaxTime and its ``--time-min`` (if any) does not fit
+    under it. With a ``--time-min`` that fits, slurmctld's main scheduler names it ``PartitionTimeLimit`` but
+    its backfill tests the job with the minimum (``job_limits_check(job, check_min_time=true)``) and starts
+    it, the limit cut to MaxTime (``node_scheduler.c``; lab: 26.05.5, ``MaxTime=60``, ``-t 120
+    --time-min=30``: ran, TimeLimit 01:00:00)."""
+    most, limit = part.max_time_seconds, job.time_limit_seconds
+    if most is None or limit is None or limit <= most:
+        return False
+    return job.time_min_seconds is None or job.time_min_seconds > most
+
+
+def _runs_by_time_min(job: Job, bars: Bars) -> bool:
+    """Slurm's ``PartitionTimeLimit`` on a job whose ``--time-min`` fits under MaxTime in one of its
+    partitions: the main scheduler's verdict, not the backfill's (:func:`_over_max_time`)."""
+    if job.time_min_seconds is None:
+        return False
+    parts = bars.partitions
+    return any((part := parts.get(name)) is None or not _over_max_time(job, part) for name in job.partitions)
 
 
 def _may_bar(part: Partition) -> bool:
@@ -270,6 +293,8 @@ def settled_reason(job: Job, bars: Bars) -> str:
     reason = job.reason
     if reason in UNSETTLED:
         reason = bars.barrier(job) or reason
+    elif reason == "PartitionTimeLimit" and _runs_by_time_min(job, bars):
+        reason = bars.barrier(job) or "None"
     elif job.reservation and classify(reason)[1] is not Eligibility.INELIGIBLE:
         reason = bars.reservation_reason(job.reservation) or reason
     if job.required_nodes and classify(reason)[1] is not Eligibility.INELIGIBLE:

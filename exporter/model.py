@@ -111,6 +111,9 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     tres_per_job: str = ""
     time_limit_seconds: int | None = None
     """Wall-time limit in seconds; None for unlimited/unset."""
+    time_min_seconds: int | None = None
+    """``--time-min`` in seconds: the least time limit the job accepts (Slurm may cut its limit down to it, or
+    to a partition's MaxTime); None when not set."""
     submit_time: float | None = None
     start_time: float | None = None
     """Actual start (running) or expected start (pending, if Slurm estimated one), epoch seconds."""

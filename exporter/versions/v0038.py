@@ -124,6 +124,7 @@ class RawJob(Struct, gc=False):
     tres_per_node: str | None = None
     tres_per_job: str | None = None
     time_limit: int | None = None
+    time_minimum: int | None = None
     submit_time: int | None = None
     start_time: int | None = None
     end_time: int | None = None
@@ -224,6 +225,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 tres_per_node=intern(tpn, tpn) if tpn else "",
                 tres_per_job=intern(tpj, tpj) if tpj else "",
                 time_limit_seconds=c.minutes(r.time_limit),
+                time_min_seconds=c.minutes(r.time_minimum),
                 submit_time=epoch(r.submit_time),
                 start_time=epoch(r.start_time),
                 end_time=epoch(r.end_time),

@@ -108,6 +108,7 @@ class RawJob(Struct, gc=False):
     tres_per_node: str | None = None
     tres_per_job: str | None = None
     time_limit: N | None = None
+    time_minimum: N | None = None
     submit_time: N | None = None
     start_time: N | None = None
     end_time: N | None = None
@@ -214,6 +215,8 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         prio = x.number if x is not None and x.set and not x.infinite else 0
         x = r.time_limit
         tl = x.number * 60 if x is not None and x.set and not x.infinite and x.number else None
+        x = r.time_minimum
+        time_min = x.number * 60 if x is not None and x.set and not x.infinite and x.number else None
         x = r.max_nodes
         max_nodes = x.number if x is not None and x.set and not x.infinite and x.number else None
         x = r.submit_time
@@ -265,6 +268,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 tres_per_node=intern(tpn, tpn) if tpn else "",
                 tres_per_job=intern(tpj, tpj) if tpj else "",
                 time_limit_seconds=tl,
+                time_min_seconds=time_min,
                 submit_time=submit,
                 start_time=start,
                 end_time=end,

@@ -102,6 +102,27 @@ def test_partition_limits_in_every_partition_the_job_lists() -> None:
     assert settled_reason(fresh(), inactive) == "PartitionInactive"
 
 
+def test_a_time_min_under_max_time_runs_with_its_limit_cut() -> None:
+    """``-t 120 --time-min=30`` under ``MaxTime=60``: slurmctld's backfill starts it (limit cut to 60); the
+    main scheduler's ``PartitionTimeLimit`` on it is not the verdict. Without ``--time-min``, or with one
+    above MaxTime, the limit bars it."""
+    hour = Partition(name="p", max_time_seconds=3600)
+    b = bars(partitions=(hour, Partition(name="q", max_time_seconds=600)))
+    over = {"time_limit_seconds": 7200}
+    assert settled_reason(fresh(**over), b) == "PartitionTimeLimit"
+    assert settled_reason(fresh(time_min_seconds=1800, **over), b) == "None"
+    assert settled_reason(fresh(time_min_seconds=3600, **over), b) == "None"  # exactly MaxTime fits
+    assert settled_reason(fresh(time_min_seconds=5400, **over), b) == "PartitionTimeLimit"
+    # Slurm's main scheduler named it: read as unsettled when the minimum fits, the verdict otherwise
+    assert settled_reason(fresh("PartitionTimeLimit", time_min_seconds=1800, **over), b) == "None"
+    assert settled_reason(fresh("PartitionTimeLimit", **over), b) == "PartitionTimeLimit"
+    held = fresh("PartitionTimeLimit", time_min_seconds=1800, priority=0, **over)
+    assert settled_reason(held, b) == "JobHeldUser"  # the job's other bars still count
+    # -p q: 30 minutes is over q's 10 — in no partition it lists does it fit
+    assert settled_reason(fresh(time_min_seconds=1800, partitions=("q",), **over), b) == "PartitionTimeLimit"
+    assert settled_reason(fresh(time_min_seconds=1800, partitions=("q", "p"), **over), b) == "None"
+
+
 def test_licenses_beyond_what_is_free() -> None:
     b = bars(
         licenses=(License(name="matlab", total=5, used=4, free=1), License(name="ansys", total=2, free=2))
