@@ -3,11 +3,11 @@
 :func:`size` turns a job's :class:`Request` into a :data:`~autoscaler.demand.packing.Piece` ``(nodes,
 CPUs, memory bytes, GPUs per node)``, or a :class:`~autoscaler.demand.types.Misfit` when it can never
 run on the shape. The rules (``docs/demand.md``, "Job size"): nodes ``n = max(min_nodes, ⌈cpus/C⌉,
-⌈tasks/⌊C/cpus_per_task⌋⌉, ⌈memory/M⌉, ⌈gpus/G⌉)`` on a shape of C CPUs, M bytes, G GPUs; each node an
-even share; exclusive jobs whole nodes; ``--spread-job`` a node per task within the maxima. On a shape of
-T > 1 threads per core (slurmctld allocating whole cores), a job's CPUs on a node are whole cores, and a
-task of ``--threads-per-core=1`` / ``--hint=nomultithread`` / ``--ntasks-per-core=1`` whole cores of its
-own (:func:`_on_cores`).
+⌈tasks/⌊C/cpus_per_task⌋⌉, ⌈memory/M⌉, min(⌈gpus/G⌉, the job's maximum))`` on a shape of C CPUs, M
+bytes, G GPUs; each node an even share; exclusive jobs whole nodes; ``--spread-job`` a node per task
+within the maxima. On a shape of T > 1 threads per core (slurmctld allocating whole cores), a job's CPUs
+on a node are whole cores, and a task of ``--threads-per-core=1`` / ``--hint=nomultithread`` /
+``--ntasks-per-core=1`` whole cores of its own (:func:`_on_cores`).
 """
 
 from __future__ import annotations
@@ -159,7 +159,10 @@ def size(
     elif gpus:
         if not g_node:
             return Misfit("gpus_without_gpus", gpus, 0)
-        n = max(n, _ceil(gpus, g_node))
+        # more GPUs than a node has: a node each G of them, as many as the job may use (Slurm then runs
+        # it on those with the GPUs they have: lab, 26.05.5, -n1 --gpus=6 on 4-GPU nodes, one node)
+        by_gpus = _ceil(gpus, g_node)
+        n = max(n, min(by_gpus, job_max_nodes) if job_max_nodes else by_gpus)
     if spread:  # one task per node, as far as the job's and the target's maxima allow
         most = max(tasks, 1)
         n = max(n, min(most, job_max_nodes or most, max_nodes or most))
@@ -180,7 +183,7 @@ def size(
         cpu_pn = max(cpu_pn, _ceil(mem_per_node, max_memory_per_cpu))
         if cpu_pn > c_node:
             return Misfit("cpus_for_memory", cpu_pn, c_node)
-    gpu_pn = gpus_per_node or _ceil(gpus, n)
+    gpu_pn = gpus_per_node or min(_ceil(gpus, n), g_node)
     if cores is not None and cores.gpus_per_socket:
         gpu_pn = _gpus_by_socket(cores, cpu_pn, shape)
         if gpu_pn > g_node:

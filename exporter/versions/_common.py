@@ -175,6 +175,21 @@ def requested_nodes(
     return node_count
 
 
+def job_max_nodes(
+    max_nodes: int | None, min_nodes: int, tasks_exact: bool, cpus_per_task: int, per_node_or_core: bool
+) -> int | None:
+    """A pending job's node maximum, or None where its record's ``max_nodes`` is slurmctld's estimate, not
+    what the job asked. slurmctld packs a pending job that gave no ``--ntasks-per-node``,
+    ``--ntasks-per-core`` or ``-c`` > 1 with ``max(minimum, its maximum)`` (``_pack_default_job_details``;
+    an unset maximum is 0): ``--gpus=5`` at zero nodes shows 1–1 like ``-N1 --gpus=5`` and runs on 2 nodes
+    (lab, 26.05.5). Such a record (maximum = minimum) counts as no maximum unless the task count was given
+    (``EXACT_TASK_COUNT_REQUESTED``: ``-n`` bounds the nodes, at one task each) — a job's own ``-N1``
+    equal to that estimate is not told apart (counted as none)."""
+    if max_nodes is None or max_nodes != min_nodes or tasks_exact or cpus_per_task > 1 or per_node_or_core:
+        return max_nodes
+    return None
+
+
 def mb(n: int | None) -> int | None:
     """MiB → bytes; None/negative/NO_VAL-ish → None."""
     if n is None or n < 0 or n >= NO_VAL:

@@ -101,6 +101,7 @@ class RawJob(Struct, gc=False):
     cores_per_socket: N | None = None
     threads_per_core: N | None = None
     tasks_per_core: N | None = None
+    tasks_per_node: N | None = None
     memory_per_node: N | None = None
     memory_per_cpu: N | None = None
     tres_req_str: str | None = None
@@ -219,6 +220,16 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         time_min = x.number * 60 if x is not None and x.set and not x.infinite and x.number else None
         x = r.max_nodes
         max_nodes = x.number if x is not None and x.set and not x.infinite and x.number else None
+        if max_nodes == min_nodes and st[0] == "PENDING":
+            flags = r.flags or ()
+            max_nodes = c.job_max_nodes(
+                max_nodes,
+                min_nodes,
+                "EXACT_TASK_COUNT_REQUESTED" in flags,
+                cpt,
+                (r.tasks_per_node is not None and r.tasks_per_node.set and r.tasks_per_node.number > 0)
+                or (w is not None and w.set and w.number > 0),
+            )
         x = r.submit_time
         submit = float(x.number) if x is not None and x.set and not x.infinite and x.number else None
         x = r.start_time

@@ -226,6 +226,18 @@ def test_gpu_sizing() -> None:
     assert len(one([pend(1, gpus=1)]).too_large) == 1
 
 
+def test_gpus_beyond_a_node_span_nodes_up_to_the_jobs_own_maximum() -> None:
+    """``--gpus=5`` on 4-GPU nodes runs on 2 (lab, 26.05.5); ``-n1 --gpus=6`` on one node with the GPUs it
+    has — the job's maximum caps the nodes its GPUs ask for, and never makes it too large."""
+    quad = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4)
+    assert one([pend(1, gpus=5)], shape=quad).needed == 2
+    assert one([pend(1, gpus=6, tasks=1, max_nodes=1)], shape=quad).needed == 1
+    three = one([pend(1, gpus=12, tasks=3, cpus=3, max_nodes=3)], shape=quad)
+    assert three.needed == 3 and not three.too_large
+    # CPUs still bound it: -n16 on one node at most is too large whatever its GPUs
+    assert one([pend(1, gpus=2, tasks=16, cpus=16, max_nodes=1)], shape=quad).too_large
+
+
 def test_exclusive_takes_whole_nodes() -> None:
     # two 1-CPU exclusive jobs → 2 nodes (not packed together); a 2-node exclusive job → 2 more.
     jobs = [pend(1, exclusive=True), pend(2, exclusive=True), pend(3, min_nodes=2, cpus=2, exclusive=True)]

@@ -978,6 +978,22 @@ def test_gpus_per_task_and_memory_per_gpu(version: str) -> None:
     assert not jobs[1].whole_node_memory
 
 
+def test_a_maximum_slurm_packed_as_the_minimum_is_no_maximum() -> None:
+    """As the lab's 26.05 showed them at zero nodes: ``--gpus=5`` and ``-n1 --gpus=6`` both show node_count
+    1 and max_nodes 1 — the first gave no maximum (slurmctld packs max(minimum, 0)) and runs on 2 nodes,
+    the second gave one task (EXACT_TASK_COUNT_REQUESTED), whose node it stays on. A ``-c2`` job's record
+    carries its maximum as asked (0: none); a range (-N1-3) is a maximum; a running job's is its own."""
+    common = {"node_count": num(1), "cpus": num(1), "tasks": num(1), "cpus_per_task": num(1)}
+    gpus = {"tres_per_node": "", "tres_per_job": "gres/gpu:5", "tres_req_str": "cpu=1,node=1,gres/gpu=5"}
+    plain = job40(**common, **gpus, max_nodes=num(1), flags=["EXACT_MEMORY_REQUESTED"])
+    exact = job40(**common, **gpus, job_id=43, max_nodes=num(1), flags=["EXACT_TASK_COUNT_REQUESTED"])
+    per_node = job40(**common, **gpus, job_id=44, max_nodes=num(1), tasks_per_node=num(1))
+    ranged = job40(**common, job_id=45, max_nodes=num(3))
+    running = job40(**common, job_id=46, job_state=["RUNNING"], max_nodes=num(1))
+    jobs, _ = adapter_for("v0.0.44").jobs(body40([plain, exact, per_node, ranged, running]))
+    assert [j.max_nodes for j in jobs] == [None, 1, 1, 3, 1]
+
+
 def test_an_overcommitting_pending_job_needs_its_requested_nodes_not_slurms_estimate() -> None:
     # as the lab's 26.05 showed `sbatch -O -n16` on 8-CPU nodes: cpus 1, tasks 16, node_count 2 (Slurm's
     # estimate from 16 tasks) and tres node=1 — it ran on one node; without -O the same -n16 needs 2
