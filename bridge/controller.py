@@ -81,6 +81,8 @@ doubling to at most 60 s, until ``BridgeOptions.bind_deadline`` — then the job
 SUBMIT_BACKOFF = Backoff(10.0, 300.0)
 """After Slurm refuses a pod's job: wait 10 s before submitting it again, doubling to at most 300 s (one
 Event per attempt, not one per pass)."""
+CANCEL_FOLLOW_UPS = (1.0, 3.0, 8.0)
+"""Seconds after cancelling a job at which the bridge polls again: `Bridge._poll_after_cancel`."""
 
 
 @dataclass
@@ -299,6 +301,7 @@ class Bridge:
         self._busy: set[str] = set()
         self._submissions = 0
         self._tasks: set[asyncio.Task[None]] = set()
+        self._follow_ups: list[asyncio.TimerHandle] = []
         self.since = 0.0
         """When :meth:`run` last started (epoch seconds)."""
         self.passes = 0
@@ -366,9 +369,21 @@ class Bridge:
                 await self.reconcile()
         finally:
             self.running = False
+            for handle in self._follow_ups:
+                handle.cancel()
             for t in [*watchers, *self._tasks]:
                 t.cancel()
             await asyncio.gather(*watchers, *self._tasks, return_exceptions=True)
+
+    def _poll_after_cancel(self) -> None:
+        """A poll now and :data:`CANCEL_FOLLOW_UPS` later: the jobs a cancelled job's nodes go to start at
+        slurmctld's pass after that job has completed (its epilog run), which the poll right after the
+        cancel is too early to see — else a waiting pod is bound a whole poll interval later."""
+        self.source.poll_soon()
+        for handle in self._follow_ups:
+            handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._follow_ups = [loop.call_later(after, self.source.poll_soon) for after in CANCEL_FOLLOW_UPS]
 
     async def _next_change(self, seen: Snapshot | None) -> None:
         waits = [
@@ -788,7 +803,7 @@ class Bridge:
                 action.why,
                 "" if cancelled else " (already gone)",
             )
-            self.source.poll_soon()
+            self._poll_after_cancel()
             return cancelled
         if isinstance(action, DeletePod):
             pod = self._pod(action.uid)

@@ -117,6 +117,11 @@ async def test_the_follower_takes_over_a_killed_leader_without_a_second_job(
                     assert took <= float(LEASE[0]) + 3 * float(LEASE[2]) + 1.0, took
 
                     second = await all_bound(fake, ["b-0", "b-1"], "gang B bound by the new leader")
+                    # gang A's job cancelled, gang B's starts at slurmctld's next pass: the new leader polls
+                    # again shortly after its cancel, not only at its 30-s interval
+                    bound_after = asyncio.get_running_loop().time() - killed - took
+                    print(f"gang B bound {bound_after:.1f} s after the takeover")
+                    assert bound_after < 15.0, bound_after
                     assert squeue(lab, job_of(first[0])) == ""
                     out = lab.run(["squeue", "-h", "-t", "all", "-n", "k8s:team-a/ha-b", "-o", "%i"])
                     assert [j for j in out.split() if int(j) > int(job_of(first[0]))] == [job_of(second[0])]
