@@ -127,6 +127,7 @@ class RawJob(Struct, gc=False):
     tres_per_task: str | None = None
     tres_per_socket: str | None = None
     memory_per_tres: str | None = None
+    cpus_per_tres: str | None = None
     admin_comment: str | None = None
     comment: str | None = None
 
@@ -186,6 +187,11 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         # per-job, then per-node request.
         tpt = r.tres_per_task or ""
         gpus = alloc_gpus or req_gpus or (gpus_of(tpj) if tpj else 0) or gpn * min_nodes
+        flags = r.flags or ()
+        if mem_node == 0 and req_mem and gpus and "EXACT_MEMORY_REQUESTED" not in flags:
+            # no --mem: the partition's DefMemPerGPU (a GPU job's record shows memory 0, its TRES request
+            # GPUs × that default; --mem=0 is marked EXACT_MEMORY_REQUESTED and has no TRES memory)
+            mem_node, whole = None, False
 
         shared = r.shared
         excl = r.exclusive
@@ -210,6 +216,10 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
             gpus = gpus_of(tpt) * tasks
         x = r.cpus
         cpus = x.number if x is not None and x.set and not x.infinite else 0
+        cpg = r.cpus_per_tres
+        if cpg and gpus and "EXACT_CPU_COUNT_REQUESTED" not in flags:
+            # DefCpuPerGPU (or --cpus-per-gpu): shown once slurmctld has tested the job on nodes
+            cpus = max(cpus, gpus_of(cpg) * gpus)
         if cpus < tasks * cpt and st[0] == "PENDING":
             min_nodes = c.requested_nodes(min_nodes, cpus, tasks, cpt, req.get("node"))
         x = r.priority
@@ -221,7 +231,6 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         x = r.max_nodes
         max_nodes = x.number if x is not None and x.set and not x.infinite and x.number else None
         if max_nodes == min_nodes and st[0] == "PENDING":
-            flags = r.flags or ()
             max_nodes = c.job_max_nodes(
                 max_nodes,
                 min_nodes,

@@ -138,7 +138,9 @@ def test_recorded_jobs_match_scontrol(vdir: Path) -> None:
         lo, _, hi = s["NumNodes"].partition("-")
         assert j.min_nodes == int(lo), what
         if hi and hi != "*":
-            assert j.max_nodes == int(hi), what
+            # a pending job packed as max(minimum, 0) when it asked no maximum: read as none
+            packed = hi == lo and j.state == "PENDING"
+            assert j.max_nodes in ((int(hi), None) if packed else (int(hi),)), what
         assert j.cpus == int(s["NumCPUs"].split("-")[0]), what
         if "NumTasks" in s:
             assert j.tasks == int(s["NumTasks"]), what
@@ -456,6 +458,7 @@ def test_v40_running_array_whole_node_exclusive() -> None:
         exclusive=["true"],
         time_limit=num(30),
         max_nodes=num(4),
+        flags=["EXACT_MEMORY_REQUESTED"],  # --mem=0
     )
     running = job40(
         job_id=9,
@@ -992,6 +995,39 @@ def test_a_maximum_slurm_packed_as_the_minimum_is_no_maximum() -> None:
     running = job40(**common, job_id=46, job_state=["RUNNING"], max_nodes=num(1))
     jobs, _ = adapter_for("v0.0.44").jobs(body40([plain, exact, per_node, ranged, running]))
     assert [j.max_nodes for j in jobs] == [None, 1, 1, 3, 1]
+
+
+def test_partition_gpu_defaults_as_the_record_shows_them() -> None:
+    """As the lab's 26.05 showed them under ``JobDefaults=DefCpuPerGPU=4,DefMemPerGPU=6000``: at zero nodes
+    ``--gpus=2`` has memory_per_node 0 and its TRES request mem=12000M (the default, not the whole node);
+    ``--mem=0 --gpus=1`` is marked EXACT_MEMORY_REQUESTED and carries no TRES memory (the whole node).
+    In a partition with nodes ``cpus_per_tres`` shows the CPU default (gpu:4): 4 CPUs a GPU, unless -c."""
+    common = {"node_count": num(1), "cpus": num(1), "tasks": num(1), "cpus_per_task": num(1)}
+    gpus = {
+        "tres_per_node": "",
+        "tres_per_job": "gres/gpu:2",
+        "memory_per_node": num(0),
+        "memory_per_cpu": num(None),
+    }
+    default = job40(**common, **gpus, tres_req_str="cpu=1,mem=12000M,node=1,billing=1,gres/gpu=2")
+    whole = job40(
+        **common, **gpus, job_id=43, tres_req_str="cpu=1,node=1,gres/gpu=2", flags=["EXACT_MEMORY_REQUESTED"]
+    )
+    tested = job40(
+        **common, job_id=44, tres_per_node="", tres_per_job="gres/gpu:2", cpus_per_tres="gpu:4",
+        tres_req_str="cpu=1,mem=1000M,node=1,gres/gpu=2",
+    )  # fmt: skip
+    own = job40(
+        **{**common, "cpus": num(2), "cpus_per_task": num(2)}, job_id=45, tres_per_node="",
+        tres_per_job="gres/gpu:2", cpus_per_tres="gpu:4", flags=["EXACT_CPU_COUNT_REQUESTED"],
+        tres_req_str="cpu=2,mem=1000M,node=1,gres/gpu=2",
+    )  # fmt: skip
+    jobs, _ = adapter_for("v0.0.44").jobs(body40([default, whole, tested, own]))
+    assert [(j.whole_node_memory, j.memory_per_node_bytes, j.memory_bytes) for j in jobs[:2]] == [
+        (False, None, 12000 * MIB),
+        (True, None, 0),
+    ]
+    assert [j.cpus for j in jobs] == [1, 1, 8, 2]
 
 
 def test_an_overcommitting_pending_job_needs_its_requested_nodes_not_slurms_estimate() -> None:
