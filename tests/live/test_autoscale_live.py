@@ -300,6 +300,9 @@ class Mix:
     smt: bool = False
     """Slurm's side on :data:`SMT_PARTITION` (SMT CLOUD nodes of this mix's slurm.conf), the model's on
     :data:`DYN_SMT_TARGET`."""
+    must_start: tuple[str, ...] = ()
+    """Jobs (keys) the oracle waits to see started: slurmctld's backfill starts them a moment after its main
+    scheduler named a reason that is otherwise final (``PartitionTimeLimit`` on a ``--time-min`` job)."""
 
     @property
     def cloud(self) -> str:
@@ -659,7 +662,43 @@ MIXES += (
         ),
     ),
 )
-KNOWN_DIFFERENCES: dict[str, str] = {}
+MIXES += (
+    Mix(
+        "gpus_across_nodes",
+        (("g5", "--gpus=5 --mem=1000"), ("g6_one_task", "--gpus=6 -n1 --mem=1000")),
+        3,
+        gpus=True,
+    ),
+    Mix(
+        "gpu_memory_default",
+        (*((f"g{i}", "--gpus=1") for i in range(3)), ("gres", "--gres=gpu:1")),
+        2,
+        ("JobDefaults=DefMemPerGPU=6000",),
+        gpus=True,
+    ),
+    Mix(
+        "gpu_cpu_default",
+        tuple((f"g{i}", "--gpus=1 --mem=1000") for i in range(3)),
+        3,
+        ("JobDefaults=DefCpuPerGPU=8",),
+        gpus=True,
+    ),
+    Mix(
+        "time_min",
+        (
+            ("over_with_min", "-t 120 --time-min=30 -c8 --mem=1000"),
+            ("over", "-t 120 -c8 --mem=1000"),
+            ("fits", "-t 30 -c8 --mem=1000"),
+        ),
+        2,
+        ("MaxTime=60",),
+        must_start=("over_with_min",),
+    ),
+)
+KNOWN_DIFFERENCES: dict[str, str] = {
+    "gpu_cpu_default": "a partition's DefCpuPerGPU is in no slurmrestd answer at zero nodes (slurmctld"
+    " applies it when it tests the job on nodes): the model counts such a job's own CPUs",
+}
 """Mixes where the model and Slurm differ (xfail; a plain failure once the model agrees)."""
 
 
@@ -709,13 +748,13 @@ def submit_mix(lab: Lab, partition: str, mix: Mix) -> dict[str, int]:
     return ids
 
 
-def cloud_allocation(lab: Lab, partition: str = "cloud") -> set[str] | None:
+def cloud_allocation(lab: Lab, partition: str = "cloud", must_start: tuple[str, ...] = ()) -> set[str] | None:
     """Nodes of the cloud jobs Slurm started, once no cloud job may still get nodes; else None."""
     nodes: set[str] = set()
-    for line in lab.run(["squeue", "-h", "-p", partition, "-o", "%T|%r|%N"]).splitlines():
-        state, reason, hosts = line.split("|")
+    for line in lab.run(["squeue", "-h", "-p", partition, "-o", "%T|%r|%N|%j"]).splitlines():
+        state, reason, hosts, name = line.split("|")
         if state == "PENDING":
-            if reason in UNSETTLED_REASONS:
+            if reason in UNSETTLED_REASONS or name in must_start:
                 return None
         else:
             nodes.update(hostlist_expand(hosts))
@@ -741,7 +780,7 @@ async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     lab.run(["scontrol", "update", f"partitionname={mix.cloud}", "state=up"])
     dyn_ids = submit_mix(lab, "dyn", mix)
     allocated = await eventually(
-        lambda: cloud_allocation(lab, mix.cloud), SETTLE_TIMEOUT, f"mix {mix.name} to settle"
+        lambda: cloud_allocation(lab, mix.cloud, mix.must_start), SETTLE_TIMEOUT, f"mix {mix.name} to settle"
     )
 
     def all_resumed() -> set[str] | None:
