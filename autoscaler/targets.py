@@ -23,6 +23,11 @@ coresPerSocket            a job asking more (``--sockets-per-node``, ``--cores-p
                           sockets × cores × threads must be ``cpusPerNode`` (one alone must divide it)
 featuresPerNode no        Slurm features a new node has (comma-separated; besides the NodeSet's own),
                           for judging ``--constraint`` while the target has no nodes
+nodeRanges      no        ``minimum`` (default): a ``-N min-max`` job asks for its minimum, enough to start
+                          it; ``largest``: as many as its range and tasks allow — what slurmctld takes
+                          from idle nodes, so what its own power saving resumes
+cpusPerGpu      no        the partition's ``DefCpuPerGPU`` (``JobDefaults``), which slurmrestd does not
+                          report: CPUs for each GPU of a job that gave no ``-c`` (default 0: none)
 min             no        lower bound of desired nodes (default 0)
 max             no        upper bound of desired nodes (default unbounded); larger jobs are reported
 metricName      no        metric name KEDA asks for (default ``slurm-desired-nodes-<partition>[-<nodeset>]``)
@@ -73,6 +78,8 @@ KEYS = frozenset(
         "socketsPerNode",
         "coresPerSocket",
         "featuresPerNode",
+        "nodeRanges",
+        "cpusPerGpu",
         "min",
         "max",
         "metricName",
@@ -259,6 +266,9 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
     hi = _int(meta, "max")
     if hi is not None and hi < lo:
         raise MetadataError("max", f"{hi} is below min {lo}")
+    ranges = _raw(meta, "nodeRanges") or "minimum"
+    if ranges not in ("minimum", "largest"):
+        raise MetadataError("nodeRanges", f"{shown(ranges)} is neither 'minimum' nor 'largest'")
     return Target(
         name=nodeset or partition,
         partition=partition,
@@ -268,6 +278,8 @@ def target_from_metadata(meta: Mapping[str, str]) -> Target:
         max_nodes=hi,
         shape=shape,
         features=features,
+        node_ranges="largest" if ranges == "largest" else "minimum",
+        cpus_per_gpu=_int(meta, "cpusPerGpu") or 0,
     )
 
 

@@ -138,6 +138,17 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     when nothing (most jobs)."""
     spread: bool = False
     """True for ``--spread-job``: its tasks go to as many nodes as it may have (job flag ``SPREAD_JOB``)."""
+    tasks_exact: bool = False
+    """The task count was asked (``-n``; job flag ``EXACT_TASK_COUNT_REQUESTED``): one task a node at most, so
+    it bounds the nodes slurmctld gives the job (else slurmctld adds a task for each node it gives)."""
+    cpus_exact: bool = False
+    """The CPUs per task were asked (``-c``; job flag ``EXACT_CPU_COUNT_REQUESTED``): a partition's
+    ``DefCpuPerGPU`` does not apply."""
+    node_range: bool = False
+    """The job asked a node range (``-N min-max``, max above min): slurmctld aims at the maximum
+    (``get_node_cnts``: ``req_nodes = max_nodes``) and takes fewer only where fewer are free. Not set for
+    the maximum ``-n`` implies (v0.0.45's ``JOB_IMPLICIT_MAX_NODES``; before it, a maximum equal to the task
+    count without ``-N`` above 1 is read as implied — ``-N1-4 -n4`` reads as ``-n4``)."""
     admin_comment: str = ""
     comment: str = ""
 

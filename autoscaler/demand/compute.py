@@ -30,7 +30,7 @@ from autoscaler.demand.select import (
     snapshot_shape,
     target_nodes,
 )
-from autoscaler.demand.sizing import Request, size
+from autoscaler.demand.sizing import NO_RULES, Request, SizeRules, size
 from autoscaler.demand.tables import (
     INELIGIBLE_CODE,
     WHEN_EMPTY_CODE,
@@ -99,8 +99,10 @@ def _count(
     pieces, run_jobs, run_fresh, run_owners = runs_out.pieces, runs_out.jobs, runs_out.fresh, runs_out.owners
     by_job = queue.by_job
     run_at: dict[tuple[Piece, bool, Owner | None], int] = {}  # (piece, fresh, owner) → its run
+    rules = size_rules(target)
+    most = target.max_nodes
     sizes: dict[Request, Piece | Misfit] = (
-        queue.cache.sizes(shape, target.max_nodes, max_memory_per_cpu) if queue.cache is not None else {}
+        queue.cache.sizes(shape, most, max_memory_per_cpu, rules) if queue.cache is not None else {}
     )
     allowance: dict[int, int] = {}
     budget_left: dict[tuple[str, ...], int] = {}
@@ -141,7 +143,7 @@ def _count(
             continue
         piece = sizes.get(kind.request)
         if piece is None:
-            piece = sizes[kind.request] = size(kind.request, shape, target.max_nodes, max_memory_per_cpu)
+            piece = sizes[kind.request] = size(kind.request, shape, most, max_memory_per_cpu, rules)
         if isinstance(piece, Misfit):
             out.misfits.update(dict.fromkeys(kind.keys, piece))
             eligible -= count
@@ -232,11 +234,12 @@ def _count_table(
     out.eligible = int(count[live_at].sum())
     if shape is None or not live_at.size:
         return out
-    memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu)
+    rules = size_rules(target)
+    memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu, rules)
     requests = table.request[live_at]
     unsized = np.unique(requests[memo.ids[requests] == -2]).tolist()
     for r in unsized:  # each request sized once per context: memo is the cache's (PieceIds)
-        piece = size(facts.requests[r], shape, target.max_nodes, max_memory_per_cpu)
+        piece = size(facts.requests[r], shape, target.max_nodes, max_memory_per_cpu, rules)
         if isinstance(piece, Misfit):
             memo.ids[r] = -1
             memo.misfits[r] = piece
@@ -278,12 +281,26 @@ def _count_table(
     return out
 
 
+def size_rules(target: Target) -> SizeRules:
+    """What ``target`` adds to sizing (the same object for a target that adds nothing)."""
+    if target.node_ranges == "minimum" and not target.cpus_per_gpu:
+        return NO_RULES
+    return SizeRules(target.node_ranges == "largest", target.cpus_per_gpu)
+
+
 def _piece_ids(
-    queue: Queue, facts: KeyFacts, shape: NodeShape, max_nodes: int | None, max_memory_per_cpu: int | None
+    queue: Queue,
+    facts: KeyFacts,
+    shape: NodeShape,
+    max_nodes: int | None,
+    max_memory_per_cpu: int | None,
+    rules: SizeRules,
 ) -> PieceIds:
     """The sizing memo by request id (kept in the cache across polls), grown to every request known."""
     memo = (
-        queue.cache.piece_ids(shape, max_nodes, max_memory_per_cpu) if queue.cache is not None else PieceIds()
+        queue.cache.piece_ids(shape, max_nodes, max_memory_per_cpu, rules)
+        if queue.cache is not None
+        else PieceIds()
     )
     known = len(facts.requests)
     if len(memo.ids) < known:

@@ -108,7 +108,7 @@ def scan(
                 (j.qos, j.account, j.user) if every else None,
                 j.min_nodes, j.max_nodes, j.cpus, j.tasks, j.cpus_per_task, j.memory_per_node_bytes,
                 j.memory_per_cpu_bytes, j.whole_node_memory, j.memory_bytes, j.gpus_per_node, j.gpus,
-                j.exclusive, j.spread, j.node_request,
+                j.exclusive, j.spread, j.tasks_exact, j.cpus_exact, j.node_range, j.node_request,
             ),
             ordinal(),
         ) | j.priority << 31

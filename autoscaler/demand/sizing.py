@@ -18,7 +18,7 @@ from autoscaler.demand.packing import Piece
 from autoscaler.demand.types import Misfit, NodeShape
 from exporter.model import NodeRequest
 
-__all__ = ["Request", "size"]
+__all__ = ["NO_RULES", "Request", "SizeRules", "size"]
 
 
 class Request(NamedTuple):
@@ -37,7 +37,25 @@ class Request(NamedTuple):
     gpus: int
     exclusive: bool
     spread: bool
+    tasks_exact: bool
+    cpus_exact: bool
+    node_range: bool
     node_request: NodeRequest | None
+
+
+class SizeRules(NamedTuple):
+    """What a target adds to sizing (``Target.node_ranges``, ``Target.cpus_per_gpu``)."""
+
+    largest_ranges: bool = False
+    """A ``-N min-max`` job takes as many nodes as its range and its tasks allow (what slurmctld takes from
+    idle nodes), not its minimum."""
+    cpus_per_gpu: int = 0
+    """The partition's ``DefCpuPerGPU`` (0: none): CPUs for each GPU of a job that gave no ``-c`` —
+    slurmctld applies it when it tests the job on nodes, and no slurmrestd answer shows it before."""
+
+
+NO_RULES = SizeRules()
+"""A target that adds nothing (the default)."""
 
 
 def _ceil(a: int, b: int) -> int:
@@ -111,10 +129,14 @@ def _gpus_by_socket(cores: NodeRequest, cpus: int, shape: NodeShape) -> int:
 
 
 def size(
-    request: Request, shape: NodeShape, max_nodes: int | None, max_memory_per_cpu: int | None = None
+    request: Request,
+    shape: NodeShape,
+    max_nodes: int | None,
+    max_memory_per_cpu: int | None = None,
+    rules: SizeRules = NO_RULES,
 ) -> Piece | Misfit:
     """The piece of ``request`` on ``shape`` (``max_nodes``: the target's maximum; ``max_memory_per_cpu``:
-    the partition's ``MaxMemPerCPU`` in bytes), or why it never fits."""
+    the partition's ``MaxMemPerCPU`` in bytes; ``rules``: the target's), or why it never fits."""
     if max_memory_per_cpu is not None:
         request = _within_memory_per_cpu(request, max_memory_per_cpu)
     cores = request.node_request
@@ -127,9 +149,11 @@ def size(
         request = _on_cores(request, threads)
     (
         min_nodes, job_max_nodes, job_cpus, tasks, cpt, mem_per_node, mem_per_cpu, whole_node_memory,
-        memory_bytes, gpus_per_node, gpus, exclusive, spread, _,
+        memory_bytes, gpus_per_node, gpus, exclusive, spread, tasks_exact, cpus_exact, node_range, _,
     ) = request  # once, into locals: a NamedTuple's attribute reads cost ~50 ns each  # fmt: skip
     c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
+    if rules.cpus_per_gpu and gpus and not cpus_exact:  # DefCpuPerGPU, where the job gave no -c
+        job_cpus = max(job_cpus, gpus * rules.cpus_per_gpu)
     cpus = max(job_cpus, tasks * cpt if cpt > 1 else 0, 1)
     n = max(min_nodes, 1, _ceil(cpus, c_node))
     if cpt > 1:  # a task never splits across nodes
@@ -163,6 +187,10 @@ def size(
         # it on those with the GPUs they have: lab, 26.05.5, -n1 --gpus=6 on 4-GPU nodes, one node)
         by_gpus = _ceil(gpus, g_node)
         n = max(n, min(by_gpus, job_max_nodes) if job_max_nodes else by_gpus)
+    if node_range and rules.largest_ranges and job_max_nodes is not None:
+        # -N min-max from idle nodes: slurmctld aims at the maximum, a task a node (lab: 26.05.5)
+        most = min(job_max_nodes, max(tasks, 1) if tasks_exact else job_max_nodes, max_nodes or job_max_nodes)
+        n = max(n, most)
     if spread:  # one task per node, as far as the job's and the target's maxima allow
         most = max(tasks, 1)
         n = max(n, min(most, job_max_nodes or most, max_nodes or most))

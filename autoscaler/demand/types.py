@@ -52,6 +52,13 @@ class Target:
     features: frozenset[str] = frozenset()
     """Slurm features a new node of the target has (besides ``nodeset_feature``), used while it has no nodes:
     a job's ``--constraint`` is then judged against them (empty: only ``nodeset_feature`` is known)."""
+    node_ranges: Literal["minimum", "largest"] = "minimum"
+    """What a ``-N min-max`` job asks for: its minimum (enough to start it; the default), or the largest
+    count its range and tasks allow — what slurmctld takes from idle nodes, so what its power saving
+    resumes (``docs/demand.md``)."""
+    cpus_per_gpu: int = 0
+    """The partition's ``DefCpuPerGPU`` (0: none), which no slurmrestd answer shows for a job not yet
+    tested on nodes: CPUs for each GPU of a job that gave no ``-c``."""
 
     def __post_init__(self) -> None:
         if self.min_nodes < 0:

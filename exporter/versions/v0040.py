@@ -230,11 +230,18 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         time_min = x.number * 60 if x is not None and x.set and not x.infinite and x.number else None
         x = r.max_nodes
         max_nodes = x.number if x is not None and x.set and not x.infinite and x.number else None
+        exact_tasks = "EXACT_TASK_COUNT_REQUESTED" in flags
+        node_range = (
+            max_nodes is not None
+            and max_nodes > min_nodes
+            and "JOB_IMPLICIT_MAX_NODES" not in flags
+            and not (exact_tasks and max_nodes == tasks and req.get("node", 1) <= 1)
+        )
         if max_nodes == min_nodes and st[0] == "PENDING":
             max_nodes = c.job_max_nodes(
                 max_nodes,
                 min_nodes,
-                "EXACT_TASK_COUNT_REQUESTED" in flags,
+                exact_tasks,
                 cpt,
                 (r.tasks_per_node is not None and r.tasks_per_node.set and r.tasks_per_node.number > 0)
                 or (w is not None and w.set and w.number > 0),
@@ -302,7 +309,10 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
                 reservation=intern(r.resv_name, r.resv_name) if r.resv_name else "",
                 exclusive=exclusive,
                 node_request=node_request,
-                spread=bool(r.flags) and "SPREAD_JOB" in (r.flags or ()),
+                spread="SPREAD_JOB" in flags,
+                tasks_exact=exact_tasks,
+                node_range=node_range,
+                cpus_exact="EXACT_CPU_COUNT_REQUESTED" in flags,
                 admin_comment=r.admin_comment or "",
                 comment=r.comment or "",
             )

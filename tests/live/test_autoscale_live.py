@@ -209,9 +209,11 @@ and ours idles no more node-minutes than naive-1.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 import pytest
@@ -300,6 +302,8 @@ class Mix:
     smt: bool = False
     """Slurm's side on :data:`SMT_PARTITION` (SMT CLOUD nodes of this mix's slurm.conf), the model's on
     :data:`DYN_SMT_TARGET`."""
+    target_rules: tuple[tuple[str, Any], ...] = ()
+    """Target fields for this mix (``node_ranges``, ``cpus_per_gpu``)."""
     must_start: tuple[str, ...] = ()
     """Jobs (keys) the oracle waits to see started: slurmctld's backfill starts them a moment after its main
     scheduler named a reason that is otherwise final (``PartitionTimeLimit`` on a ``--time-min`` job)."""
@@ -310,7 +314,8 @@ class Mix:
 
     @property
     def target(self) -> Target:
-        return DYN_GPU_TARGET if self.gpus else DYN_SMT_TARGET if self.smt else DYN_TARGET
+        base = DYN_GPU_TARGET if self.gpus else DYN_SMT_TARGET if self.smt else DYN_TARGET
+        return dataclasses.replace(base, **dict(self.target_rules)) if self.target_rules else base
 
 
 MIXES: tuple[Mix, ...] = (
@@ -682,6 +687,17 @@ MIXES += (
         3,
         ("JobDefaults=DefCpuPerGPU=8",),
         gpus=True,
+        target_rules=(("cpus_per_gpu", 8),),
+    ),
+    Mix(
+        "node_ranges_largest",
+        (
+            ("two_to_four", "-N2-4 -n4 --mem=1000"),
+            ("one_to_three", "-N1-3 --mem=1000"),
+            ("one_to_four_two_tasks", "-N1-4 -n2 --mem=1000"),
+        ),
+        4,
+        target_rules=(("node_ranges", "largest"),),
     ),
     Mix(
         "time_min",
@@ -695,10 +711,7 @@ MIXES += (
         must_start=("over_with_min",),
     ),
 )
-KNOWN_DIFFERENCES: dict[str, str] = {
-    "gpu_cpu_default": "a partition's DefCpuPerGPU is in no slurmrestd answer at zero nodes (slurmctld"
-    " applies it when it tests the job on nodes): the model counts such a job's own CPUs",
-}
+KNOWN_DIFFERENCES: dict[str, str] = {}
 """Mixes where the model and Slurm differ (xfail; a plain failure once the model agrees)."""
 
 

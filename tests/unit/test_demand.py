@@ -238,6 +238,33 @@ def test_gpus_beyond_a_node_span_nodes_up_to_the_jobs_own_maximum() -> None:
     assert one([pend(1, gpus=2, tasks=16, cpus=16, max_nodes=1)], shape=quad).too_large
 
 
+def test_node_ranges_minimum_by_default_or_what_slurm_takes() -> None:
+    """``-N2-4 -n4`` from idle nodes: slurmctld takes 4 (a task each), ``-N1-3`` without ``-n`` 3 (a task
+    added for each node), ``-N1-4 -n2`` 2 (lab, 26.05.5). The default counts the minimum."""
+    ranged = [
+        pend(1, min_nodes=2, max_nodes=4, cpus=4, tasks=4, tasks_exact=True, node_range=True),
+        pend(2, min_nodes=1, max_nodes=3, node_range=True),
+        pend(3, min_nodes=1, max_nodes=4, cpus=2, tasks=2, tasks_exact=True, node_range=True),
+    ]
+    assert one(ranged).needed == 2  # pieces of 2 + 1 + 1 CPUs fit two nodes
+    largest = one(ranged, node_ranges="largest")
+    assert largest.needed == 4  # 4 nodes of 1 CPU, 3 of 1, 2 of 1: at most one piece of a job per node
+    # an implied maximum (-n4: node_range False) stays the minimum; the target's maximum caps the range
+    assert one([pend(4, max_nodes=4, cpus=4, tasks=4, tasks_exact=True)], node_ranges="largest").needed == 1
+    assert one([ranged[0]], node_ranges="largest", max_nodes=3).needed == 3
+
+
+def test_a_partition_cpu_default_per_gpu_for_jobs_without_their_own() -> None:
+    """``DefCpuPerGPU=8``: three ``--gpus=1`` jobs take 8 CPUs each — three 8-CPU nodes (lab, 26.05.5);
+    a job that gave ``-c`` keeps its own CPUs."""
+    quad = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=4)
+    jobs = [pend(i, gpus=1) for i in (1, 2, 3)]
+    assert one(jobs, shape=quad).needed == 1
+    assert one(jobs, shape=quad, cpus_per_gpu=8).needed == 3
+    own = [pend(i, gpus=1, cpus=2, cpus_per_task=2, cpus_exact=True) for i in (1, 2, 3)]
+    assert one(own, shape=quad, cpus_per_gpu=8).needed == 1
+
+
 def test_exclusive_takes_whole_nodes() -> None:
     # two 1-CPU exclusive jobs → 2 nodes (not packed together); a 2-node exclusive job → 2 more.
     jobs = [pend(1, exclusive=True), pend(2, exclusive=True), pend(3, min_nodes=2, cpus=2, exclusive=True)]
@@ -733,7 +760,7 @@ def test_request_fields_in_the_order_size_unpacks_them() -> None:
     assert Request._fields == (
         "min_nodes", "max_nodes", "cpus", "tasks", "cpus_per_task", "memory_per_node_bytes",
         "memory_per_cpu_bytes", "whole_node_memory", "memory_bytes", "gpus_per_node", "gpus", "exclusive",
-        "spread", "node_request",
+        "spread", "tasks_exact", "cpus_exact", "node_range", "node_request",
     )  # fmt: skip
 
 

@@ -26,6 +26,12 @@ def test_partition_only() -> None:
     assert metric_name({}, t) == "slurm-desired-nodes-gpu"
 
 
+def test_node_ranges_and_the_partitions_cpus_per_gpu() -> None:
+    t = target_from_metadata({"partition": "gpu", "nodeRanges": "largest", "cpusPerGpu": "8"})
+    assert (t.node_ranges, t.cpus_per_gpu) == ("largest", 8)
+    assert (target_from_metadata({"partition": "gpu"}).node_ranges, t.partition) == ("minimum", "gpu")
+
+
 def test_nodeset_selects_by_feature_named_after_it() -> None:
     meta = {"partition": "gpu", "nodeset": "slurm-gpu", "min": "1", "max": "8"}
     t = target_from_metadata(meta)
@@ -113,6 +119,8 @@ def test_memory_units_are_binary(text: str, mib: int) -> None:
         ({"partition": "p", "nodeNames": "n[0-999999]"}, "nodeNames"),  # counted, never expanded
         ({"partition": "p" * (1 << 20)}, "partition"),
         ({"partition": "p", "nodeNames": "n" * 300}, "nodeNames"),
+        ({"partition": "p", "nodeRanges": "max"}, "nodeRanges"),
+        ({"partition": "p", "cpusPerGpu": "-1"}, "cpusPerGpu"),
     ],
 )
 def test_bad_metadata_names_the_key(meta: dict[str, str], key: str) -> None:

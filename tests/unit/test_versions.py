@@ -997,6 +997,34 @@ def test_a_maximum_slurm_packed_as_the_minimum_is_no_maximum() -> None:
     assert [j.max_nodes for j in jobs] == [None, 1, 1, 3, 1]
 
 
+def test_node_ranges_asked_and_implied() -> None:
+    """``-N1-3`` is a range; ``-n4`` shows max_nodes 4 too (the maximum it implies: v0.0.45 flags it
+    JOB_IMPLICIT_MAX_NODES, v0.0.44 does not) — read as implied when it equals the task count and no
+    ``-N`` above 1 is requested (``-N2-4 -n4``: requested node=2, a range)."""
+    base = {"cpus": num(4), "cpus_per_task": num(1), "tres_per_node": "", "tres_per_job": ""}
+    flags = ["EXACT_TASK_COUNT_REQUESTED"]
+    asked = job40(**base, node_count=num(1), max_nodes=num(3), tasks=num(1), tres_req_str="cpu=1,node=1")
+    implied = job40(
+        **base, job_id=43, node_count=num(1), max_nodes=num(4), tasks=num(4), flags=flags,
+        tres_req_str="cpu=4,node=1",
+    )  # fmt: skip
+    ranged = job40(
+        **base, job_id=44, node_count=num(2), max_nodes=num(4), tasks=num(4), flags=flags,
+        tres_req_str="cpu=4,node=2",
+    )  # fmt: skip
+    flagged = job40(
+        **base, job_id=45, node_count=num(2), max_nodes=num(8), tasks=num(4),
+        flags=["JOB_IMPLICIT_MAX_NODES"], tres_req_str="cpu=4,node=2",
+    )  # fmt: skip
+    jobs, _ = adapter_for("v0.0.44").jobs(body40([asked, implied, ranged, flagged]))
+    assert [(j.node_range, j.tasks_exact) for j in jobs] == [
+        (True, False),
+        (False, True),
+        (True, True),
+        (False, False),
+    ]
+
+
 def test_partition_gpu_defaults_as_the_record_shows_them() -> None:
     """As the lab's 26.05 showed them under ``JobDefaults=DefCpuPerGPU=4,DefMemPerGPU=6000``: at zero nodes
     ``--gpus=2`` has memory_per_node 0 and its TRES request mem=12000M (the default, not the whole node);
@@ -1028,6 +1056,7 @@ def test_partition_gpu_defaults_as_the_record_shows_them() -> None:
         (True, None, 0),
     ]
     assert [j.cpus for j in jobs] == [1, 1, 8, 2]
+    assert [j.cpus_exact for j in jobs] == [False, False, False, True]
 
 
 def test_an_overcommitting_pending_job_needs_its_requested_nodes_not_slurms_estimate() -> None:
