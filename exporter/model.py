@@ -146,9 +146,10 @@ class Job(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     ``DefCpuPerGPU`` does not apply."""
     node_range: bool = False
     """The job asked a node range (``-N min-max``, max above min): slurmctld aims at the maximum
-    (``get_node_cnts``: ``req_nodes = max_nodes``) and takes fewer only where fewer are free. Not set for
-    the maximum ``-n`` implies (v0.0.45's ``JOB_IMPLICIT_MAX_NODES``; before it, a maximum equal to the task
-    count without ``-N`` above 1 is read as implied — ``-N1-4 -n4`` reads as ``-n4``)."""
+    (``get_node_cnts``: ``req_nodes = max_nodes``) and takes fewer only where fewer are free. Not set with
+    ``--use-min-nodes`` (flag ``PREFER_MINIMUM_NODE_COUNT``), nor for the maximum ``-n`` implies (v0.0.45's
+    ``JOB_IMPLICIT_MAX_NODES``; before it, a maximum equal to the task count without ``-N`` above 1 is read
+    as implied — ``-N1-4 -n4`` reads as ``-n4``)."""
     admin_comment: str = ""
     comment: str = ""
 

@@ -235,6 +235,7 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
             max_nodes is not None
             and max_nodes > min_nodes
             and "JOB_IMPLICIT_MAX_NODES" not in flags
+            and "PREFER_MINIMUM_NODE_COUNT" not in flags  # --use-min-nodes
             and not (exact_tasks and max_nodes == tasks and req.get("node", 1) <= 1)
         )
         if max_nodes == min_nodes and st[0] == "PENDING":

@@ -137,6 +137,17 @@ sockets, each with 2 GPUs: the lab's GPUs have no socket binding). The model sai
 ``-n3 --ntasks-per-core=1`` three cores (6) s3. Counted in threads the queue is 13 CPUs (2 nodes: the
 model's answer before it read the threads per core); the model's target says ``threadsPerCore=2``.
 
+``gpus_across_nodes`` → 3 (GPU nodes): ``--gpus=5`` runs on q1, q2 (4 + 1 GPUs, a task each), ``--gpus=6
+-n1`` on q3 with the 4 GPUs one node has (one task: one node). ``gpu_memory_default`` → 2
+(``JobDefaults=DefMemPerGPU=6000`` on both partitions): four 1-GPU jobs of 6000 MB, two per node.
+``gpu_cpu_default`` → 3 (``DefCpuPerGPU=8``): three ``--gpus=1`` jobs of 8 CPUs each; slurmrestd shows the
+default nowhere at zero nodes, so the model's target says it (``cpusPerGpu``). ``time_min`` → 2
+(``MaxTime=60``): ``-t 120 --time-min=30`` is started by the backfill with its limit cut to 60 minutes
+(the oracle waits for it: ``must_start``), ``-t 120`` pends with PartitionTimeLimit, ``-t 30`` runs.
+``node_ranges_largest`` → 4: ``-N2-4 -n4`` takes p1..p4, ``-N1-3`` p1..p3, ``-N1-4 -n2`` p1, p2 — slurmctld
+aims at a range's maximum; the model's target counts that with ``nodeRanges: largest`` (its minimum
+by default: 2).
+
 Limits (slurmdbd, ``AccountingStorageEnforce=limits`` for these mixes only):
 
 ``qos_assoc_per_job_limits`` → 1: ``MaxTRESPerJob=cpu=4 MaxWall=60`` on the QOS, ``MaxNodes=1`` on the root

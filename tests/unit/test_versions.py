@@ -1016,11 +1016,16 @@ def test_node_ranges_asked_and_implied() -> None:
         **base, job_id=45, node_count=num(2), max_nodes=num(8), tasks=num(4),
         flags=["JOB_IMPLICIT_MAX_NODES"], tres_req_str="cpu=4,node=2",
     )  # fmt: skip
-    jobs, _ = adapter_for("v0.0.44").jobs(body40([asked, implied, ranged, flagged]))
+    least = job40(
+        **base, job_id=46, node_count=num(1), max_nodes=num(3), tasks=num(1),
+        flags=["PREFER_MINIMUM_NODE_COUNT"], tres_req_str="cpu=1,node=1",
+    )  # fmt: skip  # -N1-3 --use-min-nodes
+    jobs, _ = adapter_for("v0.0.44").jobs(body40([asked, implied, ranged, flagged, least]))
     assert [(j.node_range, j.tasks_exact) for j in jobs] == [
         (True, False),
         (False, True),
         (True, True),
+        (False, False),
         (False, False),
     ]
 
