@@ -176,6 +176,7 @@ async def _read(http: aiohttp.ClientSession, url: str) -> int:
         return r.status
 
 
+@pytest.mark.heavy
 async def test_a_thousand_keep_alive_scrapers_beside_a_thousand_half_open_all_answered() -> None:
     """Issue 20 item 2: with keep-alive clients only 520–612 of 1,000 got an answer (the cap disconnected the
     rest). Now every scraper is answered (slower is fine) while half-open connections are still cut."""

@@ -14,6 +14,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from testkit.paths import ROOT
 
 LINES = [ln for ln in (ROOT / "Dockerfile").read_text().splitlines() if ln and not ln.startswith("#")]
@@ -62,6 +64,7 @@ def test_one_console_script() -> None:
     assert project["scripts"] == {"slurm-keda": "slurm_keda.cli:main"}
 
 
+@pytest.mark.heavy
 def test_the_wheel_the_build_stage_builds(tmp_path: Path) -> None:
     build, _ = stages()
     src = tmp_path / "src"
