@@ -455,6 +455,9 @@ class SlurmConfig(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """``PriorityType``, e.g. ``priority/multifactor``."""
     select_type_parameters: tuple[str, ...] = ()
     """``SelectTypeParameters``, upper case as Slurm prints them (``CR_CORE_MEMORY``, ...)."""
+    default_cpus_per_gpu: int = 0
+    """The cluster-wide ``JobDefaults=DefCpuPerGPU`` (0: none): CPUs for each GPU of a job that gave no
+    ``-c``, in a partition without its own (a partition's ``JobDefaults`` is in no slurmrestd answer)."""
 
 
 class Envelope(msgspec.Struct, frozen=True, gc=False, kw_only=True):

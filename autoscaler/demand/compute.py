@@ -477,6 +477,8 @@ def desired_count(busy: int, needed: int, target: Target) -> int:
 
 
 def _demand_for(target: Target, queue: Queue) -> Demand:
+    if not target.cpus_per_gpu and queue.cpus_per_gpu:  # the cluster's JobDefaults, the target's own first
+        target = replace(target, cpus_per_gpu=queue.cpus_per_gpu)
     nodes = target_nodes(target, queue.nodes[target.partition])
     busy = busy_nodes(nodes, queue.held_nodes)
     shape = snapshot_shape(nodes)

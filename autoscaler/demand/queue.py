@@ -673,6 +673,9 @@ class Queue:
         )
         """slurmctld allocates threads, not whole cores (``SelectTypeParameters=CR_CPU*``, where /conf
         says)."""
+        self.cpus_per_gpu = conf.default_cpus_per_gpu if conf is not None else 0
+        """The cluster-wide ``DefCpuPerGPU`` (where /conf says; 0: none): a target without its own
+        ``cpusPerGpu`` sizes GPU jobs with it."""
         self.partitions: dict[str, Partition] = {p.name: p for p in snapshot.partitions if p.name in wanted}
         """The wanted partitions the snapshot has (their limits: ``MaxCPUsPerNode``, ``MaxMemPerCPU``)."""
         listed: list[JobKey] | None

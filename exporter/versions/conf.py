@@ -18,12 +18,20 @@ from . import _common as c
 __all__ = ["decode_conf"]
 
 
+class RawJobDefault(Struct, gc=False):
+    """One ``JobDefaults`` entry: ``{"type": ["DefCpuPerGPU"], "value": 4}``."""
+
+    type: list[str] | str | None = None
+    value: int | None = None
+
+
 class RawConf(Struct, gc=False, rename="pascal"):
     """The parameters read, named as in slurm.conf (``AccountingStorageEnforce``, ...)."""
 
     accounting_storage_enforce: list[str] | None = None
     priority_type: str | None = None
     select_type_parameters: list[str] | None = None
+    job_defaults: list[RawJobDefault] | None = None
 
 
 class RawConfAnswer(Struct, gc=False):
@@ -47,4 +55,14 @@ def convert_conf(r: RawConf) -> SlurmConfig:
         accounting_storage_enforce=tuple(f.lower() for f in r.accounting_storage_enforce or ()),
         priority_type=r.priority_type or "",
         select_type_parameters=tuple(r.select_type_parameters or ()),
+        default_cpus_per_gpu=_job_default(r.job_defaults, "defcpupergpu"),
     )
+
+
+def _job_default(entries: list[RawJobDefault] | None, name: str) -> int:
+    """The value of one ``JobDefaults`` entry (``name`` in lower case), or 0 (none, or not a count)."""
+    for entry in entries or ():
+        kinds = [entry.type] if isinstance(entry.type, str) else entry.type or []
+        if any(k.lower() == name for k in kinds) and entry.value is not None and entry.value > 0:
+            return entry.value
+    return 0

@@ -36,6 +36,18 @@ def test_enforced_limits_are_lower_case_flags() -> None:
     assert conf.accounting_storage_enforce == ("associations", "limits", "qos", "safe")
 
 
+def test_the_cluster_wide_job_defaults() -> None:
+    doc = json.loads(CONF.read_bytes())
+    assert decode_conf(CONF.read_bytes())[0].default_cpus_per_gpu == 0  # the lab sets none
+    doc["slurm_conf"]["JobDefaults"] = [  # slurm.conf JobDefaults=DefMemPerGPU=6000,DefCpuPerGPU=4 (OpenAPI)
+        {"type": ["DefMemPerGPU"], "value": 6000},
+        {"type": ["DefCpuPerGPU"], "value": 4},
+    ]
+    assert decode_conf(json.dumps(doc).encode())[0].default_cpus_per_gpu == 4
+    doc["slurm_conf"]["JobDefaults"] = [{"type": ["DefCpuPerGPU"]}]
+    assert decode_conf(json.dumps(doc).encode())[0].default_cpus_per_gpu == 0
+
+
 def test_bad_answers() -> None:
     with pytest.raises(ResponseError, match="JSON is malformed"):
         decode_conf(b"{nope")

@@ -263,6 +263,11 @@ def test_a_partition_cpu_default_per_gpu_for_jobs_without_their_own() -> None:
     assert one(jobs, shape=quad, cpus_per_gpu=8).needed == 3
     own = [pend(i, gpus=1, cpus=2, cpus_per_task=2, cpus_exact=True) for i in (1, 2, 3)]
     assert one(own, shape=quad, cpus_per_gpu=8).needed == 1
+    # the cluster-wide JobDefaults (/conf) where the target says none; the target's own first
+    cluster = msgspec.structs.replace(snap(jobs), config=SlurmConfig(default_cpus_per_gpu=8))
+    assert compute_demand(cluster, [Target(name="t", partition="p", shape=quad)])["t"].needed == 3
+    own_rule = Target(name="t", partition="p", shape=quad, cpus_per_gpu=4)
+    assert compute_demand(cluster, [own_rule])["t"].needed == 2
 
 
 def test_exclusive_takes_whole_nodes() -> None:
