@@ -173,13 +173,13 @@ async def render(stem: str, port: int, out: Path) -> subprocess.CompletedProcess
 async def _check(lab: Lab, serve: ScalerProcess, port: int, tmp_path: Path) -> None:
     async def scraped() -> bool:
         try:
-            got = await instant(port, 'count_over_time(slurm_up{job="slurm-keda"}[1m]) >= 8')
+            got = await instant(port, 'count_over_time(slurm_up{job="slurm-keda"}[1m]) >= 5')
             leader = await instant(port, "slurm_bridge_leader == 1")
         except OSError:
             return False
         return bool(got and leader)
 
-    await eventually(scraped, 60, "8 s of scrapes of a leading bridge")
+    await eventually(scraped, 60, "5 s of scrapes of a leading bridge")
 
     async def rules_evaluated() -> list[dict[str, Any]] | None:
         groups = (await asyncio.to_thread(prom_get, port, "/api/v1/rules"))["groups"]

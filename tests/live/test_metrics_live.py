@@ -593,8 +593,8 @@ def fresh_eval_time(prom: Prometheus, since: float) -> float:
     raise Unsettled(f"Prometheus has no sample of a snapshot fetched after {since:.3f}: {last}")
 
 
-SLURM_UP_WATCH = 5.0
-"""Seconds of back-to-back scrapes (≈ 5 polls at --poll-interval 1)."""
+SLURM_UP_WATCH = 3.0
+"""Seconds of back-to-back scrapes (≈ 3 polls at --poll-interval 1)."""
 
 
 @pytest.mark.parametrize("lab", LABS, indirect=True)
