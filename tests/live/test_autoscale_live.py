@@ -146,7 +146,8 @@ default nowhere at zero nodes, so the model's target says it (``cpusPerGpu``). `
 (the oracle waits for it: ``must_start``), ``-t 120`` pends with PartitionTimeLimit, ``-t 30`` runs.
 ``node_ranges_largest`` → 4: ``-N2-4 -n4`` takes p1..p4, ``-N1-3`` p1..p3, ``-N1-4 -n2`` p1, p2 — slurmctld
 aims at a range's maximum; the model's target counts that with ``nodeRanges: largest`` (its minimum
-by default: 2).
+by default: 2). ``smt_node_ranges`` → 4 on the SMT nodes: ``-N1-3 -n3 --hint=nomultithread`` a core on
+each of s1..s3, ``-N2-3 -n6`` two tasks (a core) on each of them too, ``-c8`` all of s4.
 
 Limits (slurmdbd, ``AccountingStorageEnforce=limits`` for these mixes only):
 
@@ -708,6 +709,18 @@ MIXES += (
             ("one_to_four_two_tasks", "-N1-4 -n2 --mem=1000"),
         ),
         4,
+        target_rules=(("node_ranges", "largest"),),
+    ),
+    Mix(
+        "smt_node_ranges",
+        (
+            ("one_core_a_task", "-N1-3 -n3 --hint=nomultithread --mem=1000"),
+            ("two_to_three", "-N2-3 -n6 --mem=1000"),
+            ("four_cores", "-n1 -c8 --mem=1000"),
+        ),
+        4,
+        slurm_conf=SMT_CONF,
+        smt=True,
         target_rules=(("node_ranges", "largest"),),
     ),
     Mix(
