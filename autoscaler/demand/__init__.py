@@ -16,7 +16,8 @@ and what it costs: ``docs/demand.md``):
 4. **Pending jobs** of the partition — a job pending in several counts once, in the partition Slurm
    tries first (highest ``PriorityTier``, then the job's order) — are eligible or ignored by reason
    (:mod:`autoscaler.reasons`; not-yet-classified jobs by their own fields, :mod:`autoscaler.eligibility`:
-   e.g. ``MaxMemPerLimit``, ``RequiredNodes``). A ``--constraint`` must name the NodeSet's feature, and
+   e.g. ``MaxMemPerLimit``, ``RequiredNodes``; a ``--time-min`` under the partition's MaxTime is no time
+   bar). A ``--constraint`` must name the NodeSet's feature, and
    with nodes one node must have all ``&``-joined / any ``|``-joined features; at zero the same against
    ``Target.features`` (else only the NodeSet's feature is known).
 5. **Arrays**: a record counts its pending tasks; a ``%N`` throttle lets ``N − running`` count.
@@ -26,9 +27,11 @@ and what it costs: ``docs/demand.md``):
    **Heterogeneous jobs** (:mod:`~autoscaler.demand.hetjobs`): a job's components on distinct nodes, one
    job of Σ components' nodes, each node asking the most any component asks of one.
 6. **Size** (:mod:`~autoscaler.demand.sizing`): nodes from CPUs, tasks × CPUs per task (a task never
-   splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory, whole-node memory), GPUs
-   (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``), ``-N`` minimum (a range is started on its
-   minimum, as Slurm does; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
+   splits), memory (``--mem``, ``--mem-per-cpu``, TRES memory — a partition's DefMemPerGPU —, whole-node
+   memory), GPUs (``--gpus[-per-node|-per-task]``, ``--mem-per-gpu``; more than a node has: a node each,
+   up to the job's own maximum; ``Target.cpus_per_gpu`` / the cluster's DefCpuPerGPU for jobs without
+   ``-c``), ``-N`` minimum (a range its minimum, or with ``Target.node_ranges="largest"`` what slurmctld
+   takes from idle nodes; an ``--overcommit`` job's requested nodes, not Slurm's estimate),
    ``--spread-job``; on SMT nodes whole cores (``threads_per_core`` of the shape; ``--hint=nomultithread``,
    ``--threads-per-core``, ``--ntasks-per-core=1`` give a task cores of its own; ``--sockets-per-node`` /
    ``--cores-per-socket`` beyond the shape's layout never fit; ``--gpus-per-socket`` for each socket the
