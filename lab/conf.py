@@ -163,7 +163,9 @@ def slurm_conf(cfg: LabConfig) -> str:
         f"SuspendProgram={p('bin', 'suspend.sh')}",
         f"ResumeProgram={p('bin', 'resume.sh')}",
         "SuspendTime=600",
-        "ResumeTimeout=600",
+        # a cloud node never boots: its job stays CONFIGURING until this (longer than a make test run, so
+        # the demo stays as submitted: lab.demo.DEMO_MAX_AGE)
+        "ResumeTimeout=1800",
         # Only the cloud nodes are power-managed: a slurmd node idle for SuspendTime was "suspended" too
         # (idle~) and its next job stayed CONFIGURING until ResumeTimeout, the slurmd never re-registering
         # (seen: demo jobs stuck CONFIGURING on a lab up for a while).
