@@ -91,6 +91,7 @@ def _count(
     queue: Queue,
     runs: Iterable[tuple[Kind, int]],
     max_memory_per_cpu: int | None,
+    rules: SizeRules,
 ) -> _Count:
     """Walk the target's pending runs in Slurm's order: ignore, skip (constraint), throttle (``%N``),
     size and collect the counted ones as runs of pieces."""
@@ -99,7 +100,6 @@ def _count(
     pieces, run_jobs, run_fresh, run_owners = runs_out.pieces, runs_out.jobs, runs_out.fresh, runs_out.owners
     by_job = queue.by_job
     run_at: dict[tuple[Piece, bool, Owner | None], int] = {}  # (piece, fresh, owner) → its run
-    rules = size_rules(target)
     most = target.max_nodes
     sizes: dict[Request, Piece | Misfit] = (
         queue.cache.sizes(shape, most, max_memory_per_cpu, rules) if queue.cache is not None else {}
@@ -177,6 +177,7 @@ def _count_table(
     queue: Queue,
     table: KindTable,
     max_memory_per_cpu: int | None,
+    rules: SizeRules,
 ) -> _Count:
     """:func:`_count` of a partition's kinds as columns (:class:`KindTable`; no budgets, no owners): the
     same walk in numpy — only the throttled kinds one by one (their allowance is handed out in order) —
@@ -234,7 +235,6 @@ def _count_table(
     out.eligible = int(count[live_at].sum())
     if shape is None or not live_at.size:
         return out
-    rules = size_rules(target)
     memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu, rules)
     requests = table.request[live_at]
     unsized = np.unique(requests[memo.ids[requests] == -2]).tolist()
@@ -281,11 +281,13 @@ def _count_table(
     return out
 
 
-def size_rules(target: Target) -> SizeRules:
-    """What ``target`` adds to sizing (the same object for a target that adds nothing)."""
-    if target.node_ranges == "minimum" and not target.cpus_per_gpu:
+def size_rules(target: Target, cluster_cpus_per_gpu: int = 0) -> SizeRules:
+    """What ``target`` adds to sizing — its ``cpus_per_gpu``, else the cluster's ``DefCpuPerGPU`` — (the
+    same object for a target that adds nothing)."""
+    cpus_per_gpu = target.cpus_per_gpu or cluster_cpus_per_gpu
+    if target.node_ranges == "minimum" and not cpus_per_gpu:
         return NO_RULES
-    return SizeRules(target.node_ranges == "largest", target.cpus_per_gpu)
+    return SizeRules(target.node_ranges == "largest", cpus_per_gpu)
 
 
 def _piece_ids(
@@ -477,8 +479,6 @@ def desired_count(busy: int, needed: int, target: Target) -> int:
 
 
 def _demand_for(target: Target, queue: Queue) -> Demand:
-    if not target.cpus_per_gpu and queue.cpus_per_gpu:  # the cluster's JobDefaults, the target's own first
-        target = replace(target, cpus_per_gpu=queue.cpus_per_gpu)
     nodes = target_nodes(target, queue.nodes[target.partition])
     busy = busy_nodes(nodes, queue.held_nodes)
     shape = snapshot_shape(nodes)
@@ -494,10 +494,11 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
     if shape is not None and max_cpus is not None and max_cpus < shape.cpus:
         shape, cpus_cap = replace(shape, cpus=max_cpus), max_cpus
     table = queue.table(target.partition)
+    rules = size_rules(target, queue.cpus_per_gpu)
     counted = (
-        _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu)
+        _count(target, nodes, shape, queue, queue.runs(target.partition), max_memory_per_cpu, rules)
         if table is None
-        else _count_table(target, nodes, shape, queue, table, max_memory_per_cpu)
+        else _count_table(target, nodes, shape, queue, table, max_memory_per_cpu, rules)
     )
     needed, packing = 0, None
     if shape is not None and (counted.runs.pieces or counted.columns is not None):
