@@ -30,7 +30,7 @@ from autoscaler.demand.select import (
     snapshot_shape,
     target_nodes,
 )
-from autoscaler.demand.sizing import NO_RULES, Request, SizeRules, size
+from autoscaler.demand.sizing import NO_RULES, Request, SizeRules, size, size_columns
 from autoscaler.demand.tables import (
     INELIGIBLE_CODE,
     WHEN_EMPTY_CODE,
@@ -237,18 +237,9 @@ def _count_table(
         return out
     memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu, rules)
     requests = table.request[live_at]
-    unsized = np.unique(requests[memo.ids[requests] == -2]).tolist()
-    for r in unsized:  # each request sized once per context: memo is the cache's (PieceIds)
-        piece = size(facts.requests[r], shape, target.max_nodes, max_memory_per_cpu, rules)
-        if isinstance(piece, Misfit):
-            memo.ids[r] = -1
-            memo.misfits[r] = piece
-        else:
-            pid = memo.index.get(piece)
-            if pid is None:
-                pid = memo.index[piece] = len(memo.pieces)
-                memo.pieces.append(piece)
-            memo.ids[r] = pid
+    unsized = np.unique(requests[memo.ids[requests] == -2])
+    if unsized.size:  # each request sized once per context: memo is the cache's (PieceIds)
+        _size_into(memo, facts, unsized, shape, target.max_nodes, max_memory_per_cpu, rules)
     pieces = memo.ids[requests]
     misfit = pieces < 0
     if misfit.any():
@@ -279,6 +270,35 @@ def _count_table(
     ids = run_keys >> 1
     out.columns = _RunColumns(pieces=rows[ids], jobs=jobs, fresh=(run_keys & 1).astype(np.bool_), ids=ids)
     return out
+
+
+def _size_into(
+    memo: PieceIds,
+    facts: KeyFacts,
+    unsized: np.ndarray[Any, np.dtype[np.int64]],
+    shape: NodeShape,
+    max_nodes: int | None,
+    max_memory_per_cpu: int | None,
+    rules: SizeRules,
+) -> None:
+    """Size the requests of these ids into ``memo``: in columns (:func:`size_columns`) where the shape
+    and the request allow, the rest — misfits, layouts, cores of several threads, ``MaxMemPerCPU`` — one by
+    one (:func:`size`)."""
+    one_by_one = unsized
+    if shape.threads_per_core == 1 and max_memory_per_cpu is None and shape.cpus > 0:
+        plain = facts.request_plain[unsized]
+        if plain.any():
+            columns = unsized[plain]
+            rows, ok = size_columns(facts.request_numbers[columns], shape, max_nodes, rules)
+            memo.ids[columns[ok]] = memo.add_rows(rows[ok])
+            one_by_one = np.concatenate([unsized[~plain], columns[~ok]])
+    for r in one_by_one.tolist():
+        piece = size(facts.request_of(r), shape, max_nodes, max_memory_per_cpu, rules)
+        if isinstance(piece, Misfit):
+            memo.ids[r] = -1
+            memo.misfits[r] = piece
+        else:
+            memo.ids[r] = memo.add(piece)
 
 
 def size_rules(target: Target, cluster_cpus_per_gpu: int = 0) -> SizeRules:

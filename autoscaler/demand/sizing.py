@@ -12,13 +12,18 @@ on a node are whole cores, and a task of ``--threads-per-core=1`` / ``--hint=nom
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import operator
+from collections.abc import Sequence
+from itertools import repeat
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from autoscaler.demand.packing import Piece
 from autoscaler.demand.types import Misfit, NodeShape
 from exporter.model import NodeRequest
 
-__all__ = ["NO_RULES", "Request", "SizeRules", "size"]
+__all__ = ["NO_RULES", "NUMBER_FIELDS", "Request", "SizeRules", "request_columns", "size", "size_columns"]
 
 
 class Request(NamedTuple):
@@ -225,3 +230,131 @@ def size(
     else:
         mem_pn = _ceil(total_mem, n)
     return (n, cpu_pn, mem_pn, gpu_pn)
+
+
+NUMBER_FIELDS = Request._fields[:-1]
+"""The :class:`Request` fields :func:`size_columns` reads, as int64 columns in this order (every field but
+``node_request``; ``None`` → −1, booleans 0/1)."""
+_NULLABLE = frozenset({"max_nodes", "memory_per_node_bytes", "memory_per_cpu_bytes"})
+_COUNT_LIMIT = 1 << 31
+"""Counts (nodes, CPUs, tasks, GPUs) at or beyond this are sized one by one (:func:`size`): their products
+stay far inside int64."""
+_I64 = np.ndarray[Any, np.dtype[np.int64]]
+_BOOL = np.ndarray[Any, np.dtype[np.bool_]]
+
+
+def request_columns(requests: Sequence[tuple[Any, ...]]) -> tuple[_I64, _BOOL]:
+    """Requests (:class:`Request` fields, plain tuples or not) as an int64 array ``(len, NUMBER_FIELDS)``,
+    and per request whether :func:`size_columns` may size it: no ``node_request`` (a layout: :func:`size`),
+    no ``None`` where the field never holds one, nothing negative or beyond 2⁵³."""
+    if not requests:
+        return np.empty((0, len(NUMBER_FIELDS)), dtype=np.int64), np.empty(0, dtype=np.bool_)
+    fields = list(zip(*requests, strict=True))
+    plain = np.fromiter(map(operator.is_, fields[-1], repeat(None)), dtype=np.bool_, count=len(requests))
+    columns = []
+    for name, values in zip(NUMBER_FIELDS, fields, strict=False):
+        column, ok = _number_column(values, nullable=name in _NULLABLE)
+        columns.append(column)
+        plain &= ok
+    return np.stack(columns, axis=1), plain
+
+
+def _number_column(values: Sequence[Any], *, nullable: bool) -> tuple[_I64, _BOOL]:
+    """One field's values as int64 (``None`` → −1) and where that is exact and may be sized in columns."""
+    try:
+        column = np.array(values, dtype=np.int64)
+    except (TypeError, OverflowError, ValueError):  # a None, or an int beyond int64
+        try:
+            as_float = np.array(values, dtype=np.float64)  # None → nan
+        except (TypeError, ValueError, OverflowError):
+            return np.full(len(values), -1, dtype=np.int64), np.zeros(len(values), dtype=np.bool_)
+        missing = np.isnan(as_float)
+        exact = ~missing & (np.abs(np.where(missing, 0.0, as_float)) < 2.0**53)
+        column = np.where(exact, as_float, -1).astype(np.int64)
+        return column, (exact & (column >= 0)) | (missing & nullable)
+    return column, column >= 0
+
+
+def _ceil_columns(a: _I64, b: _I64 | int) -> _I64:
+    return -(-a // b)
+
+
+def size_columns(
+    numbers: _I64, shape: NodeShape, max_nodes: int | None, rules: SizeRules = NO_RULES
+) -> tuple[_I64, _BOOL]:
+    """:func:`size` of many requests at once (``numbers``: rows of :func:`request_columns`, each plain) on
+    a shape of one thread per core, no ``MaxMemPerCPU``: the pieces as rows ``[nodes, CPUs, memory, GPUs
+    per node]``, and per row whether it is that piece — a row that is not (a misfit, a count beyond
+    :data:`_COUNT_LIMIT`) is for :func:`size` to answer. The same rules, step by step, on arrays
+    (``tests/unit/test_sizing_columns.py`` compares the two)."""
+    if shape.threads_per_core > 1 or shape.cpus <= 0:
+        raise ValueError("size_columns sizes on a shape of one thread per core and some CPUs")
+    (
+        min_nodes, job_max, job_cpus, tasks, cpt, mem_per_node, mem_per_cpu, whole_col, memory_bytes,
+        gpus_per_node, gpus, exclusive, spread, tasks_exact, cpus_exact, node_range,
+    ) = numbers.T  # fmt: skip
+    c_node, m_node, g_node = shape.cpus, shape.memory_bytes, shape.gpus
+    whole = whole_col != 0
+    ok = np.maximum.reduce([min_nodes, job_max, job_cpus, tasks, cpt, gpus_per_node, gpus]) < _COUNT_LIMIT
+    if rules.cpus_per_gpu:
+        by_gpu = (gpus > 0) & (cpus_exact == 0)
+        job_cpus = np.where(by_gpu, np.maximum(job_cpus, gpus * rules.cpus_per_gpu), job_cpus)
+    cpus = np.maximum(np.maximum(job_cpus, np.where(cpt > 1, tasks * cpt, 0)), 1)
+    ok &= (cpus < 1 << 20) & (mem_per_cpu < 1 << 42)  # cpus × memory per CPU within int64
+    n = np.maximum(np.maximum(min_nodes, 1), _ceil_columns(cpus, c_node))
+    split = cpt > 1
+    per_node_tasks = c_node // np.maximum(cpt, 1)
+    ok &= ~(split & (per_node_tasks == 0))
+    n = np.where(split, np.maximum(n, _ceil_columns(np.maximum(tasks, 1), np.maximum(per_node_tasks, 1))), n)
+    by_node = ~whole & (mem_per_node >= 0)
+    by_cpu = ~whole & ~by_node & (mem_per_cpu >= 0)
+    total = np.where(by_cpu, cpus * mem_per_cpu, np.where(~whole & ~by_node, memory_bytes, 0))
+    ok &= ~(by_node & (mem_per_node > m_node)) & ~(by_cpu & (mem_per_cpu > m_node))
+    if m_node:
+        n = np.where(total > 0, np.maximum(n, _ceil_columns(total, m_node)), n)
+    else:
+        ok &= total == 0
+    per_node_gpus = gpus_per_node > 0
+    ok &= ~(per_node_gpus & (gpus_per_node > g_node))
+    gpus_only = ~per_node_gpus & (gpus > 0)
+    if g_node:
+        by_gpus = _ceil_columns(gpus, g_node)
+        by_gpus = np.where(job_max > 0, np.minimum(by_gpus, job_max), by_gpus)
+        n = np.where(gpus_only, np.maximum(n, by_gpus), n)
+    else:
+        ok &= ~gpus_only
+    if rules.largest_ranges:
+        ranged = (node_range != 0) & (job_max >= 0)
+        most = np.minimum(job_max, np.where(tasks_exact != 0, np.maximum(tasks, 1), job_max))
+        if max_nodes:
+            most = np.minimum(most, max_nodes)
+        n = np.where(ranged, np.maximum(n, most), n)
+    most = np.maximum(tasks, 1)
+    most = np.minimum(most, np.where(job_max > 0, job_max, most))
+    if max_nodes:
+        most = np.minimum(most, max_nodes)
+    n = np.where(spread != 0, np.maximum(n, most), n)
+    # the fullest node's CPUs × memory per CPU within the node: ⌈cpus/n⌉ ≤ ⌊M/mem_per_cpu⌋ =: k ⇔ n ≥ ⌈cpus/k⌉
+    cpus_fit = np.where(by_cpu & (mem_per_cpu > 0), m_node // np.maximum(mem_per_cpu, 1), 0)
+    n = np.where(cpus_fit > 0, np.maximum(n, _ceil_columns(cpus, np.maximum(cpus_fit, 1))), n)
+    ok &= ~((job_max >= 0) & (n > job_max))
+    if max_nodes is not None:
+        ok &= n <= max_nodes
+    cpu_pn = _ceil_columns(cpus, n)
+    gpu_pn = np.where(per_node_gpus, gpus_per_node, np.minimum(_ceil_columns(gpus, n), g_node))
+    mem_pn = np.where(
+        whole,
+        m_node,
+        np.where(by_node, mem_per_node, np.where(by_cpu, cpu_pn * mem_per_cpu, _ceil_columns(total, n))),
+    )
+    alone = exclusive != 0
+    pieces = np.stack(
+        [
+            n,
+            np.where(alone, c_node, cpu_pn),
+            np.where(alone, m_node, mem_pn),
+            np.where(alone, g_node, gpu_pn),
+        ],
+        axis=1,
+    )
+    return pieces, ok

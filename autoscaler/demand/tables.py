@@ -10,12 +10,13 @@ by request id). Counted by :func:`autoscaler.demand.compute._count_table`. Why a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from itertools import islice, repeat
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from autoscaler.demand.keys import REQUEST, JobKey
-from autoscaler.demand.sizing import Request
+from autoscaler.demand.sizing import NUMBER_FIELDS, Request, request_columns
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job
 
@@ -64,6 +65,8 @@ class KeyFacts:
         "partition",
         "partitions",
         "request",
+        "request_numbers",
+        "request_plain",
         "requests",
         "solo",
         "tasks",
@@ -75,7 +78,12 @@ class KeyFacts:
         self.partitions: list[tuple[str, ...]] = []
         self.names: list[str] = []
         self.features: list[str] = []
-        self.requests: list[Request] = []
+        self.requests: list[tuple[Any, ...]] = []
+        """Each request's fields (:class:`Request`'s, a plain tuple: :meth:`request_of`)."""
+        self.request_numbers: _I64 = np.empty((0, len(NUMBER_FIELDS)), dtype=np.int64)
+        """Per request id its :data:`~autoscaler.demand.sizing.NUMBER_FIELDS` (:func:`request_columns`)."""
+        self.request_plain: np.ndarray[Any, np.dtype[np.bool_]] = np.empty(0, dtype=np.bool_)
+        """Per request id: :func:`~autoscaler.demand.sizing.size_columns` may size it."""
         self._ids: tuple[dict[Any, int], ...] = (
             {},
             {},
@@ -101,63 +109,63 @@ class KeyFacts:
         return self._ids[3].get(features, -1)
 
     def extend(self, keys: Sequence[JobKey]) -> None:
-        """The facts of these keys, numbered on (keys without ``who``: :func:`scan` with ``who`` None)."""
+        """The facts of these keys, numbered on (keys without ``who``: :func:`scan` with ``who`` None).
+
+        Column by column (the keys transposed once, each column interned through a dict in C): no Python
+        loop over the keys, only over the values new to a column."""
         if not keys:
             return
         partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
-        columns: list[list[int]] = [[] for _ in range(8)]
-        partition, name, elig, feature, tasks, throttle_id, throttle_limit, request = columns
-        solo: list[bool] = []
-        reasons, new_tuple = self._reasons, tuple.__new__
-        for key in keys:
-            partitions_, reason, features, n_tasks, array, _ = key[:REQUEST]
-            p = partition_ids.get(partitions_)
-            if p is None:
-                p = partition_ids[partitions_] = len(self.partitions)
-                self.partitions.append(partitions_)
-            r = reason_ids.get(reason)
-            if r is None:
-                r = reason_ids[reason] = len(reasons)
-                reason_name, reason_elig = classify(reason)[:2]
-                n = name_ids.get(reason_name)
-                if n is None:
-                    n = name_ids[reason_name] = len(self.names)
-                    self.names.append(reason_name)
-                reasons.append((n, _ELIG_CODE[reason_elig]))
-            f = feature_ids.get(features)
-            if f is None:
-                f = feature_ids[features] = len(self.features)
-                self.features.append(features)
-            fields = key[REQUEST:]
-            q = request_ids.get(fields)
-            if q is None:
-                q = request_ids[fields] = len(self.requests)
-                self.requests.append(new_tuple(Request, fields))
-            partition.append(p)
-            n, e = reasons[r]
-            name.append(n)
-            elig.append(e)
-            feature.append(f)
-            tasks.append(n_tasks)
-            is_solo = type(array) is tuple
-            solo.append(is_solo)
-            if is_solo and array[0] is not None:
-                throttle_id.append(array[0])
-                throttle_limit.append(array[3])
-            else:
-                throttle_id.append(-1)
-                throttle_limit.append(-1)
-            request.append(q)
-        arrays = [np.array(c, dtype=np.int64) for c in columns]
-        self.partition = np.concatenate([self.partition, arrays[0]])
-        self.name = np.concatenate([self.name, arrays[1]])
-        self.elig = np.concatenate([self.elig, arrays[2]])
-        self.feature = np.concatenate([self.feature, arrays[3]])
-        self.tasks = np.concatenate([self.tasks, arrays[4]])
-        self.throttle_id = np.concatenate([self.throttle_id, arrays[5]])
-        self.throttle_limit = np.concatenate([self.throttle_limit, arrays[6]])
-        self.request = np.concatenate([self.request, arrays[7]])
-        self.solo = np.concatenate([self.solo, np.array(solo, dtype=np.bool_)])
+        fields = list(zip(*keys, strict=True))
+        partitions_, reasons_, features_, tasks_, arrays_ = fields[:5]
+        partition, new_partitions = _interned(partitions_, partition_ids)
+        self.partitions += new_partitions
+        reason, new_reasons = _interned(reasons_, reason_ids)
+        for reason_ in new_reasons:
+            reason_name, reason_elig = classify(reason_)[:2]
+            n = name_ids.get(reason_name)
+            if n is None:
+                n = name_ids[reason_name] = len(self.names)
+                self.names.append(reason_name)
+            self._reasons.append((n, _ELIG_CODE[reason_elig]))
+        by_reason = np.array(self._reasons, dtype=np.int64).reshape(-1, 2)
+        feature, new_features = _interned(features_, feature_ids)
+        self.features += new_features
+        request, new_requests = _interned(list(zip(*fields[REQUEST:], strict=True)), request_ids)
+        self.requests += new_requests
+        numbers, plain = request_columns(new_requests)
+        self.request_numbers = np.concatenate([self.request_numbers, numbers])
+        self.request_plain = np.concatenate([self.request_plain, plain])
+        n_keys = len(keys)
+        solo = np.fromiter(map(isinstance, arrays_, repeat(tuple)), dtype=np.bool_, count=n_keys)
+        throttle_id = np.full(n_keys, -1, dtype=np.int64)
+        throttle_limit = np.full(n_keys, -1, dtype=np.int64)
+        for i in np.flatnonzero(solo).tolist():
+            array = arrays_[i]
+            if array[0] is not None:
+                throttle_id[i], throttle_limit[i] = array[0], array[3]
+        self.partition = np.concatenate([self.partition, partition])
+        self.name = np.concatenate([self.name, by_reason[reason, 0]])
+        self.elig = np.concatenate([self.elig, by_reason[reason, 1]])
+        self.feature = np.concatenate([self.feature, feature])
+        self.tasks = np.concatenate([self.tasks, np.array(tasks_, dtype=np.int64)])
+        self.throttle_id = np.concatenate([self.throttle_id, throttle_id])
+        self.throttle_limit = np.concatenate([self.throttle_limit, throttle_limit])
+        self.request = np.concatenate([self.request, request])
+        self.solo = np.concatenate([self.solo, solo])
+
+    def request_of(self, request_id: int) -> Request:
+        """The typed request of one request id."""
+        return tuple.__new__(Request, self.requests[request_id])
+
+
+def _interned(values: Sequence[Any], ids: dict[Any, int]) -> tuple[_I64, list[Any]]:
+    """Each value's id in ``ids`` (new values numbered on from ``len(ids)``), and the new values in their
+    order: hashed in C (``dict.fromkeys``, ``map``), a Python step only per distinct value."""
+    new = [value for value in dict.fromkeys(values) if value not in ids]
+    if new:
+        ids.update(zip(new, range(len(ids), len(ids) + len(new)), strict=True))
+    return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values)), new
 
 
 class PieceIds:
@@ -182,6 +190,30 @@ class PieceIds:
             new = np.array(self.pieces[have:], dtype=np.int64).reshape(-1, 4)
             self._columns = np.concatenate([self._columns, new])
         return self._columns
+
+    def add(self, piece: Any) -> int:
+        """The id of one piece (a new one numbered on)."""
+        pid = self.index.get(piece)
+        if pid is None:
+            pid = self.index[piece] = len(self.pieces)
+            self.pieces.append(piece)
+        return pid
+
+    def add_rows(self, rows: _I64) -> _I64:
+        """The ids of pieces given as int64 rows ``[nodes, cpus, memory, gpus]`` (new ones numbered on, in
+        the order of their first row)."""
+        index = self.index
+        before = len(index)
+        put = index.setdefault
+        ids = np.array([put(piece, len(index)) for piece in map(tuple, rows.tolist())], dtype=np.int64)
+        if len(index) > before:
+            synced = len(self._columns) == before
+            self.pieces.extend(islice(index, before, None))
+            if synced:  # the new rows appended as they are (no tuple → array again)
+                new = np.flatnonzero(ids >= before)
+                _, first = np.unique(ids[new], return_index=True)
+                self._columns = np.concatenate([self._columns, rows[new[first]]])
+        return ids
 
 
 class KindTable(NamedTuple):
