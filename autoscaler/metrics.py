@@ -74,7 +74,7 @@ def demand_families(
         info.add_metric([*key, source(target)], 1)
         if d.answered:
             desired.add_metric(key, d.desired)
-        held.add_metric(key, 0 if d.held is None else 1)
+        held.add_metric(key, 0 if d.held is None or d.unread else 1)
         busy.add_metric(key, d.busy)
         needed.add_metric(key, d.needed)
         nodes.add_metric(key, d.nodes)

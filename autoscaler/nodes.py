@@ -18,6 +18,7 @@ __all__ = [
     "UNUSABLE_NODE_FLAGS",
     "UNUSABLE_NODE_STATES",
     "free_cpus",
+    "in_service",
     "looks_busy",
 ]
 
@@ -34,6 +35,14 @@ def looks_busy(node: Node) -> bool:
     """Whether the node shows jobs on it by itself: CPUs allocated, a busy state, or completing (jobs and
     nodes are fetched at slightly different times, so the demand model also asks the jobs' node lists)."""
     return node.alloc_cpus > 0 or node.state in BUSY_NODE_STATES or "COMPLETING" in node.flags
+
+
+def in_service(node: Node) -> bool:
+    """Whether the node is there as one of its target's current nodes: not powered down or going to be,
+    not ``FUTURE`` (configured, never there). What a start without a listing holds the target's desired
+    count at, at least, until every job was read (:class:`autoscaler.service.DemandService`): a NodeSet's
+    replicas are its registered slurmd nodes."""
+    return node.state != "FUTURE" and POWERING_DOWN_FLAGS.isdisjoint(node.flags)
 
 
 def free_cpus(node: Node, max_cpus: int | None = None) -> int:

@@ -81,7 +81,13 @@ def explain(target: Target, d: Demand) -> tuple[str, ...]:
     lines = [
         f"desired {d.desired} = clamp(busy {d.busy} + needed {d.needed}, min {target.min_nodes}, max {top})"
     ]
-    if d.held is not None:
+    if d.unread:
+        lines[0] = (
+            f"desired {d.desired}: PARTIAL — {d.unread} jobs Slurm lists are not read yet (a start without a"
+            f" full listing); the model computed {d.held} on the jobs read, never lower than the"
+            f" {d.in_service} nodes in service and the last answer on complete data"
+        )
+    elif d.held is not None:
         lines[0] = (
             f"desired {d.desired}: HELD — records of partition {target.partition} were dropped as impossible;"
             f" the model computed {d.held} on the rest, never lower than the last answer on valid data"
@@ -211,7 +217,8 @@ class TargetReport(msgspec.Struct, frozen=True, kw_only=True):
     nodes: int
     """The target's nodes in Slurm now, any state."""
     state: str
-    """``ok``, ``held`` (records of its partition refused: never lowered), ``no answer`` or ``stale``."""
+    """``ok``, ``held`` (records of its partition refused: never lowered), ``partial`` (jobs not read yet:
+    never lowered), ``no answer`` or ``stale``."""
     why: str
     """Why it is not ``ok`` ("" when it is)."""
     pending_counted: int
@@ -248,6 +255,12 @@ def target_report(
         why = (
             f"Slurm data {stale_for:.0f} s old (--demand-stale-after {stale_after:.0f} s): KEDA gets no "
             "answer and keeps its replicas"
+        )
+    elif d.unread:
+        state = "partial"
+        why = (
+            f"{d.unread} jobs are not read yet (a start without a full listing): held at {d.desired}, never "
+            f"lowered (the model computed {d.held} on the jobs read; {d.in_service} nodes in service)"
         )
     elif d.held is not None and not d.answered:
         state = "no answer"

@@ -10,6 +10,10 @@
   answer (:class:`NoSnapshotYet`); afterwards the poller keeps serving the last good data when
   slurmrestd fails, so the answer is held (``stale`` says so) and never drops to zero for lack
   of data.
+* **Partial data never scales down**: while the jobs data is partial — jobs ``/jobs/state`` lists not
+  read yet (:attr:`exporter.model.Snapshot.jobs_unread`: a start without a full listing, a mass change) —
+  every target's answer may rise, never fall: ``desired`` = max(the model's count on the jobs read, the
+  target's nodes in service, the last answer on complete data); :attr:`Demand.unread` says so.
 * **Invalid data never scales down**: a snapshot whose jobs or nodes answer had records dropped as
   impossible (:attr:`exporter.model.Snapshot.dropped`) is *partly invalid* for every target whose
   partition a dropped record names (a record naming no partition: every target). Such a target's answer
@@ -305,6 +309,14 @@ class DemandService:
         with self._trust_lock:
             prior = self._trusted.get(target)
             if not partly_invalid(snap, target):
+                if snap.jobs_unread:  # partial: upward only, from what is there and the last complete answer
+                    floor = max(demand.in_service, prior[1] if prior is not None else 0)
+                    return replace(
+                        demand,
+                        held=demand.desired,
+                        unread=snap.jobs_unread,
+                        desired=max(demand.desired, floor),
+                    )
                 if prior is None or prior[0] <= snap.taken_at:
                     self._trusted[target] = (snap.taken_at, demand.desired)
                 return demand

@@ -203,10 +203,17 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     backlog = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_backlog",
         "Changed jobs left for the next polls (more than --jobs-changes-limit changed while a full listing "
-        "was not allowed yet)",
+        "was not allowed, or not read yet by a start without a listing): the jobs data is partial",
     )
     backlog.add_metric([], float(sync.backlog))
     yield backlog
+    unlisted = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_unlisted",
+        "1 when the poller started without a full /jobs listing (more jobs than --jobs-listing-max) and "
+        "reads the jobs one by one instead",
+    )
+    unlisted.add_metric([], 1.0 if sync.unlisted else 0.0)
+    yield unlisted
     listed = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_listed_timestamp_seconds",
         "When the last full /jobs listing was requested",

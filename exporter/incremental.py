@@ -30,6 +30,10 @@ INCREMENTAL_JOBS_SINCE = "v0.0.41"
 HEAD_SECONDS = 5.0
 """An RPC during a recheck pass re-reads at most this many seconds' worth of the likeliest jobs first."""
 
+_START_ORDER = {"PENDING": 0, "RUNNING": 1}
+"""The order of the first reads of a start without a listing: pending jobs (demand: scale from zero),
+running ones, the rest (ended records)."""
+
 Read = tuple[list[Job], list[tuple[Job, str]]]
 """One ``/job/{id}`` read: the valid records, and the refused ones with why."""
 
@@ -89,14 +93,33 @@ class IncrementalJobs:
     def listing_reason(self, st: EndpointState, now: float, *, standby: bool) -> str | None:
         """Why the jobs must be listed in full now; None when an incremental read will do."""
         sync, cfg = self.sync, self.config
-        if st.data is None or sync.listed_at is None:
+        if st.data is None or (sync.listed_at is None and not sync.unlisted):
             return "first"
         if sync.listing_requested:
             return "requested"
         period = max(cfg.jobs_full_refresh, cfg.jobs_listing_ratio * sync.listing_duration)
-        if cfg.jobs_full_refresh > 0 and now - sync.listed_at >= period and not standby:
+        if (
+            cfg.jobs_full_refresh > 0
+            and not standby
+            and sync.listed_at is not None
+            and now - sync.listed_at >= period
+            and not sync.too_many_to_list(cfg.jobs_listing_max, None)
+        ):
             return "period"
         return None
+
+    def start_unlisted(self, st: EndpointState) -> None:
+        """Start without a listing (Slurm holds more jobs than one may render): no job held, and the data
+        holds nothing as of any time (``requested_at`` 0, what the bridge reads) until every job
+        ``/jobs/state`` lists was read one by one (:attr:`JobsSync.backlog` 0)."""
+        st.data, st.requested_at = (), 0.0
+        self.sync.unlisted = True
+        log.info(
+            "more than %d jobs in Slurm: reading them one by one from /jobs/state (at most %d a poll), "
+            "no full /jobs listing; the jobs data is partial until every job was read",
+            self.config.jobs_listing_max,
+            self.config.jobs_changes_limit,
+        )
 
     def note_listing(self, dropped: Sequence[tuple[Job, str]]) -> None:
         """The records a full listing dropped as impossible: not read again until their state moves."""
@@ -188,7 +211,10 @@ class IncrementalJobs:
             found = jobsync.changes(held, states, refused, complete=not answer.unreadable)
             # jobs that started first: what the bridge binds and the demand stops counting (reads of a
             # burst are published as they come, _Progress)
-            fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
+            if st.requested_at == 0.0:  # a start without a listing, not complete yet: what demand needs first
+                fetch = sorted(found.fetch, key=lambda j: _START_ORDER.get(states[j][0], 2))
+            else:
+                fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
             if sync.backlog:  # the poller lists beside the reads when it may (the limit's worth meanwhile)
                 fetch = fetch[: cfg.jobs_changes_limit]

@@ -519,6 +519,11 @@ class Snapshot(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     as impossible (:mod:`exporter.validate`), sorted; ``""`` stands for a record naming no partition (read
     as any). Absent for endpoints whose every record was valid."""
 
+    jobs_unread: int = 0
+    """Jobs ``/jobs/state`` lists whose records are not read yet (a start without a full listing, a mass
+    change: :attr:`exporter.pollstate.JobsSync.backlog`): the jobs data is partial while it is not 0 —
+    the demand service holds scale-down, the bridge waits (:attr:`jobs_as_of`)."""
+
     @property
     def jobs_as_of(self) -> float:
         """The jobs hold everything Slurm accepted before this: their request's start (else their answer's

@@ -314,6 +314,7 @@ class Poller:
             dropped={
                 e: tuple(sorted(st.dropped_partitions)) for e, st in eps.items() if st.dropped_partitions
             },
+            jobs_unread=self.status.jobs_sync.backlog if "jobs" in wanted else 0,
         )
 
     def _listed_at(self) -> dict[str, float]:
@@ -346,6 +347,15 @@ class Poller:
         reason = (
             None if self._listing is not None else self._jobs.listing_reason(st, now, standby=self.standby)
         )
+        if (
+            reason == "first"
+            and st.data is None
+            and sync.too_many_to_list(self.config.jobs_listing_max, self._diag())
+        ):
+            self._jobs.start_unlisted(
+                st
+            )  # too many jobs to list: /jobs/state and single reads from the start
+            reason = None
         if reason is not None and st.data is not None:
             self._list_beside(reason, negotiated, now)
             reason = None
@@ -359,6 +369,7 @@ class Poller:
                     sync.backlog
                     and self._listing is None
                     and sync.listing_allowed(now, self.config.jobs_listing_ratio)
+                    and not sync.too_many_to_list(self.config.jobs_listing_max, None)
                 ):
                     self._list_beside("changes", negotiated, now)  # more moved than the limit reads a poll
                 return synced
@@ -377,14 +388,19 @@ class Poller:
         counts stand for it: pending, running and ended since its statistics were reset (more than slurmctld
         keeps, which only makes the allowance longer)."""
         n = len(st.data) if isinstance(st.data, tuple) else self.status.jobs_sync.states_seen
-        diag = self.status.endpoints["diag"].data if "diag" in self.status.endpoints else None
-        if n is None and isinstance(diag, Diag):
+        diag = self._diag()
+        if n is None and diag is not None:
             ended = diag.jobs_completed + diag.jobs_canceled + diag.jobs_failed
             n = diag.jobs_pending + diag.jobs_running + ended
         if n is None:
             return None
         render = max(n * RENDER_SECONDS_PER_JOB, 3 * self.status.jobs_sync.listing_duration)
         return self.client.config.idle_timeout + render
+
+    def _diag(self) -> Diag | None:
+        """The last ``/diag`` read, if any."""
+        st = self.status.endpoints.get("diag")
+        return st.data if st is not None and isinstance(st.data, Diag) else None
 
     def _list_beside(self, reason: str, negotiated: Negotiated, now: float) -> None:
         """Start a full ``/jobs`` listing as its own task, the incremental reads going on meanwhile (what

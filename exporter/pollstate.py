@@ -14,7 +14,7 @@ from .accounting import Accounting
 from .errors import SlurmError
 from .jobsync import JobSig
 from .logs import Conditions
-from .model import ENDPOINTS, Envelope, Job, Node
+from .model import ENDPOINTS, Diag, Envelope, Job, Node
 from .validate import dropped_partitions, reason_of
 
 log = logging.getLogger("exporter.poller")
@@ -60,7 +60,15 @@ class PollerConfig:
     and the retry of a failed one aside."""
     jobs_changes_limit: int = 1000
     """Jobs read one by one in one poll at most: more changed jobs mean a full listing when
-    :attr:`jobs_listing_ratio` allows one, else the rest are read in the next polls."""
+    :attr:`jobs_listing_ratio` and :attr:`jobs_listing_max` allow one, else the rest are read in the next
+    polls."""
+    jobs_listing_max: int = 10_000
+    """Jobs Slurm may hold for a full ``/jobs`` listing to be read for the first poll or a mass change (by
+    ``/diag``'s pending and running counts before the first ``/jobs/state``, then its entries). Beyond, no
+    listing: the first poll reads ``/jobs/state`` alone and the jobs one by one,
+    :attr:`jobs_changes_limit` a poll, the data partial meanwhile (:attr:`JobsSync.backlog`) — slurmrestd
+    renders a listing in memory it never gives back (~135 KB a job: 100,000 jobs, ~13 GB). 0: no limit
+    (a listing asked for with :meth:`exporter.poller.Poller.refresh_jobs` is read whatever the count)."""
     endpoints: tuple[str, ...] = ENDPOINTS
     intervals: Mapping[str, float] = field(default_factory=lambda: {"shares": 60.0, "slurmdb_jobs": 30.0})
     """Seconds between fetches of endpoints whose data moves slowly (fair share is recomputed every
@@ -201,7 +209,11 @@ class JobsSync:
     last_gone: int = 0
     """Jobs the last incremental fetch dropped because Slurm no longer lists them."""
     backlog: int = 0
-    """Changed jobs left for the next polls (more than the limit changed within a listing's spacing)."""
+    """Changed jobs left for the next polls (more than the limit changed within a listing's spacing, or
+    the jobs not read yet of a start without a listing): the jobs data is partial while it is not 0."""
+    unlisted: bool = False
+    """The jobs were read one by one from the start: Slurm held more than
+    :attr:`PollerConfig.jobs_listing_max` jobs at the first poll."""
     listed_at: float | None = None
     """When the request of the last full listing was sent, epoch seconds."""
     listing_ended: float | None = None
@@ -264,6 +276,15 @@ class JobsSync:
     def listing_allowed(self, now: float, ratio: float) -> bool:
         """Whether a full listing may start now (:attr:`PollerConfig.jobs_listing_ratio`)."""
         return self.listing_ended is None or now - self.listing_ended >= ratio * self.listing_duration
+
+    def too_many_to_list(self, most: int, diag: Diag | None) -> bool:
+        """Whether Slurm holds more jobs than a listing may render (:attr:`PollerConfig.jobs_listing_max`):
+        the last ``/jobs/state``'s entries, else ``diag``'s pending and running jobs (unknown: False)."""
+        if most <= 0:
+            return False
+        if self.states_seen is not None:
+            return self.states_seen > most
+        return diag is not None and diag.jobs_pending + diag.jobs_running > most
 
     def quota(self, why: str, rate: float, span: float) -> int:
         """Jobs ``why`` may read again now at ``rate`` per second over ``span`` seconds (the time since the

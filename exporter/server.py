@@ -499,8 +499,15 @@ def jobs_freshness(status: PollStatus, now: float) -> str:
         return f"jobs: listed in full each poll; {listed}"
     backlog = f", {sync.backlog} left for the next polls" if sync.backlog else ""
     sweep = f"read again in turn every {sync.sweep_period:.0f}s" if sync.sweep_period else "not read again"
+    as_of = jobs.requested_at if jobs else None
+    if sync.unlisted and as_of == 0.0:
+        return (
+            f"jobs: PARTIAL — starting without a full listing (more jobs than --jobs-listing-max), read one "
+            f"by one: {sync.backlog} of {sync.states_seen or 0} left (scale-down held, the bridge waits); "
+            f"{sync.last_changed} read by the last poll"
+        )
     return (
-        f"jobs: incremental — every job's state as of {_ago(jobs.requested_at if jobs else None, now)} "
+        f"jobs: incremental — every job's state as of {_ago(as_of, now)} "
         f"({sync.last_changed} read one by one by the last poll{backlog}); pending jobs' reasons and "
         f"estimates {sweep}; {listed}"
     )

@@ -109,11 +109,16 @@ live tests (~9 min): at 480 s a run restarted the lab and resubmitted the demo o
 
 def fresh_demo(lab: Lab) -> dict[str, int]:
     """Submit the demo, restarting the lab clean first when its demo is older than :data:`DEMO_MAX_AGE`."""
-    record = lab.state_dir / "demo.json"
-    if record.exists() and time.time() - record.stat().st_mtime > DEMO_MAX_AGE:
+    if demo_age(lab) > DEMO_MAX_AGE:
         lab.down()
         lab.up()
     return submit_demo(lab)
+
+
+def demo_age(lab: Lab) -> float:
+    """Seconds since the lab's demo was submitted (0: none is)."""
+    record = lab.state_dir / "demo.json"
+    return time.time() - record.stat().st_mtime if record.exists() else 0.0
 
 
 def submit_demo(lab: Lab) -> dict[str, int]:
@@ -177,14 +182,18 @@ def demo_mismatches(lab: Lab, jobs: dict[str, int]) -> list[str]:
     return problems
 
 
-def wait_demo_steady(lab: Lab, jobs: dict[str, int] | None = None, timeout: float = 60.0) -> None:
-    """Poll squeue until the demo reached its steady state; LabError with the differences on timeout."""
+def wait_demo_steady(lab: Lab, jobs: dict[str, int] | None = None, timeout: float = 60.0) -> list[str]:
+    """Poll squeue until the demo reached its steady state; LabError with the differences on timeout.
+    Returns what differed at the first look (empty: settled already)."""
     jobs = jobs if jobs is not None else submit_demo(lab)
     deadline = time.monotonic() + timeout
+    first: list[str] | None = None
     while True:
         problems = demo_mismatches(lab, jobs)
+        if first is None:
+            first = problems
         if not problems:
-            return
+            return first
         if time.monotonic() > deadline:
             raise LabError("demo workload did not settle: " + "; ".join(problems))
         time.sleep(0.5)

@@ -100,6 +100,7 @@ def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
         jobs_sweep_rate=s.jobs_sweep_rate,
         jobs_recheck_rate=s.jobs_recheck_rate,
         jobs_changes_limit=s.jobs_changes_limit,
+        jobs_listing_max=s.jobs_listing_max,
         up_max_age=s.up_max_age,
     )
 

@@ -243,6 +243,15 @@ class PollSettings(_Group):
         "within 10 listing durations of the last one, the rest in the next polls); re-reads fit in what "
         "is left",
     )
+    jobs_listing_max: int = Field(
+        10_000,
+        ge=0,
+        le=100_000_000,
+        alias="jobs_listing_max",
+        description="most jobs in Slurm for a full /jobs listing at the first poll or a mass change; beyond, "
+        "the jobs are read one by one (--jobs-changes-limit a poll), partial meanwhile (scale-down held, "
+        "the bridge waits): slurmrestd keeps ~135 KB a listed job; 0: no limit",
+    )
     up_max_age: float = Field(
         30.0,
         gt=0.0,

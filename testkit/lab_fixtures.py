@@ -17,6 +17,8 @@ A lab that cannot start skips the test with the reason, or fails it when ``SLURM
 from __future__ import annotations
 
 import os
+import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from lab import Lab, LabError
-from lab.demo import fresh_demo, wait_demo_steady
+from lab.demo import demo_age, fresh_demo, wait_demo_steady
 from lab.flavors import HOST_PACKAGES, host_packages_missing
 
 HOST_MISSING = tuple(host_packages_missing())
@@ -32,6 +34,8 @@ HOST_MISSING = tuple(host_packages_missing())
 HOST_INSTALLED = not HOST_MISSING
 LAB_FLAVORS: tuple[str, ...] = ("24.11", "26.05", *(("host",) if HOST_INSTALLED else ()))
 DEMO_TIMEOUT = 90.0
+SLOW_DEMO = 5.0
+"""Seconds of ``lab_demo`` setup beyond which the run's warnings summary says what it waited for."""
 _failures: dict[str, str] = {}
 
 
@@ -129,12 +133,23 @@ def endpoint_of(lab: Lab) -> LabEndpoint:
 def lab_demo(lab: Lab) -> tuple[Lab, dict[str, int]]:
     """The lab with the demo workload in its steady state (submitted once per lab run; a lab whose demo
     is older than :data:`lab.demo.DEMO_MAX_AGE` is restarted clean first)."""
+    t0 = time.monotonic()
+    running = lab.is_running()
+    age = demo_age(lab)
     lab.up()
     jobs = fresh_demo(lab)
     try:
-        wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
+        first = wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
     except LabError as err:
         pytest.fail(str(err), pytrace=False)
+    took = time.monotonic() - t0
+    if took > SLOW_DEMO:  # said in the run's warnings summary: what a slow setup waited for
+        how = "" if running else "; the lab was not running"
+        warnings.warn(
+            f"the {lab.flavor.name} demo took {took:.1f} s to be ready (its demo was {age:.0f} s old{how}); "
+            f"at the first look: {'; '.join(first) or 'settled'}",
+            stacklevel=1,
+        )
     return lab, jobs
 
 

@@ -40,6 +40,7 @@ from autoscaler.demand.tables import (
     first_seen,
 )
 from autoscaler.demand.types import Demand, Misfit, NodeShape, Packing, Target, TooLarge
+from autoscaler.nodes import in_service
 from autoscaler.reasons import Eligibility
 from exporter.model import Node, Snapshot
 
@@ -546,6 +547,7 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
         shape=shape,
         shape_source=shape_source,
         busy_nodes=tuple(n.name for n in busy),
+        in_service=sum(map(in_service, nodes)),
         cpus_cap=cpus_cap,
         skipped=counted.skipped,
         packing=packing,

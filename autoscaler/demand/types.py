@@ -161,3 +161,10 @@ class Demand:
     answered: bool = True
     """False when ``held`` is set and there is no answer on valid data to hold yet: no desired count is
     served (KEDA is told UNAVAILABLE and keeps the replicas it has; no ``desired_nodes`` series)."""
+    in_service: int = 0
+    """The target's nodes in service (:func:`autoscaler.nodes.in_service`)."""
+    unread: int = 0
+    """Set (by :class:`autoscaler.service.DemandService`) while the snapshot's jobs data is partial — jobs
+    ``/jobs/state`` lists not read yet (:attr:`exporter.model.Snapshot.jobs_unread`, a start without a
+    full listing): ``held`` is the model's count on the jobs read, ``desired`` never lower than it, the
+    target's nodes in service and the last answer on complete data."""

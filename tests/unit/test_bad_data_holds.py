@@ -28,8 +28,9 @@ from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
+from testkit.fake_jobs import JobTable
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
-from testkit.paths import RECORDED
+from testkit.paths import RECORDED, RECORDED_2605
 from testkit.tools import Clock, recorded_snapshot
 
 DATA = RECORDED / "slurm-26.05.5"
@@ -212,3 +213,46 @@ def test_a_dropped_record_naming_no_partition_holds_every_target() -> None:
     bad = msgspec.structs.replace(snap, taken_at=snap.taken_at + 1, nodes=(), dropped={"nodes": ("",)})
     held = service.demands_on(bad)
     assert all(d.held is not None and d.desired == base[t] for t, d in held.items())
+
+
+async def test_partial_jobs_data_never_lowers_the_answer() -> None:
+    """A start without a full listing (more jobs than --jobs-listing-max): until every job was read the
+    answer may rise, never fall — the model's count on the jobs read, never below the target's nodes in
+    service (a NodeSet's replicas) — then the model's on every job, as after a listing."""
+    table = JobTable.recorded()
+    fake = FakeSlurmrestd(DATA, jobs_table=table)
+    diag = json.loads((RECORDED_2605 / "diag.json").read_bytes())
+    diag["statistics"]["jobs_pending"] = 1_000
+    fake.override["diag"] = json.dumps(diag).encode()
+    clock = Clock(2_000_000.0)
+    config = PollerConfig(jobs_changes_limit=2, jobs_listing_max=5, jobs_sweep_rate=0.0)
+    partial = []
+    async with serve(fake) as url:
+        client = SlurmClient(ClientConfig(base_url=url, token=TokenSource(token="good-token"), retries=0))
+        p = Poller(SlurmSession(client), config, clock=clock)
+        service = DemandService(p, targets=[CPU, GPU], clock=clock)
+        async with client:
+            for _ in range(100):
+                clock.now += 1
+                snap = await p.poll_once()
+                assert snap is not None
+                await service.refresh(snap)
+                cpu = service.answer(CPU)
+                if not snap.jobs_unread:
+                    break
+                partial.append(cpu.desired)
+                d = cpu.demand
+                assert d.unread == snap.jobs_unread and d.held is not None
+                assert cpu.desired == max(d.held, d.in_service) and d.in_service > 0
+                fams = list(demand_families(service.demands_on(snap)))
+                assert _series(fams, "slurm_autoscaler_held", "cpu") == 0.0  # not refused records
+                assert _series(fams, "slurm_autoscaler_desired_nodes", "cpu") == cpu.desired
+                assert explain(CPU, d)[0].startswith(f"desired {cpu.desired}: PARTIAL")
+                report = service.target_reports(clock.now)
+                assert {r.target: r.state for r in report}["cpu"] == "partial"
+    assert "jobs" not in table.reads  # never listed
+    assert len(partial) >= 2 and partial == sorted(partial)  # never lowered while partial
+    assert partial[0] < 6  # the model's count on the jobs read so far, above what is there
+    final = {t: service.answer(t) for t in (CPU, GPU)}
+    assert {t: a.desired for t, a in final.items()} == {CPU: 6, GPU: 2}  # the figures of a listing
+    assert final[CPU].demand.unread == 0 and final[CPU].demand.held is None

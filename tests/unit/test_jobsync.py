@@ -20,6 +20,7 @@ from exporter.jobsync import FINAL_STATES
 from exporter.model import Job, Snapshot
 from exporter.poller import RENDER_SECONDS_PER_JOB, Poller
 from exporter.pollstate import PollerConfig
+from exporter.server import jobs_freshness
 from exporter.session import SlurmSession
 from testkit.fake_jobs import JobTable, num
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
@@ -174,9 +175,11 @@ class Rig:
         assert snap is not None
         return snap
 
-    def set_rpcs(self, updates: int, users: dict[str, int] | None = None) -> None:
-        """slurmctld's /diag with ``updates`` job-changing RPCs (and ``users``' RPC counts, if given)."""
+    def set_rpcs(self, updates: int, users: dict[str, int] | None = None, pending: int = 0) -> None:
+        """slurmctld's /diag with ``updates`` job-changing RPCs (and ``users``' RPC counts, if given;
+        ``pending`` jobs pending)."""
         doc = json.loads((RECORDED_2605 / "diag.json").read_bytes())
+        doc["statistics"]["jobs_pending"] = pending
         doc["statistics"]["rpcs_by_message_type"].append(
             {"type_id": 3001, "message_type": "REQUEST_UPDATE_JOB", "count": updates, "total_time": 10}
         )
@@ -393,6 +396,60 @@ async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> N
         snap = await p.poll_once()
     assert sync.backlog == 0 and t.reads["job"] == 8
     assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig) -> None:
+    """More jobs than --jobs-listing-max (/diag's pending count before the first /jobs/state): no /jobs
+    listing at all — /jobs/state and the jobs one by one, the limit a poll, pending ones first; the data
+    partial meanwhile (jobs_unread; jobs_as_of 0: the bridge waits), then equal to a listing; a mass change
+    later is read over the next polls, not listed."""
+    t = rig.table
+    rig.set_rpcs(0, pending=len(t.records))
+    p = rig.poller(jobs_changes_limit=4, jobs_listing_max=5)
+    sync = p.status.jobs_sync
+    async with p.client:
+        snap = await p.poll_once()
+        assert snap is not None and sync.unlisted
+        assert "jobs" not in t.reads and t.reads["jobs/state"] == 1 and t.reads["job"] == 4
+        assert snap.jobs_unread == sync.backlog > 0 and snap.jobs_as_of == 0.0
+        # what demand needs first: pending records (an array's brings its split-off tasks along)
+        assert {t.records[j]["job_state"][0] for j in sync.last_read} == {"PENDING"}
+        assert "PARTIAL" in jobs_freshness(p.status, rig.clock.now)
+        gauges = {f.name: f.samples[0].value for f in jobs_sync_families(p.status) if f.samples}
+        assert gauges["slurm_exporter_poll_jobs_unlisted"] == 1.0
+        assert gauges["slurm_exporter_poll_jobs_backlog"] == sync.backlog
+        polls = 1
+        while sync.backlog:
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            polls += 1
+            assert snap is not None and (snap.jobs_as_of == 0.0) == (sync.backlog > 0)
+            assert polls < 100
+        assert snap is not None and snap.jobs_unread == 0 and snap.jobs_as_of == rig.clock.now
+        assert polls > 2  # several polls' worth of reads
+        assert "jobs" not in t.reads and sync.full_listings == {}
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+        assert "PARTIAL" not in jobs_freshness(p.status, rig.clock.now)
+        reads = t.reads["jobs"]  # rig.listed()'s
+        for _ in range(6):
+            t.submit()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert sync.backlog == 2 and snap is not None and snap.jobs_unread == 2
+        await p.listing_settled()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert sync.backlog == 0 and t.reads["jobs"] == reads and sync.full_listings == {}
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_few_enough_jobs_are_listed_first(rig: Rig) -> None:
+    rig.set_rpcs(0, pending=5)
+    p = rig.poller(jobs_listing_max=5)
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and rig.table.reads == {"jobs": 1} and not p.status.jobs_sync.unlisted
+    assert snap.jobs_unread == 0 and snap.jobs_as_of == rig.clock.now
 
 
 async def test_a_job_update_rpc_rereads_pending_jobs_hold_and_release(rig: Rig) -> None:
