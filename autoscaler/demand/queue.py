@@ -15,8 +15,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
-from itertools import islice
-from operator import attrgetter, itemgetter
+from itertools import islice, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
 import numpy as np
@@ -224,7 +224,12 @@ class ScanCache:
         if len(ids) > before:
             new = list(islice(ids, before, None))
             self.keys.extend(new)
-            flags = np.fromiter(map(_exclusive_to, new), dtype=np.bool_, count=len(new))
+            flags = np.zeros(len(new), dtype=np.bool_)
+            last = list(map(itemgetter(-1), new))  # node requests: None for most keys
+            for i in np.flatnonzero(
+                np.fromiter(map(is_not, last, repeat(None)), np.bool_, len(new))
+            ).tolist():
+                flags[i] = _exclusive(last[i])
             self.exclusive = np.concatenate([self.exclusive, flags])
         return out
 

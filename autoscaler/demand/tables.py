@@ -161,11 +161,11 @@ class KeyFacts:
 
 def _interned(values: Sequence[Any], ids: dict[Any, int]) -> tuple[_I64, list[Any]]:
     """Each value's id in ``ids`` (new values numbered on from ``len(ids)``), and the new values in their
-    order: hashed in C (``dict.fromkeys``, ``map``), a Python step only per distinct value."""
-    new = [value for value in dict.fromkeys(values) if value not in ids]
-    if new:
-        ids.update(zip(new, range(len(ids), len(ids) + len(new)), strict=True))
-    return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values)), new
+    order: each value hashed once (``dict.setdefault``; a tuple does not keep its hash)."""
+    before = len(ids)
+    put = ids.setdefault
+    out = np.array([put(value, len(ids)) for value in values], dtype=np.int64)
+    return out, list(islice(ids, before, None))
 
 
 class PieceIds:
