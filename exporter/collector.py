@@ -161,6 +161,12 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     reads.add_metric(["jobs/state"], float(sync.state_reads))
     reads.add_metric(["job"], float(sync.job_reads))
     yield reads
+    yield CounterMetricFamily(
+        "slurm_exporter_poll_jobs_states_reused",
+        "Incremental fetches that used the last /jobs/state answer again while a backlog of changed jobs "
+        "drained (it costs slurmrestd ~16 s at 100,000 jobs: read again after 10 times what it took)",
+        value=float(sync.states_reused),
+    )
     rereads = CounterMetricFamily(
         "slurm_exporter_poll_jobs_rereads",
         "Jobs read again whatever their state, by why: follow (a fresh reason about to move), recheck "

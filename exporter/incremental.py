@@ -30,6 +30,10 @@ INCREMENTAL_JOBS_SINCE = "v0.0.41"
 HEAD_SECONDS = 5.0
 """An RPC during a recheck pass re-reads at most this many seconds' worth of the likeliest jobs first."""
 
+STATES_REUSE = 10.0
+"""While a backlog drains, a ``/jobs/state`` answer is used again for this many times the seconds it took
+(:meth:`IncrementalJobs._reusable_states`)."""
+
 _START_ORDER = {"PENDING": 0, "RUNNING": 1}
 """The order of the first reads of a start without a listing: pending jobs (demand: scale from zero),
 running ones, the rest (ended records)."""
@@ -186,16 +190,24 @@ class IncrementalJobs:
         progress: _Progress | None = None
         moved: list[int] = []
         try:
-            try:
-                answer = await self.session.job_states()
-            except HTTPStatusError as e:
-                if e.status != 404:
-                    raise
-                sync.states_unsupported = True
-                log.warning("%s; listing /jobs in full from now on", e)
-                return "off"
-            finally:
-                sync.state_reads += 1
+            reused = self._reusable_states(now)
+            if reused is not None:  # a backlog drains: the last answer still names what is left to read
+                answer, as_of = reused, sync.states_at
+                sync.states_reused += 1
+            else:
+                try:
+                    answer = await self.session.job_states()
+                except HTTPStatusError as e:
+                    if e.status != 404:
+                        raise
+                    sync.states_unsupported = True
+                    log.warning("%s; listing /jobs in full from now on", e)
+                    return "off"
+                finally:
+                    sync.state_reads += 1
+                as_of = now
+                sync.last_states, sync.states_at = answer, now
+                sync.states_seconds = time.perf_counter() - t0
             states = answer.states
             sync.unreadable_entries = answer.unreadable
             sync.states_seen = len(states) + answer.unreadable
@@ -208,7 +220,7 @@ class IncrementalJobs:
             else:
                 self.conditions.ended("jobs/state", "every job id readable again")
             refused = {job_id: sig for job_id, (sig, _, _) in sync.refused.items()}
-            found = jobsync.changes(held, states, refused, complete=not answer.unreadable)
+            found = jobsync.changes(held, states, refused, complete=not answer.unreadable and reused is None)
             # jobs that started first: what the bridge binds and the demand stops counting (reads of a
             # burst are published as they come, _Progress)
             if st.requested_at == 0.0:  # a start without a listing, not complete yet: what demand needs first
@@ -271,8 +283,19 @@ class IncrementalJobs:
         sync.last_changed, sync.last_gone, sync.last_read = len(fetch), len(found.gone), tuple(fetch)
         st.last_bytes = 0
         # with jobs left unread, the data holds all Slurm accepted only as of before
-        st.record_ok(self._clock(), None if sync.backlog else now)
+        st.record_ok(self._clock(), None if sync.backlog else as_of)
         return True
+
+    def _reusable_states(self, now: float) -> jobsync.StatesRead | None:
+        """The last ``/jobs/state`` answer, while a backlog drains and it is younger than
+        :data:`STATES_REUSE` times what it took (slurmrestd spends at most a tenth of the drain rendering
+        it: 100,000 jobs take it ~16 s); None: read it again."""
+        sync = self.sync
+        if not sync.backlog or sync.last_states is None or sync.states_at is None:
+            return None
+        if now - sync.states_at >= STATES_REUSE * sync.states_seconds:
+            return None
+        return sync.last_states
 
     def _follow(
         self,

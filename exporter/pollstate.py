@@ -12,7 +12,7 @@ from typing import Any
 
 from .accounting import Accounting
 from .errors import SlurmError
-from .jobsync import JobSig
+from .jobsync import JobSig, StatesRead
 from .logs import Conditions
 from .model import ENDPOINTS, Diag, Envelope, Job, Node
 from .validate import dropped_partitions, reason_of
@@ -263,6 +263,14 @@ class JobsSync:
     an RPC (:func:`exporter.jobsync.to_follow`)."""
     followed: set[int] = field(default_factory=set)
     """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
+    last_states: StatesRead | None = None
+    """The last ``/jobs/state`` answer (used again while a backlog drains: ``states_reused``)."""
+    states_at: float | None = None
+    """When it was requested, epoch seconds."""
+    states_seconds: float = 0.0
+    """Seconds it took."""
+    states_reused: int = 0
+    """Incremental reads that used the last ``/jobs/state`` answer again instead of reading it."""
     states_seen: int | None = None
     """Entries of the last ``/jobs/state`` (None before one was read): how many jobs a listing renders."""
     unreadable_entries: int = 0

@@ -443,6 +443,32 @@ async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig
         assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_a_slow_jobs_state_is_read_again_only_once_the_backlog_drained_or_it_aged(rig: Rig) -> None:
+    """While a backlog drains, the last /jobs/state answer names what is left: read again only after 10×
+    what it took (100,000 jobs: ~16 s a render) or once nothing is left; no job is taken as gone from an
+    old answer, and the data is "as of" that answer's request."""
+    t = rig.table
+    rig.set_rpcs(0, pending=len(t.records))
+    p = rig.poller(jobs_changes_limit=4, jobs_listing_max=5)
+    sync = p.status.jobs_sync
+    async with p.client:
+        await p.poll_once()
+        first_at = rig.clock.now
+        sync.states_seconds = 5.0  # as if it took 5 s: used again for 50 s
+        t.purge(max(t.records))  # gone after the answer: not dropped from an old one
+        polls = 0
+        while sync.backlog:
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            polls += 1
+        assert t.reads["jobs/state"] == 1 and sync.states_reused == polls > 1
+        assert snap is not None and snap.jobs_as_of == first_at  # complete as of the answer used
+        rig.clock.now += 1
+        snap = await p.poll_once()  # nothing left: read again, the purged job dropped
+    assert t.reads["jobs/state"] == 2 and snap is not None and snap.jobs_as_of == rig.clock.now
+    assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
 async def test_few_enough_jobs_are_listed_first(rig: Rig) -> None:
     rig.set_rpcs(0, pending=5)
     p = rig.poller(jobs_listing_max=5)
