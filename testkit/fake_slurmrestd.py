@@ -50,6 +50,8 @@ class FakeSlurmrestd:
     max_in_flight: dict[str, int] = field(default_factory=dict)
     delay: float = 0.0
     """Seconds every answer waits before it is sent."""
+    delays: dict[str, float] = field(default_factory=dict)
+    """Endpoint → seconds its answers wait before they are sent (beside :attr:`delay`)."""
     override: dict[str, bytes] = field(default_factory=dict)
     """Endpoint → body to send instead of the recorded one."""
     fault_times: dict[str, int] = field(default_factory=dict)
@@ -128,8 +130,8 @@ class FakeSlurmrestd:
         self.in_flight[endpoint] = self.in_flight.get(endpoint, 0) + 1
         self.max_in_flight[endpoint] = max(self.max_in_flight.get(endpoint, 0), self.in_flight[endpoint])
         try:
-            if self.delay:
-                await asyncio.sleep(self.delay)
+            if self.delay or endpoint in self.delays:
+                await asyncio.sleep(self.delay + self.delays.get(endpoint, 0.0))
             denied = self._auth(request)
             if denied is not None:
                 return denied

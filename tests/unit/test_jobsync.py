@@ -158,13 +158,19 @@ class Rig:
     url: str
     clock: Clock
 
-    def poller(self, lanes: int = 4, **cfg: object) -> Poller:
+    def poller(self, lanes: int = 4, idle: float = 30.0, **cfg: object) -> Poller:
         """A poller of the fake; no sweep unless a test asks (the others count their reads exactly)."""
         cfg.setdefault("jobs_sweep_rate", 0.0)
         token = TokenSource(token="good-token")
-        client = SlurmClient(
-            ClientConfig(base_url=self.url, token=token, retries=0, max_concurrency=lanes), sleep=no_sleep
+        config = ClientConfig(
+            base_url=self.url,
+            token=token,
+            retries=0,
+            max_concurrency=lanes,
+            idle_timeout=idle,
+            timeout=min(idle, 30.0),
         )
+        client = SlurmClient(config, sleep=no_sleep)
         return Poller(SlurmSession(client), PollerConfig(**cfg), clock=self.clock)  # type: ignore[arg-type]
 
     async def listed(self) -> Snapshot:
@@ -467,6 +473,23 @@ async def test_a_slow_jobs_state_is_read_again_only_once_the_backlog_drained_or_
         snap = await p.poll_once()  # nothing left: read again, the purged job dropped
     assert t.reads["jobs/state"] == 2 and snap is not None and snap.jobs_as_of == rig.clock.now
     assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_a_large_jobs_state_may_take_longer_to_begin(rig: Rig) -> None:
+    """slurmrestd renders /jobs/state whole before its first byte (~16–19 s at 100,000 jobs): it may take
+    the idle limit plus 0.4 ms a job listed last time (or 3× its last duration) to begin, not the
+    small-request limits that cut it at 100,000 jobs."""
+    p = rig.poller(idle=0.3)
+    async with p.client:
+        await p.poll_once()
+        rig.fake.delays["jobs/state"] = 0.8
+        rig.clock.now += 1
+        assert await p.poll_once() is not None
+        assert p.status.endpoints["jobs"].last_error_kind == "timeout"  # few jobs: the small limits
+        p.status.jobs_sync.states_seen = 5_000  # 2 s to render, allowed
+        rig.clock.now += 1
+        await p.poll_once()
+    assert p.status.endpoints["jobs"].last_ok and p.status.jobs_sync.incremental_fetches == 1
 
 
 async def test_few_enough_jobs_are_listed_first(rig: Rig) -> None:
