@@ -131,7 +131,7 @@ class KeyFacts:
         by_reason = np.array(self._reasons, dtype=np.int64).reshape(-1, 2)
         feature, new_features = _interned(features_, feature_ids)
         self.features += new_features
-        request, new_requests = _interned(list(zip(*fields[REQUEST:], strict=True)), request_ids)
+        request, new_requests = _interned(list(zip(*fields[REQUEST:], strict=True)), request_ids, few=False)
         self.requests += new_requests
         numbers, plain = request_columns(new_requests)
         self.request_numbers = np.concatenate([self.request_numbers, numbers])
@@ -159,10 +159,19 @@ class KeyFacts:
         return tuple.__new__(Request, self.requests[request_id])
 
 
-def _interned(values: Sequence[Any], ids: dict[Any, int]) -> tuple[_I64, list[Any]]:
+def _interned(values: Sequence[Any], ids: dict[Any, int], *, few: bool = True) -> tuple[_I64, list[Any]]:
     """Each value's id in ``ids`` (new values numbered on from ``len(ids)``), and the new values in their
-    order: each value hashed once (``dict.setdefault``; a tuple does not keep its hash)."""
+    order. ``few`` distinct values (partitions, reasons, constraints): looked up in C (``map``), a Python
+    step only per new value; else (requests: mostly new on a first poll) each value hashed once by
+    ``dict.setdefault`` (a tuple does not keep its hash)."""
     before = len(ids)
+    if few:
+        got = list(map(ids.get, values))
+        if None in got:
+            for value in dict.fromkeys(v for v, g in zip(values, got, strict=True) if g is None):
+                ids[value] = len(ids)
+            got = list(map(ids.__getitem__, values))
+        return np.array(got, dtype=np.int64), list(islice(ids, before, None))
     put = ids.setdefault
     out = np.array([put(value, len(ids)) for value in values], dtype=np.int64)
     return out, list(islice(ids, before, None))
