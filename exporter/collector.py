@@ -213,13 +213,12 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     )
     backlog.add_metric([], float(sync.backlog))
     yield backlog
-    unlisted = GaugeMetricFamily(
+    yield GaugeMetricFamily(
         "slurm_exporter_poll_jobs_unlisted",
         "1 when the poller started without a full /jobs listing (more jobs than --jobs-listing-max) and "
         "reads the jobs one by one instead",
+        value=1.0 if sync.unlisted else 0.0,
     )
-    unlisted.add_metric([], 1.0 if sync.unlisted else 0.0)
-    yield unlisted
     listed = GaugeMetricFamily(
         "slurm_exporter_poll_jobs_listed_timestamp_seconds",
         "When the last full /jobs listing was requested",
