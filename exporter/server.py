@@ -46,6 +46,7 @@ from .collector import DEFAULTS, Cardinality, health_families, snapshot_families
 from .errors import ConfigError
 from .listen import ConnectionGuard, Listener, ListenLimits, bind_sockets
 from .logs import Conditions
+from .mirror import MirrorFeed
 from .model import Snapshot, wall_time
 from .pollstate import PollStatus
 from .source import SnapshotSource
@@ -303,6 +304,7 @@ WEB_CONFIG: web.AppKey[WebConfig] = web.AppKey("web_config", WebConfig)
 STATUS_LINES: web.AppKey[Callable[[float], Iterable[str]]] = web.AppKey("status_lines")
 JSON_PAGES: web.AppKey[tuple[str, ...]] = web.AppKey("json_pages")
 GUARD: web.AppKey[ConnectionGuard] = web.AppKey("connection_guard", ConnectionGuard)
+MIRROR: web.AppKey[MirrorFeed] = web.AppKey("mirror", MirrorFeed)
 
 
 def make_app(
@@ -356,6 +358,8 @@ def make_app(
     app.router.add_get("/healthz", _healthz)
     app.router.add_get("/readyz", _readyz)
     app.router.add_get("/snapshot", _snapshot)
+    app[MIRROR] = MirrorFeed(poller)
+    app.router.add_get("/replica/snapshot", _replica_snapshot)
     app.router.add_get("/", _index)
     app[JSON_PAGES] = tuple(sorted((json_pages or {}).keys()))
     for path, page in (json_pages or {}).items():
@@ -484,6 +488,27 @@ async def _snapshot(request: web.Request) -> web.Response:
     if snap is None:
         return web.Response(status=503, text="no snapshot yet\n")
     return web.Response(body=msgspec.json.encode(snap), content_type="application/json")
+
+
+REPLICA_WAIT_MAX = 60.0
+"""Seconds a ``/replica/snapshot`` request may wait for the next snapshot at most."""
+
+
+async def _replica_snapshot(request: web.Request) -> web.Response:
+    """``?after=N&wait=S``: the next snapshot after the leader's number N as a msgpack
+    :class:`~exporter.mirror.MirrorFrame` (its jobs a delta from N where N is still held), waiting up to S
+    seconds for one; 204 when none came; 400 on a bad query."""
+    try:
+        after = int(request.query.get("after", "0"))
+        wait = float(request.query.get("wait", "0"))
+    except ValueError:
+        return web.Response(status=400, text="after: a snapshot number, wait: seconds\n")
+    if after < 0 or not 0 <= wait <= REPLICA_WAIT_MAX:
+        return web.Response(status=400, text=f"after >= 0, 0 <= wait <= {REPLICA_WAIT_MAX:.0f}\n")
+    frame = await request.app[MIRROR].frame_after(after, wait)
+    if frame is None:
+        return web.Response(status=204)
+    return web.Response(body=msgspec.msgpack.encode(frame), content_type="application/msgpack")
 
 
 def _ago(at: float | None, now: float) -> str:
