@@ -144,3 +144,52 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
             final = await listed(lab)
             still = stable_ids(listing, final)
             assert job_differences(only(after, still), only(final, still), pending_ignored=LISTING_ONLY) == []
+
+
+@pytest.mark.parametrize("flavor", ["26.05", "24.11"])
+async def test_a_start_without_a_listing_reads_every_job_and_equals_a_listing(
+    flavor: str, request: pytest.FixtureRequest
+) -> None:
+    """More jobs than --jobs-listing-max (here 1): no /jobs listing at all — /jobs/state and every job read
+    one by one, a few a poll, pending ones first; partial meanwhile (jobs_unread, "as of" 0), then equal to
+    a full listing field by field (an array with a task split off, a het job, held and running jobs)."""
+    lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")
+    resv = "unlisted"
+    where = ("-p", "dyn", f"--reservation={resv}", "-n1")
+    cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
+    with reserved_nodes(lab, ["unl-a"], resv):
+        running = lab.sbatch(*where, command="sleep 300")
+        array = lab.sbatch(*where, "-a", "1-4", command="sleep 300")  # task 1 waits: one node, one CPU
+        het = lab.sbatch(*where, ":", *where, "-H", command="sleep 1")
+        held = lab.sbatch(*where, "-H", command="sleep 1")
+        for _ in range(100):  # no fixed wait: the first job runs before the poller starts
+            if lab.run(["squeue", "-h", "-j", str(running), "-o", "%T"], check=False).strip() == "RUNNING":
+                break
+            await asyncio.sleep(0.1)
+        config = PollerConfig(jobs_listing_max=1, jobs_changes_limit=3, jobs_sweep_rate=0.0)
+        async with SlurmClient(cfg) as client:
+            poller = Poller(SlurmSession(client), config)
+            partial: list[Snapshot] = []
+            for _ in range(200):
+                snap = await poller.poll_once()
+                assert snap is not None
+                if not snap.jobs_unread:
+                    break
+                partial.append(snap)
+                assert snap.jobs_as_of == 0.0
+            assert snap.jobs_as_of > 0
+            # compared where two listings around one more poll agree (a task may start meanwhile)
+            earlier = await listed(lab)
+            snap = await poller.poll_once()
+            assert snap is not None and not snap.jobs_unread
+            want = await listed(lab)
+            assert "jobs" not in client.requests_by_endpoint  # this poller never listed
+        sync = poller.status.jobs_sync
+        assert sync.unlisted and sync.full_listings == {} and len(partial) >= 1
+        mine = {running, array, het, held}
+        still = stable_ids(earlier, want)
+        assert {running, het, held} <= still
+        jobs = by_id(snap.jobs)
+        assert mine <= set(jobs) and jobs[running].state == "RUNNING"
+        assert job_differences(only(snap, still), only(want, still), pending_ignored=LISTING_ONLY) == []
+        lab.run(["scancel", str(running), str(array), str(het), str(held)], check=False)
