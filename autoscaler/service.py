@@ -371,9 +371,9 @@ class DemandService:
         """Targets exported as metrics: configured and asked-for ones; without a configuration,
         also one target per partition of ``snap`` (named after it)."""
         known = list(self._targets)
-        if not self._configured:
-            names = {t.name for t in known}
-            known += [Target(p.name, p.name) for p in snap.partitions if p.name not in names]
+        if not self._configured:  # a scaler's own definition on the partition is another series (label)
+            have = set(known)
+            known += [d for d in (Target(p.name, p.name) for p in snap.partitions) if d not in have]
         return tuple(known)
 
     def demands_on(self, snap: Snapshot) -> dict[Target, Demand]:

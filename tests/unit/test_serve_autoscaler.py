@@ -149,7 +149,8 @@ async def test_console_script_serves_keda_and_metrics_from_one_snapshot() -> Non
             http.get(f"http://127.0.0.1:{http_port}/metrics") as r,
         ):
             body = await r.text()
-        # the gRPC-asked target (max 10) is the partition's default target's name: one series, same value
+        # the partition's default target keeps its series whether or not a poll since the gRPC ask rendered
+        # the asked one (max 10: another definition, its own label — before, it took the default's place)
         assert sample(body, "slurm_autoscaler_desired_nodes", target="cpu", partition="cpu") == 6
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(proc.wait(), 15)

@@ -254,6 +254,9 @@ def test_target_info_says_where_each_target_comes_from() -> None:
     sources = info(unconfigured)
     assert sources[unconfigured.label(asked)] == "scaler"
     assert {sources[p.name] for p in s.partitions if p.name != "cpu"} == {"default"}  # cpu: asked
+    # and the partition's default target keeps its series beside the asked one (another definition: its
+    # own label); it took the default's place before, so target="cpu" went missing once a poll rendered it
+    assert sources["cpu"] == "default"
     assert info(configured) == {"ns-gpu": "configured"}
 
 
