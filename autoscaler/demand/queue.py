@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
-from itertools import islice, repeat
+from itertools import repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import Any
 
@@ -25,7 +25,15 @@ from autoscaler.demand.hetjobs import merge_hetjobs
 from autoscaler.demand.keys import REQUEST, JobKey, request_of
 from autoscaler.demand.select import hosts
 from autoscaler.demand.sizing import Request
-from autoscaler.demand.tables import KeyFacts, KindTable, PieceIds, first_seen, kind_tables, lead_rank
+from autoscaler.demand.tables import (
+    KeyFacts,
+    KindTable,
+    PieceIds,
+    first_seen,
+    interned,
+    kind_tables,
+    lead_rank,
+)
 from autoscaler.eligibility import UNSETTLED, Bars, settled_reason
 from autoscaler.limits import Budget
 from autoscaler.reasons import Eligibility, classify
@@ -215,14 +223,10 @@ class ScanCache:
             memo = self._pieces[context] = PieceIds()
         return memo
 
-    def intern(self, keys: Iterable[JobKey]) -> list[int]:
+    def intern(self, keys: Iterable[JobKey]) -> _I64:
         """The id of each key, new keys numbered on."""
-        ids = self.key_ids
-        before = len(ids)
-        put = ids.setdefault
-        out = [put(key, len(ids)) for key in keys]
-        if len(ids) > before:
-            new = list(islice(ids, before, None))
+        out, new = interned(list(keys), self.key_ids, few=False)
+        if new:
             self.keys.extend(new)
             flags = np.zeros(len(new), dtype=np.bool_)
             last = list(map(itemgetter(-1), new))  # node requests: None for most keys

@@ -29,6 +29,7 @@ __all__ = [
     "PieceIds",
     "empty_table",
     "first_seen",
+    "interned",
     "kind_tables",
     "lead_rank",
 ]
@@ -118,9 +119,9 @@ class KeyFacts:
         partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
         fields = list(zip(*keys, strict=True))
         partitions_, reasons_, features_, tasks_, arrays_ = fields[:5]
-        partition, new_partitions = _interned(partitions_, partition_ids)
+        partition, new_partitions = interned(partitions_, partition_ids)
         self.partitions += new_partitions
-        reason, new_reasons = _interned(reasons_, reason_ids)
+        reason, new_reasons = interned(reasons_, reason_ids)
         for reason_ in new_reasons:
             reason_name, reason_elig = classify(reason_)[:2]
             n = name_ids.get(reason_name)
@@ -129,9 +130,9 @@ class KeyFacts:
                 self.names.append(reason_name)
             self._reasons.append((n, _ELIG_CODE[reason_elig]))
         by_reason = np.array(self._reasons, dtype=np.int64).reshape(-1, 2)
-        feature, new_features = _interned(features_, feature_ids)
+        feature, new_features = interned(features_, feature_ids)
         self.features += new_features
-        request, new_requests = _interned(list(zip(*fields[REQUEST:], strict=True)), request_ids, few=False)
+        request, new_requests = interned(list(zip(*fields[REQUEST:], strict=True)), request_ids, few=False)
         self.requests += new_requests
         numbers, plain = request_columns(new_requests)
         self.request_numbers = np.concatenate([self.request_numbers, numbers])
@@ -159,7 +160,7 @@ class KeyFacts:
         return tuple.__new__(Request, self.requests[request_id])
 
 
-def _interned(values: Sequence[Any], ids: dict[Any, int], *, few: bool = True) -> tuple[_I64, list[Any]]:
+def interned(values: Sequence[Any], ids: dict[Any, int], *, few: bool = True) -> tuple[_I64, list[Any]]:
     """Each value's id in ``ids`` (new values numbered on from ``len(ids)``), and the new values in their
     order. ``few`` distinct values (partitions, reasons, constraints): looked up in C (``map``), a Python
     step only per new value; else (requests: mostly new on a first poll) each value hashed once by
@@ -211,17 +212,15 @@ class PieceIds:
     def add_rows(self, rows: _I64) -> _I64:
         """The ids of pieces given as int64 rows ``[nodes, cpus, memory, gpus]`` (new ones numbered on, in
         the order of their first row)."""
-        index = self.index
-        before = len(index)
-        put = index.setdefault
-        ids = np.array([put(piece, len(index)) for piece in map(tuple, rows.tolist())], dtype=np.int64)
-        if len(index) > before:
+        before = len(self.index)
+        ids, new = interned(list(map(tuple, rows.tolist())), self.index, few=False)
+        if new:
             synced = len(self._columns) == before
-            self.pieces.extend(islice(index, before, None))
+            self.pieces.extend(new)
             if synced:  # the new rows appended as they are (no tuple → array again)
-                new = np.flatnonzero(ids >= before)
-                _, first = np.unique(ids[new], return_index=True)
-                self._columns = np.concatenate([self._columns, rows[new[first]]])
+                at = np.flatnonzero(ids >= before)
+                _, first = np.unique(ids[at], return_index=True)
+                self._columns = np.concatenate([self._columns, rows[at[first]]])
         return ids
 
 
