@@ -440,11 +440,20 @@ class SlurmClient:
         params: QueryParams | None = None,
         retries: int | None = None,
         final_statuses: frozenset[int] = frozenset(),
+        first_byte: float | None = None,
     ) -> bytes:
-        """GET ``path`` and return the whole body of a 2xx answer (``final_statuses``: see :meth:`stream`)."""
+        """GET ``path`` and return the whole body of a 2xx answer (``final_statuses``: see :meth:`stream`).
+        ``first_byte``: seconds the answer may take to begin (streamed, :meth:`stream`'s limits); None: the
+        small-request limits."""
         chunks: list[bytes] = []
         async for chunk in self.stream(
-            path, endpoint=endpoint, params=params, whole=True, retries=retries, final_statuses=final_statuses
+            path,
+            endpoint=endpoint,
+            params=params,
+            whole=first_byte is None,
+            retries=retries,
+            final_statuses=final_statuses,
+            first_byte=first_byte,
         ):
             chunks.append(chunk)
         return b"".join(chunks)

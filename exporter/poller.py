@@ -347,14 +347,10 @@ class Poller:
         reason = (
             None if self._listing is not None else self._jobs.listing_reason(st, now, standby=self.standby)
         )
-        if (
-            reason == "first"
-            and st.data is None
-            and sync.too_many_to_list(self.config.jobs_listing_max, self._diag())
-        ):
-            self._jobs.start_unlisted(
-                st
-            )  # too many jobs to list: /jobs/state and single reads from the start
+        first = reason == "first" and st.data is None
+        if first and sync.too_many_to_list(self.config.jobs_listing_max, self._diag()):
+            # too many jobs to list: /jobs/state and single reads from the start
+            self._jobs.start_unlisted(st)
             reason = None
         if reason is not None and st.data is not None:
             self._list_beside(reason, negotiated, now)

@@ -92,15 +92,9 @@ class SlurmSession:
         if self.negotiated is None:
             raise SlurmError("no API version negotiated yet", endpoint="jobs/state")
         path = f"/slurm/{self.negotiated.jobs_version}/jobs/state/"
-        if first_byte is None:
-            return parse_states(await self.client.get(path, endpoint="jobs/state", retries=0))
-        chunks = [
-            chunk
-            async for chunk in self.client.stream(
-                path, endpoint="jobs/state", retries=0, first_byte=first_byte
-            )
-        ]
-        return parse_states(b"".join(chunks))
+        return parse_states(
+            await self.client.get(path, endpoint="jobs/state", retries=0, first_byte=first_byte)
+        )
 
     async def job_records(self, job_id: int, *, lane: int = 0) -> tuple[list[Job], list[tuple[Job, str]]]:
         """``GET /job/{job_id}``: the job's records as the listing reads them (an array's or het job's
