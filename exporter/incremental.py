@@ -70,6 +70,8 @@ class IncrementalJobs:
         """Jobs the fetch of a full listing dropped as impossible, as :attr:`JobsSync.refused`."""
         self.beside: _Beside | None = None
         """What the incremental reads found while a full listing is read beside them; None when none is."""
+        self._census: jobsync.StatesRead | None = None
+        """The ``/jobs/state`` answer :meth:`too_many_at_start` read, for the first incremental read."""
 
     def applies(self, negotiated: Negotiated) -> bool:
         """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
@@ -194,27 +196,20 @@ class IncrementalJobs:
         progress: _Progress | None = None
         moved: list[int] = []
         try:
-            reused = self._reusable_states(now)
-            if reused is not None:  # a backlog drains: the last answer still names what is left to read
+            census, self._census = self._census, None
+            reused = None if census is not None else self._reusable_states(now)
+            if census is not None:  # read just before, to decide how to start
+                answer, as_of = census, sync.states_at
+            elif reused is not None:  # a backlog drains: the last answer still names what is left to read
                 answer, as_of = reused, sync.states_at
                 sync.states_reused += 1
             else:
-                try:
-                    answer = await self.session.job_states(self._states_first_byte())
-                except HTTPStatusError as e:
-                    if e.status != 404:
-                        raise
-                    sync.states_unsupported = True
-                    log.warning("%s; listing /jobs in full from now on", e)
+                read_states = await self._read_states(now)
+                if read_states is None:
                     return "off"
-                finally:
-                    sync.state_reads += 1
-                as_of = now
-                sync.last_states, sync.states_at = answer, now
-                sync.states_seconds = time.perf_counter() - t0
+                answer, as_of = read_states, now
             states = answer.states
             sync.unreadable_entries = answer.unreadable
-            sync.states_seen = len(states) + answer.unreadable
             if answer.unreadable:
                 self.conditions.seen(
                     "jobs/state",
@@ -289,6 +284,52 @@ class IncrementalJobs:
         # with jobs left unread, the data holds all Slurm accepted only as of before
         st.record_ok(self._clock(), None if sync.backlog else as_of)
         return True
+
+    async def too_many_at_start(self, diag: Diag | None) -> bool:
+        """Whether the first poll starts without a listing (:meth:`start_unlisted`): Slurm holds more than
+        :attr:`PollerConfig.jobs_listing_max` jobs by ``/diag``
+        (:func:`exporter.pollstate.jobs_alive_estimate`), or else by a ``/jobs/state`` read — exact and
+        current where ``/diag``'s pending and running counts are slurmctld's tally of up to 30 s ago, which
+        a burst since misses; the answer then serves the first incremental read. That read failing:
+        ``/diag``'s word stands (one log line per cause)."""
+        most, sync = self.config.jobs_listing_max, self.sync
+        if most <= 0:
+            return False
+        if sync.too_many_to_list(most, diag):
+            return True
+        try:
+            states = await self._read_states(self._clock())
+        except SlurmError as e:
+            self.conditions.seen("jobs census", "failed", f"/jobs/state: {e}; listing as /diag's counts say")
+            return False
+        if states is None:
+            return False
+        self.conditions.ended("jobs census", "/jobs/state read")
+        if not sync.too_many_to_list(most, None):
+            return False
+        self._census = states
+        return True
+
+    async def _read_states(self, now: float) -> jobsync.StatesRead | None:
+        """``/jobs/state``, kept as :attr:`JobsSync.last_states` (read at ``now``); None when this
+        slurmrestd has no such endpoint (:attr:`JobsSync.states_unsupported`: list in full from now on).
+        Raises SlurmError."""
+        sync = self.sync
+        t0 = time.perf_counter()
+        try:
+            answer = await self.session.job_states(self._states_first_byte())
+        except HTTPStatusError as e:
+            if e.status != 404:
+                raise
+            sync.states_unsupported = True
+            log.warning("%s; listing /jobs in full from now on", e)
+            return None
+        finally:
+            sync.state_reads += 1
+        sync.last_states, sync.states_at = answer, now
+        sync.states_seconds = time.perf_counter() - t0
+        sync.states_seen = len(answer.states) + answer.unreadable
+        return answer
 
     def _states_first_byte(self) -> float | None:
         """Seconds ``/jobs/state`` may take to begin: the idle limit plus three times what it took last,

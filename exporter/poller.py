@@ -348,7 +348,7 @@ class Poller:
             None if self._listing is not None else self._jobs.listing_reason(st, now, standby=self.standby)
         )
         first = reason == "first" and st.data is None
-        if first and sync.too_many_to_list(self.config.jobs_listing_max, self._diag()):
+        if first and await self._jobs.too_many_at_start(self._diag()):
             # too many jobs to list: /jobs/state and single reads from the start
             self._jobs.start_unlisted(st)
             reason = None

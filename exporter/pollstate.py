@@ -64,7 +64,7 @@ class PollerConfig:
     polls."""
     jobs_listing_max: int = 10_000
     """Jobs Slurm may hold for a full ``/jobs`` listing to be read for the first poll or a mass change (by
-    ``/diag``'s pending and running counts before the first ``/jobs/state``, then its entries). Beyond, no
+    ``/diag``'s counts and a ``/jobs/state`` read at the start, then its entries). Beyond, no
     listing: the first poll reads ``/jobs/state`` alone and the jobs one by one,
     :attr:`jobs_changes_limit` a poll, the data partial meanwhile (:attr:`JobsSync.backlog`) — slurmrestd
     renders a listing in memory it never gives back (~135 KB a job: 100,000 jobs, ~13 GB). 0: no limit
@@ -287,12 +287,12 @@ class JobsSync:
 
     def too_many_to_list(self, most: int, diag: Diag | None) -> bool:
         """Whether Slurm holds more jobs than a listing may render (:attr:`PollerConfig.jobs_listing_max`):
-        the last ``/jobs/state``'s entries, else ``diag``'s pending and running jobs (unknown: False)."""
+        the last ``/jobs/state``'s entries, else :func:`jobs_alive_estimate` of ``diag`` (unknown: False)."""
         if most <= 0:
             return False
         if self.states_seen is not None:
             return self.states_seen > most
-        return diag is not None and diag.jobs_pending + diag.jobs_running > most
+        return diag is not None and jobs_alive_estimate(diag) > most
 
     def quota(self, why: str, rate: float, span: float) -> int:
         """Jobs ``why`` may read again now at ``rate`` per second over ``span`` seconds (the time since the
@@ -310,6 +310,19 @@ class JobsSync:
         self.recheck_new = False
         self.recheck_wanted = self.recheck_found = 0
         self.sweep.clear()
+
+
+def jobs_alive_estimate(diag: Diag) -> int:
+    """Jobs slurmctld holds, as far as ``/diag`` tells before any job is read: the larger of its pending +
+    running counts and the jobs submitted less those ended since its statistics were reset.
+
+    The first is a count slurmctld takes only every 30 s (``JOB_COUNT_INTERVAL`` in ``controller.c``): a
+    burst submitted since is not in it. The second moves with every submission (an array by its tasks) and
+    every end, but misses the jobs alive at the reset and counts a cancelled array once — so neither alone
+    stands for the queue. A figure too high costs one ``/jobs/state`` read before the listing; too low, a
+    listing of more than ``--jobs-listing-max`` jobs."""
+    ended = diag.jobs_completed + diag.jobs_canceled + diag.jobs_failed
+    return max(diag.jobs_pending + diag.jobs_running, diag.jobs_submitted - ended)
 
 
 @dataclass

@@ -181,11 +181,21 @@ class Rig:
         assert snap is not None
         return snap
 
-    def set_rpcs(self, updates: int, users: dict[str, int] | None = None, pending: int = 0) -> None:
+    def set_rpcs(
+        self,
+        updates: int,
+        users: dict[str, int] | None = None,
+        pending: int = 0,
+        submitted: int | None = None,
+    ) -> None:
         """slurmctld's /diag with ``updates`` job-changing RPCs (and ``users``' RPC counts, if given;
-        ``pending`` jobs pending)."""
+        ``pending`` jobs pending; ``submitted`` jobs submitted and none ended, if given)."""
         doc = json.loads((RECORDED_2605 / "diag.json").read_bytes())
-        doc["statistics"]["jobs_pending"] = pending
+        stats = doc["statistics"]
+        stats["jobs_pending"] = pending
+        if submitted is not None:
+            stats["jobs_submitted"] = submitted
+            stats["jobs_completed"] = stats["jobs_canceled"] = stats["jobs_failed"] = 0
         doc["statistics"]["rpcs_by_message_type"].append(
             {"type_id": 3001, "message_type": "REQUEST_UPDATE_JOB", "count": updates, "total_time": 10}
         )
@@ -208,14 +218,16 @@ async def rig() -> AsyncIterator[Rig]:
 
 
 async def test_steady_state_reads_only_jobs_state(rig: Rig) -> None:
+    """The first poll counts the jobs (/jobs/state: /diag's tally may be 30 s old) and lists them; the
+    polls after read /jobs/state alone while no job moved."""
     p = rig.poller()
     async with p.client:
         await p.poll_once()
-        assert rig.table.reads == {"jobs": 1}
+        assert rig.table.reads == {"jobs/state": 1, "jobs": 1}
         for _ in range(3):
             rig.clock.now += 1
             snap = await p.poll_once()
-    assert rig.table.reads == {"jobs": 1, "jobs/state": 3}
+    assert rig.table.reads == {"jobs": 1, "jobs/state": 4}
     sync = p.status.jobs_sync
     assert sync.incremental and sync.incremental_fetches == 3 and sync.job_reads == 0
     assert sync.full_listings == {"first": 1}
@@ -404,13 +416,20 @@ async def test_too_many_changes_list_in_full_or_spread_over_polls(rig: Rig) -> N
     assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
-async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig) -> None:
-    """More jobs than --jobs-listing-max (/diag's pending count before the first /jobs/state): no /jobs
-    listing at all — /jobs/state and the jobs one by one, the limit a poll, pending ones first; the data
-    partial meanwhile (jobs_unread; jobs_as_of 0: the bridge waits), then equal to a listing; a mass change
-    later is read over the next polls, not listed."""
+@pytest.mark.parametrize("counted_by", ["pending", "submitted", "jobs/state"])
+async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig, counted_by: str) -> None:
+    """More jobs than --jobs-listing-max — by /diag's pending count, or its jobs submitted less those ended
+    (a burst since slurmctld last counted, every 30 s), or else by /jobs/state (/diag's counts both stale:
+    that one answer serves the first read too): no /jobs listing at all — /jobs/state and the jobs one by
+    one, the limit a poll, pending ones first; the data partial meanwhile (jobs_unread; jobs_as_of 0: the
+    bridge waits), then equal to a listing; a mass change later is read over the next polls, not listed."""
     t = rig.table
-    rig.set_rpcs(0, pending=len(t.records))
+    if counted_by == "pending":
+        rig.set_rpcs(0, pending=len(t.records), submitted=0)
+    elif counted_by == "submitted":
+        rig.set_rpcs(0, pending=0, submitted=len(t.records))
+    else:
+        rig.set_rpcs(0, pending=0, submitted=0)
     p = rig.poller(jobs_changes_limit=4, jobs_listing_max=5)
     sync = p.status.jobs_sync
     async with p.client:
@@ -492,12 +511,36 @@ async def test_a_large_jobs_state_may_take_longer_to_begin(rig: Rig) -> None:
     assert p.status.endpoints["jobs"].last_ok and p.status.jobs_sync.incremental_fetches == 1
 
 
+async def test_a_failed_count_at_the_start_lists_as_diag_says_once_logged(
+    rig: Rig, caplog: pytest.LogCaptureFixture
+) -> None:
+    """/jobs/state failing when the first poll counts the jobs: /diag's word stands (few: listed), one log
+    line says so; the next poll reads /jobs/state as usual."""
+    rig.set_rpcs(0, pending=0, submitted=0)
+    rig.fake.faults["jobs/state"] = "status:500"
+    rig.fake.fault_times["jobs/state"] = 1
+    p = rig.poller(jobs_listing_max=1)
+    with caplog.at_level(logging.WARNING):
+        async with p.client:
+            snap = await p.poll_once()
+            assert snap is not None and snap.jobs_unread == 0 and rig.table.reads["jobs"] == 1
+            rig.clock.now += 1
+            assert await p.poll_once() is not None
+    census = [r for r in caplog.records if "listing as /diag's counts say" in r.getMessage()]
+    assert len(census) == 1 and "500" in census[0].getMessage()
+    assert p.status.jobs_sync.incremental_fetches == 1 and not p.status.jobs_sync.unlisted
+
+
 async def test_few_enough_jobs_are_listed_first(rig: Rig) -> None:
-    rig.set_rpcs(0, pending=5)
-    p = rig.poller(jobs_listing_max=5)
+    """As many jobs as --jobs-listing-max by /diag and by /jobs/state: listed."""
+    n = len(json.loads(rig.table.states())["jobs"])
+    rig.table.reads.clear()
+    rig.set_rpcs(0, pending=n, submitted=n)
+    p = rig.poller(jobs_listing_max=n)
     async with p.client:
         snap = await p.poll_once()
-    assert snap is not None and rig.table.reads == {"jobs": 1} and not p.status.jobs_sync.unlisted
+    assert snap is not None and rig.table.reads == {"jobs/state": 1, "jobs": 1}
+    assert not p.status.jobs_sync.unlisted
     assert snap.jobs_unread == 0 and snap.jobs_as_of == rig.clock.now
 
 
@@ -881,7 +924,7 @@ async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: R
                 page = await r.text()
             async with cs.get(f"{url}/snapshot") as r:
                 snapshot = await r.json()
-    assert 'slurm_exporter_poll_jobs_reads_total{endpoint="jobs/state"} 1.0' in metrics
+    assert 'slurm_exporter_poll_jobs_reads_total{endpoint="jobs/state"} 2.0' in metrics  # count + 1 read
     assert 'slurm_exporter_poll_jobs_reads_total{endpoint="job"} 1.0' in metrics
     assert 'slurm_exporter_poll_jobs_listings_total{reason="first"} 1.0' in metrics
     assert "slurm_exporter_poll_jobs_incremental 1.0" in metrics
