@@ -120,7 +120,9 @@ def test_dynamic_node_joins_and_leaves(lab: Lab) -> None:
             lab.add_node(name, dynamic=True)
         assert name not in lab.node_states()
         return
-    node = lab.add_node(name, dynamic=True, cpus=4, memory_mb=4000, gpus=1)
+    # less memory than the demo's dyn_wait asks (--mem=1000): it must not start here — removing the node
+    # would requeue it, and it would wait ~30 s as BeginTime before the demo is settled again
+    node = lab.add_node(name, dynamic=True, cpus=4, memory_mb=512, gpus=1)
     try:
         assert node.dynamic
         rows = {
