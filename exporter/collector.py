@@ -167,6 +167,23 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
         "drained (it costs slurmrestd ~16 s at 100,000 jobs: read again after 10 times what it took)",
         value=float(sync.states_reused),
     )
+    asks = CounterMetricFamily(
+        "slurm_exporter_poll_jobs_states_asks",
+        "Incremental fetches by what they asked /jobs/state: whole (every job), some (beyond "
+        "--jobs-states-targeted-min jobs: the records that can have moved for what /diag's job counters "
+        "counted), none (no counter moved)",
+        labels=["what"],
+    )
+    for what in ("whole", "some", "none"):
+        asks.add_metric([what], float(sync.states_asks[what]))
+    yield asks
+    unaccounted = GaugeMetricFamily(
+        "slurm_exporter_poll_jobs_counts_unaccounted",
+        "1 while a job count /diag moved was not accounted for by the records asked about: the jobs are "
+        "whole only as of before it, until the next whole /jobs/state answer",
+    )
+    unaccounted.add_metric([], float(sync.unaccounted))
+    yield unaccounted
     rereads = CounterMetricFamily(
         "slurm_exporter_poll_jobs_rereads",
         "Jobs read again whatever their state, by why: follow (a fresh reason about to move), recheck "

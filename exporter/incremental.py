@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from . import jobsync
+from . import jobsync, jobwatch
 from .client import version_key
 from .errors import HTTPStatusError, SlurmError
 from .jobsync import JobSig
@@ -30,6 +30,12 @@ INCREMENTAL_JOBS_SINCE = "v0.0.41"
 HEAD_SECONDS = 5.0
 """An RPC during a recheck pass re-reads at most this many seconds' worth of the likeliest jobs first."""
 
+STATES_FULL_SPACING = 3.0
+"""While ``/jobs/state`` is asked about some records only (:mod:`exporter.jobwatch`), a count no answer
+accounted for has the whole answer read once the last one is this many times as old as it took
+(slurmrestd spends at most a third of its time on them: 100,000 jobs, every ~50 s)."""
+ASK_CHUNK = 2_000
+"""Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~16 KB)."""
 STATES_REUSE = 10.0
 """While a backlog drains, a ``/jobs/state`` answer is used again for this many times the seconds it took
 (:meth:`IncrementalJobs._reusable_states`)."""
@@ -72,6 +78,8 @@ class IncrementalJobs:
         """What the incremental reads found while a full listing is read beside them; None when none is."""
         self._census: jobsync.StatesRead | None = None
         """The ``/jobs/state`` answer :meth:`too_many_at_start` read, for the first incremental read."""
+        self._fresh_counts: tuple[jobwatch.JobCounts, float] | None = None
+        """slurmctld's job counters from this poll's ``/diag`` and when it was requested (None: not read)."""
 
     def applies(self, negotiated: Negotiated) -> bool:
         """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
@@ -82,9 +90,13 @@ class IncrementalJobs:
             and version_key(negotiated.jobs_version) >= version_key(INCREMENTAL_JOBS_SINCE)
         )
 
-    def note_job_updates(self, diag: Diag | None) -> None:
+    def note_job_updates(self, diag: Diag | None, requested_at: float | None = None) -> None:
         """Look at slurmctld's count of job-changing RPCs in the /diag just read: when it moved, a job may
-        have changed without its state (hold, release, ``scontrol update``): read jobs again."""
+        have changed without its state (hold, release, ``scontrol update``): read jobs again. Its job
+        counters (requested at ``requested_at``) tell this poll's read what to ask ``/jobs/state``
+        (:mod:`exporter.jobwatch`)."""
+        counts = jobwatch.JobCounts.of(diag)
+        self._fresh_counts = (counts, requested_at) if counts is not None and requested_at else None
         rpcs = jobsync.job_update_rpcs(diag)
         sync = self.sync
         users = diag.rpc_user_counts if diag is not None else {}
@@ -197,17 +209,26 @@ class IncrementalJobs:
         moved: list[int] = []
         try:
             census, self._census = self._census, None
+            fresh, self._fresh_counts = self._fresh_counts, None
             reused = None if census is not None else self._reusable_states(now)
+            delta = None if census is not None or reused is not None else self._delta(st, fresh, now)
             if census is not None:  # read just before, to decide how to start
                 answer, as_of = census, sync.states_at
             elif reused is not None:  # a backlog drains: the last answer still names what is left to read
                 answer, as_of = reused, sync.states_at
                 sync.states_reused += 1
+            elif delta is not None and fresh is not None:  # only what can have moved for what was counted
+                answer, as_of = await self._ask_some(held, delta, fresh)
             else:
                 read_states = await self._read_states(now)
                 if read_states is None:
                     return "off"
                 answer, as_of = read_states, now
+            if reused is None and (delta is None or fresh is None):  # a whole answer: every count in it
+                sync.states_asks["whole"] += 1
+                sync.counts, sync.counts_at = fresh if fresh is not None else (None, 0.0)
+                sync.unaccounted = False
+                sync.full_states_at, sync.full_states_seconds = sync.states_at, sync.states_seconds
             states = answer.states
             sync.unreadable_entries = answer.unreadable
             if answer.unreadable:
@@ -284,6 +305,74 @@ class IncrementalJobs:
         # with jobs left unread, the data holds all Slurm accepted only as of before
         st.record_ok(self._clock(), None if sync.backlog else as_of)
         return True
+
+    def _delta(
+        self, st: EndpointState, fresh: tuple[jobwatch.JobCounts, float] | None, now: float
+    ) -> jobwatch.Moved | None:
+        """What moved since the held jobs last accounted for every count, when this poll may ask
+        ``/jobs/state`` about some records only (:attr:`PollerConfig.jobs_states_targeted_min`); None: the
+        whole answer — too few jobs for it to matter, no fresh ``/diag`` or counters that went back, the
+        start without a listing not done, :attr:`PollerConfig.jobs_states_full_every` passed, or a count
+        unaccounted for and the last whole answer :data:`STATES_FULL_SPACING` times its duration old."""
+        sync, cfg = self.sync, self.config
+        most = cfg.jobs_states_targeted_min
+        if most <= 0 or sync.states_seen is None or sync.states_seen < most or fresh is None:
+            return None
+        if st.requested_at == 0.0 or sync.full_states_at is None:
+            return None
+        age = now - sync.full_states_at
+        if age >= cfg.jobs_states_full_every:
+            return None
+        if sync.unaccounted and age >= STATES_FULL_SPACING * sync.full_states_seconds:
+            return None
+        return jobwatch.moved(sync.counts, fresh[0])
+
+    async def _ask_some(
+        self, held: Sequence[Job], delta: jobwatch.Moved, fresh: tuple[jobwatch.JobCounts, float]
+    ) -> tuple[jobsync.StatesRead, float]:
+        """Ask ``/jobs/state`` about the records that can have moved for ``delta``
+        (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved), and
+        the followed ones. The answer is returned as a whole one would be — every held record with its
+        signature, those asked replaced by what was answered (gone when not) — with the time the jobs are
+        whole as of: this poll's ``/diag`` when the answer accounts for every count, else still the last
+        such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError."""
+        sync, cfg = self.sync, self.config
+        counts, diag_at = fresh
+        if delta.quiet:
+            sync.states_asks["none"] += 1
+            sync.counts, sync.counts_at = counts, diag_at
+            return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
+        sync.states_asks["some"] += 1
+        plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
+        asked = list(dict.fromkeys((*plan.ids, *sync.follow)))
+        answered: dict[int, JobSig] = {}
+        unreadable = 0
+        for i in range(0, len(asked), ASK_CHUNK):
+            try:
+                part = await self.session.job_states(ids=asked[i : i + ASK_CHUNK])
+            finally:
+                sync.state_reads += 1
+            answered.update(part.states)
+            unreadable += part.unreadable
+        held_by_id = {job.job_id: job for job in held}
+        if not unreadable and jobwatch.accounted(held_by_id, asked, answered).covers(delta):
+            sync.counts, sync.counts_at = counts, diag_at
+            sync.unaccounted = False
+        else:
+            sync.unaccounted = True
+        return self._keep_view(jobwatch.whole_view(held, answered, asked, self._refused_sigs()), unreadable)
+
+    def _keep_view(self, view: dict[int, JobSig], unreadable: int) -> tuple[jobsync.StatesRead, float]:
+        """A view made from an answer for some records, kept as the last answer (a backlog drains from
+        it, :meth:`_reusable_states`) "as of" when the jobs were last whole; with that time."""
+        sync = self.sync
+        read = jobsync.StatesRead(view, unreadable)
+        sync.last_states, sync.states_at = read, sync.counts_at
+        return read, sync.counts_at
+
+    def _refused_sigs(self) -> dict[int, JobSig]:
+        """The refused records' signatures (not held: kept in a view made from the held records)."""
+        return {job_id: sig for job_id, (sig, _, _) in self.sync.refused.items()}
 
     async def too_many_at_start(self, diag: Diag | None) -> bool:
         """Whether the first poll starts without a listing (:meth:`start_unlisted`): Slurm holds more than

@@ -219,8 +219,9 @@ class Poller:
                 # /diag first (a few ms): its RPC counters tell whether a job changed without its state
                 first.append(await self._fetch("diag", negotiated))
                 if first[0]:
-                    diag = self.status.endpoints["diag"].data
-                    self._jobs.note_job_updates(diag if isinstance(diag, Diag) else None)
+                    diag_st = self.status.endpoints["diag"]
+                    diag = diag_st.data if isinstance(diag_st.data, Diag) else None
+                    self._jobs.note_job_updates(diag, diag_st.requested_at)
                 wanted = ["diag", *(e for e in wanted if e != "diag")]
             rest = [e for e in due if not (first and e == "diag")]
             results = [*first, *await asyncio.gather(*(self._fetch(e, negotiated) for e in rest))]

@@ -13,6 +13,7 @@ from typing import Any
 from .accounting import Accounting
 from .errors import SlurmError
 from .jobsync import JobSig, StatesRead
+from .jobwatch import JobCounts
 from .logs import Conditions
 from .model import ENDPOINTS, Diag, Envelope, Job, Node
 from .validate import dropped_partitions, reason_of
@@ -69,6 +70,19 @@ class PollerConfig:
     :attr:`jobs_changes_limit` a poll, the data partial meanwhile (:attr:`JobsSync.backlog`) — slurmrestd
     renders a listing in memory it never gives back (~135 KB a job: 100,000 jobs, ~13 GB). 0: no limit
     (a listing asked for with :meth:`exporter.poller.Poller.refresh_jobs` is read whatever the count)."""
+    jobs_states_targeted_min: int = 20_000
+    """Entries the last whole ``/jobs/state`` answer listed from which a poll asks it only about the
+    records that can have moved for what ``/diag``'s job counters counted, and nothing when none moved
+    (:mod:`exporter.jobwatch`); fewer, the whole answer every poll (20,000 jobs: ~1 s of slurmrestd). 0:
+    never."""
+    jobs_states_full_every: float = 60.0
+    """Seconds between whole ``/jobs/state`` answers at most while asking only about some records: what
+    no counter sees (a requeue after a node failure, a preemption, a purge) waits this long at worst.
+    Sooner when a count was not accounted for — but never sooner than
+    :data:`exporter.incremental.STATES_FULL_SPACING` times the last one took."""
+    jobs_states_pending_budget: int = 1_000
+    """Pending records asked about, highest priority first, when ``/diag`` counted a start that the live
+    and new records do not account for (a job started from the queue)."""
     endpoints: tuple[str, ...] = ENDPOINTS
     intervals: Mapping[str, float] = field(default_factory=lambda: {"shares": 60.0, "slurmdb_jobs": 30.0})
     """Seconds between fetches of endpoints whose data moves slowly (fair share is recomputed every
@@ -263,6 +277,19 @@ class JobsSync:
     an RPC (:func:`exporter.jobsync.to_follow`)."""
     followed: set[int] = field(default_factory=set)
     """Jobs followed to the end (their reason did not move): not followed again for their begin time."""
+    counts: JobCounts | None = None
+    """slurmctld's job counters (``/diag``) up to which the held jobs account for every counted event."""
+    counts_at: float = 0.0
+    """When the ``/diag`` with :attr:`counts` was requested, epoch seconds: the jobs are whole as of then."""
+    unaccounted: bool = False
+    """A count moved that no answer for some records accounted for: the whole answer is due."""
+    full_states_at: float | None = None
+    """When the last whole ``/jobs/state`` answer was requested, epoch seconds."""
+    full_states_seconds: float = 0.0
+    """Seconds it took."""
+    states_asks: Counter[str] = field(default_factory=Counter)
+    """Polls by what they asked ``/jobs/state``: ``whole``, ``some`` (the records that can have moved),
+    ``none`` (no counter moved)."""
     last_states: StatesRead | None = None
     """The last ``/jobs/state`` answer (used again while a backlog drains: ``states_reused``)."""
     states_at: float | None = None

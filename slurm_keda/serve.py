@@ -101,6 +101,9 @@ def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
         jobs_recheck_rate=s.jobs_recheck_rate,
         jobs_changes_limit=s.jobs_changes_limit,
         jobs_listing_max=s.jobs_listing_max,
+        jobs_states_targeted_min=s.jobs_states_targeted_min,
+        jobs_states_full_every=s.jobs_states_full_every,
+        jobs_states_pending_budget=s.jobs_states_pending_budget,
         up_max_age=s.up_max_age,
     )
 

@@ -252,6 +252,30 @@ class PollSettings(_Group):
         "the jobs are read one by one (--jobs-changes-limit a poll), partial meanwhile (scale-down held, "
         "the bridge waits): slurmrestd keeps ~135 KB a listed job; 0: no limit",
     )
+    jobs_states_targeted_min: int = Field(
+        20_000,
+        ge=0,
+        le=100_000_000,
+        alias="jobs_states_targeted_min",
+        description="jobs in Slurm from which a poll asks /jobs/state only about the records that can have "
+        "moved for what /diag's job counters counted (nothing when none moved): slurmrestd renders the "
+        "whole answer in ~1 s at 20,000 jobs, 16-19 s at 100,000; 0: always the whole answer",
+    )
+    jobs_states_full_every: float = Field(
+        60.0,
+        gt=0.0,
+        alias="jobs_states_full_every",
+        description="seconds between whole /jobs/state answers at most beyond --jobs-states-targeted-min: "
+        "what no counter sees (a requeue after a node failure, a preemption, a purge) waits this long",
+    )
+    jobs_states_pending_budget: int = Field(
+        1_000,
+        ge=0,
+        le=1_000_000,
+        alias="jobs_states_pending_budget",
+        description="pending jobs asked about, highest priority first, when /diag counted a start beyond "
+        "--jobs-states-targeted-min",
+    )
     up_max_age: float = Field(
         30.0,
         gt=0.0,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,6 +63,11 @@ class JobTable:
     """Requests answered, by ``jobs``, ``jobs/state``, ``job``."""
     bad_state_entries: list[dict[str, Any]] = field(default_factory=list)
     """Entries a test adds to every ``/jobs/state`` answer (bad input: an unreadable id or state)."""
+    counts: Counter[str] = field(default_factory=Counter)
+    """slurmctld's job counters (``/diag``'s ``jobs_submitted`` ... without the prefix) for what happened
+    through :meth:`submit`, :meth:`start`, :meth:`start_array_task` and :meth:`end` — counted as slurmctld
+    counts (``statistics.c``): a cancel by its RPC, and a running job's cancel by its batch script's
+    completion too. :meth:`set` and :meth:`purge` count nothing (a requeue, a preemption, a purge)."""
 
     @classmethod
     def recorded(cls) -> JobTable:
@@ -84,10 +90,15 @@ class JobTable:
         doc["last_update"] = num(self.last_update)
         return json.dumps(doc).encode()
 
-    def states(self) -> bytes:
+    def states(self, ids: Collection[int] | None = None) -> bytes:
+        """The ``/jobs/state`` body; with ``ids`` (``?job_id=``) only their records' entries — an array's
+        or het job's own id brings all its records, as ``/job/{id}`` does — and nothing for an unknown id."""
         self.reads["jobs/state"] += 1
         entries = []
+        wanted = None if ids is None else self._family(ids)
         for job_id, rec in self.records.items():
+            if wanted is not None and job_id not in wanted:
+                continue
             state = rec["job_state"]
             if rec["het_job_id"]["number"]:
                 entries.append({"job_id": f"{job_id}+{rec['het_job_offset']['number']}", "state": state})
@@ -103,6 +114,15 @@ class JobTable:
         return json.dumps(
             {"jobs": entries, "meta": self.document["meta"], "errors": [], "warnings": []}
         ).encode()
+
+    def _family(self, ids: Collection[int]) -> set[int]:
+        """``ids`` with the records an array's or het job's own id stands for."""
+        asked = set(ids)
+        out = {job_id for job_id in asked if job_id in self.records}
+        for job_id, rec in self.records.items():
+            if rec["array_job_id"]["number"] in asked or rec["het_job_id"]["number"] in asked:
+                out.add(job_id)
+        return out
 
     def job(self, job_id: int) -> bytes | None:
         """The ``/job/{id}`` body; None for an id Slurm does not know (404)."""
@@ -133,6 +153,7 @@ class JobTable:
         rec.update(het_job_id=num(0), het_job_offset=num(0))
         rec.update(fields)
         self.records[job_id] = rec
+        self.counts["submitted"] += 1
         self._changed()
         return job_id
 
@@ -143,9 +164,15 @@ class JobTable:
 
     def start(self, job_id: int, nodes: str = "c1") -> None:
         self.set(job_id, job_state=["RUNNING"], state_reason="None", nodes=nodes)
+        self.counts["started"] += 1
 
     def end(self, job_id: int, state: str = "COMPLETED") -> None:
+        ran = self.records[job_id]["job_state"][0] != "PENDING"
         self.set(job_id, job_state=[state], state_reason="None")
+        if state == "CANCELLED":
+            self.counts["canceled"] += 1
+        if ran:
+            self.counts["failed" if state == "FAILED" else "completed"] += 1
 
     def purge(self, job_id: int) -> None:
         """MinJobAge passed: Slurm forgets the job."""
@@ -158,6 +185,7 @@ class JobTable:
         tasks = task_ids(master["array_task_string"])
         throttle = master["array_task_string"].partition("%")[2]
         task, rest = tasks[0], tasks[1:]
+        self.counts["started"] += 1
         if not rest:  # the last task runs in the array's own record
             master.update(array_task_id=num(task), array_task_string="", job_state=["RUNNING"])
             master.update(state_reason="None")

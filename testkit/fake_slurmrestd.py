@@ -72,7 +72,13 @@ class FakeSlurmrestd:
     def body(self, version: str, endpoint: str) -> bytes:
         if endpoint in self.override:
             return self.override[endpoint]
-        return (self.data_dir / version / f"{endpoint}.json").read_bytes()
+        raw = (self.data_dir / version / f"{endpoint}.json").read_bytes()
+        if endpoint == "diag" and self.jobs_table is not None and self.jobs_table.counts:
+            doc = json.loads(raw)  # the recorded counters plus what happened to the job table
+            for name, n in self.jobs_table.counts.items():
+                doc["statistics"][f"jobs_{name}"] += n
+            return json.dumps(doc).encode()
+        return raw
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -117,7 +123,8 @@ class FakeSlurmrestd:
         table = self.jobs_table
         assert table is not None
         if endpoint == "jobs/state":
-            return table.states()
+            asked = request.query.get("job_id")
+            return table.states(None if asked is None else [int(i) for i in asked.split(",") if i])
         if endpoint == "job":
             return table.job(int(request.match_info["job_id"]))
         since = request.query.get("update_time")

@@ -468,6 +468,96 @@ async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig
         assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+def state_asks(rig: Rig) -> list[str]:
+    """The /jobs/state requests the fake served, in order: "whole", or the ids asked."""
+    return [q.get("job_id", "whole") for path, q, _ in rig.fake.requests if path.endswith("/state/")]
+
+
+async def test_many_jobs_ask_jobs_state_only_about_what_diags_counters_say_moved(rig: Rig) -> None:
+    """Beyond --jobs-states-targeted-min: no /jobs/state request while /diag's job counters stand still;
+    a submission, a start, an end asked about the live records and the ids after the highest (a start:
+    the pending ones by priority too), each equal to a listing right after; a pending job's cancel is not
+    in what was asked — unaccounted: the data stays "as of" before it and the whole answer is read next
+    poll; a purge no counter sees waits for the whole answer every --jobs-states-full-every s."""
+    t = rig.table
+    rig.fake.override.pop("diag")  # slurmctld's counters move with the job table's events
+    p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=60.0)
+    sync = p.status.jobs_sync
+    async with p.client:
+        await p.poll_once()  # the count at the start, then the first listing
+        rig.clock.now += 1
+        await p.poll_once()  # a whole answer: the counters it accounts for
+        assert sync.states_asks == {"whole": 1}
+        asks = len(state_asks(rig))
+        for _ in range(3):
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            assert snap is not None and snap.jobs_as_of == rig.clock.now  # whole as of this poll's /diag
+        assert len(state_asks(rig)) == asks and sync.states_asks["none"] == 3
+
+        top = max(j.job_id for j in snap.jobs)
+        new = t.submit()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        asked = state_asks(rig)[-1].split(",")
+        assert str(new) in asked and str(top) not in asked  # the ids after the highest held
+        assert snap is not None and snap.jobs_as_of == rig.clock.now and not sync.unaccounted
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+        t.start(new)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert str(new) in state_asks(rig)[-1].split(",") and not sync.unaccounted
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+        t.end(new)
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert str(new) in state_asks(rig)[-1].split(",") and not sync.unaccounted
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+        pending = next(j.job_id for j in snap.jobs if j.state == "PENDING" and not j.array_task_string)
+        t.end(pending, "CANCELLED")  # counted, but no live record or new id shows it
+        rig.clock.now += 1
+        before = rig.clock.now - 1
+        snap = await p.poll_once()
+        assert sync.unaccounted and snap is not None and snap.jobs_as_of == before
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert state_asks(rig)[-1] == "whole" and not sync.unaccounted
+        assert snap is not None and snap.jobs_as_of == rig.clock.now
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+        t.purge(pending)  # no counter moves
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and pending in {j.job_id for j in snap.jobs}
+        rig.clock.now += 60
+        snap = await p.poll_once()
+        assert state_asks(rig)[-1] == "whole"
+        assert snap is not None and pending not in {j.job_id for j in snap.jobs}
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_an_array_task_starting_is_found_under_its_new_id(rig: Rig) -> None:
+    """A pending array's task splits off under the next id as it starts: asked about as a new id after
+    the highest held, and the array's own record (by priority, a start was counted) with its tasks."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    array = next(j for j, r in t.records.items() if r["array_task_string"] and r["job_state"] == ["PENDING"])
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    async with p.client:
+        for _ in range(3):
+            await p.poll_once()
+            rig.clock.now += 1
+        task = t.start_array_task(array)
+        snap = await p.poll_once()
+        assert sync.states_asks["some"] == 1 and not sync.unaccounted
+        assert str(task) in state_asks(rig)[-1].split(",")
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
 async def test_a_slow_jobs_state_is_read_again_only_once_the_backlog_drained_or_it_aged(rig: Rig) -> None:
     """While a backlog drains, the last /jobs/state answer names what is left: read again only after 10×
     what it took (100,000 jobs: ~16 s a render) or once nothing is left; no job is taken as gone from an

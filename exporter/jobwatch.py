@@ -1,0 +1,192 @@
+"""Which job records to ask ``/jobs/state`` about when Slurm holds so many that the whole answer is dear.
+
+slurmrestd renders ``/jobs/state`` whole: ~1 s at 20,000 jobs, 16–19 s at 100,000 (measured on the 26.05
+lab, ``docs/freshness.md``). Read every poll, a change would wait that long and slurmrestd would work
+nearly a core. But ``/diag`` (a few ms) carries slurmctld's own counts of what happens to jobs
+(``statistics.c``): ``jobs_submitted`` (an array by its tasks), ``jobs_started`` (``select_nodes``, every
+record started), ``jobs_completed`` (a batch script or allocation done), ``jobs_failed`` (a launch
+failed), ``jobs_canceled`` (a cancel RPC served). And ``/jobs/state?job_id=`` answers for the records
+asked only. So, per poll:
+
+- no count moved since the last look: nothing to ask (:func:`plan`: :attr:`Plan.quiet`);
+- else ask about the records that can have moved for what was counted (:func:`plan`): the live ones
+  that are not pending (what ends), the ids after the highest held (what was submitted — slurmctld gives
+  ids in turn — and array tasks split off as they start), and when jobs started, pending ones by
+  priority (slurmctld's main scheduler starts them in that order);
+- then check that what the answer shows accounts for every count (:func:`accounted`); what does not —
+  a pending job cancelled, a start the backfill made deep in the queue, a count slurmctld keeps
+  differently — has the whole ``/jobs/state`` read as soon as its spacing allows.
+
+What no count sees (a node failure's requeue, a preemption, a purge) waits for the whole answer, read
+at the latest every :attr:`exporter.pollstate.PollerConfig.jobs_states_full_every` seconds. Pure: counts
+and records in, ids and verdicts out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+
+from .jobsync import FINAL_STATES, JobSig, signature
+from .model import Diag, Job
+
+
+@dataclass(frozen=True)
+class JobCounts:
+    """slurmctld's job counters from one ``/diag`` (since its statistics were reset)."""
+
+    submitted: int
+    started: int
+    completed: int
+    failed: int
+    canceled: int
+
+    @classmethod
+    def of(cls, diag: Diag | None) -> JobCounts | None:
+        """The counters of ``diag``; None without one."""
+        if diag is None:
+            return None
+        return cls(
+            diag.jobs_submitted, diag.jobs_started, diag.jobs_completed, diag.jobs_failed, diag.jobs_canceled
+        )
+
+
+@dataclass(frozen=True)
+class Moved:
+    """How far each counter moved between two looks (never negative: see :func:`moved`)."""
+
+    submitted: int = 0
+    started: int = 0
+    completed: int = 0
+    failed: int = 0
+    canceled: int = 0
+
+    @property
+    def quiet(self) -> bool:
+        return not (self.submitted or self.started or self.completed or self.failed or self.canceled)
+
+
+def moved(before: JobCounts | None, now: JobCounts | None) -> Moved | None:
+    """What moved from ``before`` to ``now``; None when it cannot be told (a look missing, or a counter
+    went down: slurmctld restarted or reset its statistics — at midnight, or ``sdiag -r``)."""
+    if before is None or now is None:
+        return None
+    deltas = (
+        now.submitted - before.submitted,
+        now.started - before.started,
+        now.completed - before.completed,
+        now.failed - before.failed,
+        now.canceled - before.canceled,
+    )
+    if min(deltas) < 0:
+        return None
+    return Moved(*deltas)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The records to ask ``/jobs/state`` about for what moved."""
+
+    live: tuple[int, ...]
+    """Held records neither pending nor ended (running, suspended, completing, ...): what can end."""
+    new: tuple[int, ...]
+    """Ids after the highest held: what was submitted or split off since."""
+    pending: tuple[int, ...]
+    """Pending records, highest priority first, when jobs started: what can have started."""
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        return (*self.live, *self.new, *self.pending)
+
+
+NEW_IDS_SLACK = 8
+"""Ids asked beyond the counted submissions and starts: an id slurmctld gave to a submission it then
+refused is never used, and a het job's components take one each."""
+
+
+def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int) -> Plan:
+    """The records to ask about for ``delta``: the live ones when anything ended or started (a start may
+    be followed by its end within one poll), ``delta.submitted + delta.started`` + :data:`NEW_IDS_SLACK`
+    ids after the highest held when anything was submitted or started (an array task splits off under a
+    new id as it starts), and up to ``pending_budget`` pending records by priority (highest first, then
+    the oldest) when jobs started."""
+    live: list[int] = []
+    pending: list[tuple[int, int]] = []
+    top = 0
+    for job in held:
+        top = max(top, job.job_id)
+        if job.state == "PENDING":
+            pending.append((-(job.priority or 0), job.job_id))
+        elif job.state not in FINAL_STATES:
+            live.append(job.job_id)
+    ends = delta.completed or delta.failed or delta.canceled
+    new: tuple[int, ...] = ()
+    if delta.submitted or delta.started:
+        new = tuple(range(top + 1, top + 1 + delta.submitted + delta.started + NEW_IDS_SLACK))
+    by_priority: tuple[int, ...] = ()
+    if delta.started and pending_budget > 0:
+        pending.sort()
+        by_priority = tuple(job_id for _, job_id in pending[:pending_budget])
+    return Plan(tuple(live) if ends or delta.started else (), new, by_priority)
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """What an answer to a :class:`Plan` shows against the counts (:func:`accounted`)."""
+
+    started: int
+    """Asked records that left PENDING (new ones that are not pending count too)."""
+    ended: int
+    """Asked records that reached a final state (or are gone) since held."""
+    submitted: int
+    """Entries of the new records (a pending array's tasks each)."""
+
+    def covers(self, delta: Moved) -> bool:
+        """Whether every count is accounted for: the starts, the submissions, and the ends that a batch
+        script's or an allocation's completion counts (``completed`` + ``failed``) or a cancel RPC counts
+        (``canceled``) — a cancelled running job is counted by both, so the larger of the two stands."""
+        ends = max(delta.completed + delta.failed, delta.canceled)
+        return self.started >= delta.started and self.submitted >= delta.submitted and self.ended >= ends
+
+
+def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[int, JobSig]) -> Accounting:
+    """Compare the held records with a ``/jobs/state`` answer for ``asked`` ids (record id → signature):
+    a held record asked and missing from the answer is gone (purged), one not held and present is new."""
+    started = ended = submitted = 0
+    for job_id in asked:
+        job = held.get(job_id)
+        sig = states.get(job_id)
+        if job is None:
+            if sig is not None:
+                submitted += sig[2]
+                started += sig[0] not in _NOT_STARTED
+                ended += sig[0] in FINAL_STATES
+            continue
+        if sig is None:
+            ended += job.state not in FINAL_STATES
+            continue
+        if job.state == "PENDING" and sig[0] not in _NOT_STARTED:
+            started += 1
+        if job.state not in FINAL_STATES and sig[0] in FINAL_STATES:
+            ended += 1
+    return Accounting(started, ended, submitted)
+
+
+_NOT_STARTED = frozenset({"PENDING", "CANCELLED"})
+"""States a record that left PENDING may show without having started: a cancelled one may never have
+run (counted as no start: if it had, the count is unaccounted for and the whole answer is read)."""
+
+
+def whole_view(
+    held: Iterable[Job], answered: Mapping[int, JobSig], asked: Iterable[int], refused: Mapping[int, JobSig]
+) -> dict[int, JobSig]:
+    """What a whole ``/jobs/state`` answer would say, from an answer for ``asked`` ids only: every held
+    record with its own signature (and the ``refused`` ones with theirs), an asked one missing from the
+    answer gone, what was answered (an array's id brings its tasks' records) as answered."""
+    view = {job.job_id: signature(job) for job in held}
+    view.update(refused)
+    for job_id in asked:
+        if job_id not in answered:
+            view.pop(job_id, None)
+    view.update(answered)
+    return view

@@ -1,0 +1,56 @@
+"""exporter.jobwatch: what to ask /jobs/state about from /diag's job counters, and whether an answer
+accounts for them (the poller's use of it: tests/unit/test_jobsync.py)."""
+
+from __future__ import annotations
+
+from exporter.jobwatch import NEW_IDS_SLACK, JobCounts, Moved, accounted, moved, plan, whole_view
+from exporter.model import Diag, Job
+
+
+def job(job_id: int, state: str = "PENDING", priority: int = 1) -> Job:
+    return Job(job_id=job_id, state=state, priority=priority)
+
+
+HELD = (job(1, "COMPLETED"), job(2, "RUNNING"), job(3, priority=5), job(4, priority=9), job(5, "SUSPENDED"))
+
+
+def test_counters_that_went_back_or_are_missing_tell_nothing() -> None:
+    a = JobCounts(10, 5, 3, 1, 1)
+    assert moved(a, JobCounts(12, 6, 3, 1, 2)) == Moved(submitted=2, started=1, canceled=1)
+    assert moved(a, a) == Moved() and Moved().quiet
+    assert moved(a, JobCounts(0, 0, 0, 0, 0)) is None  # slurmctld restarted, or midnight's reset
+    assert moved(None, a) is None and JobCounts.of(None) is None
+    assert JobCounts.of(Diag(jobs_submitted=7, jobs_canceled=2)) == JobCounts(7, 0, 0, 0, 2)
+
+
+def test_what_is_asked_follows_what_moved() -> None:
+    assert plan(HELD, Moved(completed=1), pending_budget=10).ids == (2, 5)  # what can end
+    submitted = plan(HELD, Moved(submitted=2), pending_budget=10)
+    assert submitted.live == () and submitted.pending == ()
+    assert submitted.new == tuple(range(6, 6 + 2 + NEW_IDS_SLACK))
+    started = plan(HELD, Moved(started=1), pending_budget=1)
+    assert started.live == (2, 5) and started.pending == (4,)  # the highest priority first
+    assert len(started.new) == 1 + NEW_IDS_SLACK
+
+
+def test_an_answer_accounts_for_the_counts_or_not() -> None:
+    held = {j.job_id: j for j in HELD}
+    # job 3 started, job 2 ended, job 6 is new (pending, an array of 4 tasks)
+    none: frozenset[str] = frozenset()
+    states = {2: ("COMPLETED", none, 1), 3: ("RUNNING", none, 1), 6: ("PENDING", none, 4)}
+    got = accounted(held, [2, 3, 6, 7], states)
+    assert (got.started, got.ended, got.submitted) == (1, 1, 4)
+    assert got.covers(Moved(submitted=4, started=1, completed=1))
+    assert not got.covers(Moved(submitted=4, started=2, completed=1))  # a start elsewhere
+    assert got.covers(Moved(completed=1, canceled=1))  # a running job cancelled: counted by both
+    assert not got.covers(Moved(completed=1, canceled=2))  # and a pending one too, not asked about
+    # a pending job cancelled never counts as started; a live record asked and missing has ended
+    cancelled = accounted(held, [3, 5], {3: ("CANCELLED", frozenset(), 1)})
+    assert (cancelled.started, cancelled.ended) == (0, 2)
+
+
+def test_the_view_is_what_a_whole_answer_would_say() -> None:
+    view = whole_view(HELD, {2: ("COMPLETED", frozenset(), 1), 9: ("RUNNING", frozenset(), 1)}, [2, 5, 8], {})
+    assert view[2][0] == "COMPLETED" and view[9][0] == "RUNNING"  # answered, an array's task record too
+    assert 5 not in view and 8 not in view  # asked, not answered: gone (or never there)
+    assert view[3] == ("PENDING", frozenset(), 1) and view[1][0] == "COMPLETED"  # not asked: as held
