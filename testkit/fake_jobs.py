@@ -63,6 +63,8 @@ class JobTable:
     """Requests answered, by ``jobs``, ``jobs/state``, ``job``."""
     bad_state_entries: list[dict[str, Any]] = field(default_factory=list)
     """Entries a test adds to every ``/jobs/state`` answer (bad input: an unreadable id or state)."""
+    state_asks: list[tuple[int, ...] | None] = field(default_factory=list)
+    """Every ``/jobs/state`` request's ``job_id``s, in order (None: the whole answer)."""
     counts: Counter[str] = field(default_factory=Counter)
     """slurmctld's job counters (``/diag``'s ``jobs_submitted`` ... without the prefix) for what happened
     through :meth:`submit`, :meth:`start`, :meth:`start_array_task` and :meth:`end` — counted as slurmctld
@@ -94,6 +96,7 @@ class JobTable:
         """The ``/jobs/state`` body; with ``ids`` (``?job_id=``) only their records' entries — an array's
         or het job's own id brings all its records, as ``/job/{id}`` does — and nothing for an unknown id."""
         self.reads["jobs/state"] += 1
+        self.state_asks.append(None if ids is None else tuple(ids))
         entries = []
         wanted = None if ids is None else self._family(ids)
         for job_id, rec in self.records.items():

@@ -123,8 +123,8 @@ class FakeSlurmrestd:
         table = self.jobs_table
         assert table is not None
         if endpoint == "jobs/state":
-            asked = request.query.get("job_id")
-            return table.states(None if asked is None else [int(i) for i in asked.split(",") if i])
+            asked = request.query.getall("job_id", [])
+            return table.states([int(i) for i in asked] if asked else None)
         if endpoint == "job":
             return table.job(int(request.match_info["job_id"]))
         since = request.query.get("update_time")
@@ -151,6 +151,8 @@ class FakeSlurmrestd:
                 if self.fault_times[endpoint] <= 0:
                     fault = "ok"
                 self.fault_times[endpoint] -= 1
+            if endpoint == "jobs/state" and any("," in i for i in request.query.getall("job_id", [])):
+                return web.Response(status=400, text="Unable to parse query.")  # as slurmrestd 24.11/26.05
             if self.jobs_table is not None and endpoint in ("jobs", "jobs/state", "job"):
                 answer = self._table_body(request, endpoint)
                 if answer is None and fault == "ok" and endpoint == "job":

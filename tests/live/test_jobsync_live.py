@@ -49,17 +49,24 @@ def only(snap: Snapshot, ids: set[int]) -> list[Job]:
     return [j for j in snap.jobs if j.job_id in ids]
 
 
-@pytest.mark.parametrize("flavor", ["26.05", "24.11"])
+@pytest.mark.parametrize(("flavor", "asks"), [("26.05", "whole"), ("26.05", "some"), ("24.11", "some")])
 async def test_churn_then_the_incremental_snapshot_equals_a_listing(
-    flavor: str, request: pytest.FixtureRequest
+    flavor: str, asks: str, request: pytest.FixtureRequest
 ) -> None:
+    """``asks``: what each poll asks /jobs/state — the whole answer (fewer jobs than
+    --jobs-states-targeted-min), or only the records that can have moved for what /diag's job counters
+    counted (here from one job on): every change found either way, the whole answer read only for what the
+    counts did not account for (a requeue, a cancelled pending job)."""
     lab: Lab = request.getfixturevalue("lab_2605" if flavor == "26.05" else "lab_2411")  # that one only
     cfg = ClientConfig(base_url=lab.url, token=TokenSource(token_file=lab.token_file))
     resv = "jobsync"
     where = ("-p", "dyn", f"--reservation={resv}", "-n1")
+    targeted = {"jobs_states_targeted_min": 1 if asks == "some" else 0}
     async with SlurmClient(cfg) as client:
         # no sweep: at the end every single read must be one a state change asked for
-        poller = Poller(SlurmSession(client), PollerConfig(jobs_full_refresh=1e9, jobs_sweep_rate=0.0))
+        poller = Poller(
+            SlurmSession(client), PollerConfig(jobs_full_refresh=1e9, jobs_sweep_rate=0.0, **targeted)
+        )
         with reserved_nodes(lab, ["sync-a", "sync-b"], resv):
             assert await poller.poll_once() is not None
             polls = 0
@@ -128,6 +135,11 @@ async def test_churn_then_the_incremental_snapshot_equals_a_listing(
             sync = poller.status.jobs_sync
             assert sync.full_listings == {"first": 1}, sync.full_listings
             assert sync.incremental_fetches == polls and sync.job_reads > 0
+            if asks == "some":  # most polls asked some records or none, the whole answer now and then
+                assert sync.states_asks["some"] > 0 and sync.states_asks["none"] > 0, sync.states_asks
+                assert sync.states_asks["whole"] < polls / 2, (sync.states_asks, polls)
+            else:
+                assert set(sync.states_asks) == {"whole"}, sync.states_asks
 
             poller.refresh_jobs()  # one full listing: now the pending jobs' estimates too
             await poller.poll_once()  # it begins beside the single reads

@@ -469,8 +469,8 @@ async def test_too_many_jobs_to_list_are_read_one_by_one_from_the_start(rig: Rig
 
 
 def state_asks(rig: Rig) -> list[str]:
-    """The /jobs/state requests the fake served, in order: "whole", or the ids asked."""
-    return [q.get("job_id", "whole") for path, q, _ in rig.fake.requests if path.endswith("/state/")]
+    """The /jobs/state requests the fake served, in order: "whole", or the ids asked (comma-separated)."""
+    return ["whole" if ids is None else ",".join(map(str, ids)) for ids in rig.table.state_asks]
 
 
 async def test_many_jobs_ask_jobs_state_only_about_what_diags_counters_say_moved(rig: Rig) -> None:
