@@ -35,7 +35,7 @@ STATES_FULL_SPACING = 3.0
 accounted for has the whole answer read once the last one is this many times as old as it took
 (slurmrestd spends at most a third of its time on them: 100,000 jobs, every ~50 s)."""
 ASK_CHUNK = 2_000
-"""Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~16 KB)."""
+"""Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~28 KB; 10,000 ids are refused)."""
 STATES_REUSE = 10.0
 """While a backlog drains, a ``/jobs/state`` answer is used again for this many times the seconds it took
 (:meth:`IncrementalJobs._reusable_states`)."""
@@ -331,8 +331,8 @@ class IncrementalJobs:
         self, held: Sequence[Job], delta: jobwatch.Moved, fresh: tuple[jobwatch.JobCounts, float]
     ) -> tuple[jobsync.StatesRead, float]:
         """Ask ``/jobs/state`` about the records that can have moved for ``delta``
-        (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved), and
-        the followed ones. The answer is returned as a whole one would be — every held record with its
+        (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved).
+        The answer is returned as a whole one would be — every held record with its
         signature, those asked replaced by what was answered (gone when not) — with the time the jobs are
         whole as of: this poll's ``/diag`` when the answer accounts for every count, else still the last
         such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError."""
@@ -344,7 +344,7 @@ class IncrementalJobs:
             return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
         sync.states_asks["some"] += 1
         plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
-        asked = list(dict.fromkeys((*plan.ids, *sync.follow)))
+        asked = plan.ids
         answered: dict[int, JobSig] = {}
         unreadable = 0
         for i in range(0, len(asked), ASK_CHUNK):
