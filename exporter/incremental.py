@@ -248,6 +248,7 @@ class IncrementalJobs:
             else:
                 fetch = sorted(found.fetch, key=lambda j: states[j][0] != "RUNNING")
             sync.backlog = max(0, len(fetch) - cfg.jobs_changes_limit)
+            sync.carry = tuple(fetch[cfg.jobs_changes_limit :])
             if sync.backlog:  # the poller lists beside the reads when it may (the limit's worth meanwhile)
                 fetch = fetch[: cfg.jobs_changes_limit]
             chosen = set(fetch)
@@ -338,13 +339,14 @@ class IncrementalJobs:
         such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError."""
         sync, cfg = self.sync, self.config
         counts, diag_at = fresh
-        if delta.quiet:
+        if delta.quiet and not sync.carry:
             sync.states_asks["none"] += 1
             sync.counts, sync.counts_at = counts, diag_at
             return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
         sync.states_asks["some"] += 1
         plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
-        asked = plan.ids
+        # with the changes found before and not read yet (more than --jobs-changes-limit): asked again
+        asked = tuple(dict.fromkeys((*plan.ids, *sync.carry)))
         answered: dict[int, JobSig] = {}
         unreadable = 0
         for i in range(0, len(asked), ASK_CHUNK):

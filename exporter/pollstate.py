@@ -281,6 +281,9 @@ class JobsSync:
     """slurmctld's job counters (``/diag``) up to which the held jobs account for every counted event."""
     counts_at: float = 0.0
     """When the ``/diag`` with :attr:`counts` was requested, epoch seconds: the jobs are whole as of then."""
+    carry: tuple[int, ...] = ()
+    """Records the last read found changed but left for the next polls (:attr:`backlog`): asked about
+    again while only some records are asked about, so none is lost when no counter moves meanwhile."""
     unaccounted: bool = False
     """A count moved that no answer for some records accounted for: the whole answer is due."""
     full_states_at: float | None = None
