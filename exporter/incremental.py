@@ -34,6 +34,10 @@ STATES_FULL_SPACING = 3.0
 """While ``/jobs/state`` is asked about some records only (:mod:`exporter.jobwatch`), a count no answer
 accounted for has the whole answer read once the last one is this many times as old as it took
 (slurmrestd spends at most a third of its time on them: 100,000 jobs, every ~50 s)."""
+STATES_FULL_EVERY_RATIO = 10.0
+"""The whole answer no count asked for (:attr:`PollerConfig.jobs_states_full_every`) is read no sooner than
+this many times as long as it took: 100,000 jobs, ~17 s, every ~3 minutes (a tenth of slurmrestd's time;
+every 60 s it was 0.3 of a core, measured 2026-12-07)."""
 ASK_CHUNK = 2_000
 """Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~28 KB; 10,000 ids are refused)."""
 STATES_REUSE = 10.0
@@ -313,7 +317,8 @@ class IncrementalJobs:
         """What moved since the held jobs last accounted for every count, when this poll may ask
         ``/jobs/state`` about some records only (:attr:`PollerConfig.jobs_states_targeted_min`); None: the
         whole answer — too few jobs for it to matter, no fresh ``/diag`` or counters that went back, the
-        start without a listing not done, :attr:`PollerConfig.jobs_states_full_every` passed, or a count
+        start without a listing not done, :attr:`PollerConfig.jobs_states_full_every` passed (and
+        :data:`STATES_FULL_EVERY_RATIO` times the last whole answer's duration), or a count
         unaccounted for and the last whole answer :data:`STATES_FULL_SPACING` times its duration old."""
         sync, cfg = self.sync, self.config
         most = cfg.jobs_states_targeted_min
@@ -322,7 +327,7 @@ class IncrementalJobs:
         if st.requested_at == 0.0 or sync.full_states_at is None:
             return None
         age = now - sync.full_states_at
-        if age >= cfg.jobs_states_full_every:
+        if age >= max(cfg.jobs_states_full_every, STATES_FULL_EVERY_RATIO * sync.full_states_seconds):
             return None
         if sync.unaccounted and age >= STATES_FULL_SPACING * sync.full_states_seconds:
             return None

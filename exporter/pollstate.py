@@ -76,8 +76,9 @@ class PollerConfig:
     (:mod:`exporter.jobwatch`); fewer, the whole answer every poll (20,000 jobs: ~1 s of slurmrestd). 0:
     never."""
     jobs_states_full_every: float = 60.0
-    """Seconds between whole ``/jobs/state`` answers at most while asking only about some records: what
-    no counter sees (a requeue after a node failure, a preemption, a purge) waits this long at worst.
+    """Seconds between whole ``/jobs/state`` answers at most while asking only about some records — or
+    :data:`exporter.incremental.STATES_FULL_EVERY_RATIO` times what the last one took, if longer: what no
+    counter sees (a requeue after a node failure, a preemption, a purge) waits this long at worst.
     Sooner when a count was not accounted for — but never sooner than
     :data:`exporter.incremental.STATES_FULL_SPACING` times the last one took."""
     jobs_states_pending_budget: int = 1_000
