@@ -70,6 +70,7 @@ KINDS = tuple(LOG_EVENTS)
 MODES: dict[str, dict[str, float]] = {
     "incremental": {},
     "whole-states": {"jobs_states_targeted_min": 0},  # /jobs/state whole every poll, whatever the count
+    "some-states": {"jobs_states_targeted_min": 1},  # /jobs/state asked about some records from 1 job on
     "no-rereads": {"jobs_sweep_rate": 0.0, "jobs_recheck_rate": 0.0},  # states and follow-ups only
     "full": {},
     "two-replicas": {},

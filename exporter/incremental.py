@@ -347,6 +347,7 @@ class IncrementalJobs:
         if delta.quiet and not sync.carry:
             sync.states_asks["none"] += 1
             sync.counts, sync.counts_at = counts, diag_at
+            sync.found_beyond = jobwatch.NOTHING
             return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
         sync.states_asks["some"] += 1
         plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
@@ -362,10 +363,16 @@ class IncrementalJobs:
             answered.update(part.states)
             unreadable += part.unreadable
         held_by_id = {job.job_id: job for job in held}
-        if not unreadable and jobwatch.accounted(held_by_id, asked, answered).covers(delta):
+        # with what the last answer found beyond its counts: made after that /diag, counted by this one
+        found = jobwatch.accounted(held_by_id, asked, answered) + sync.found_beyond
+        if not unreadable and found.covers(delta):
             sync.counts, sync.counts_at = counts, diag_at
             sync.unaccounted = False
+            sync.found_beyond = found.beyond(delta)
         else:
+            sync.found_beyond = jobwatch.NOTHING
+            if not sync.unaccounted:
+                log.debug("jobs/state: %s not accounted for by %s (%d asked)", delta, found, len(asked))
             sync.unaccounted = True
         return self._keep_view(jobwatch.whole_view(held, answered, asked, self._refused_sigs()), unreadable)
 

@@ -131,7 +131,7 @@ def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int) -> Plan:
 
 
 @dataclass(frozen=True)
-class Accounting:
+class Found:
     """What an answer to a :class:`Plan` shows against the counts (:func:`accounted`)."""
 
     started: int
@@ -145,11 +145,31 @@ class Accounting:
         """Whether every count is accounted for: the starts, the submissions, and the ends that a batch
         script's or an allocation's completion counts (``completed`` + ``failed``) or a cancel RPC counts
         (``canceled``) — a cancelled running job is counted by both, so the larger of the two stands."""
-        ends = max(delta.completed + delta.failed, delta.canceled)
-        return self.started >= delta.started and self.submitted >= delta.submitted and self.ended >= ends
+        return (
+            self.started >= delta.started and self.submitted >= delta.submitted and self.ended >= _ends(delta)
+        )
+
+    def __add__(self, other: Found) -> Found:
+        return Found(self.started + other.started, self.ended + other.ended, self.submitted + other.submitted)
+
+    def beyond(self, delta: Moved) -> Found:
+        """What was found beyond ``delta``'s counts: changes made between the ``/diag`` and the answer,
+        which the next ``/diag`` counts although they are already read (kept for one poll)."""
+        return Found(
+            max(0, self.started - delta.started),
+            max(0, self.ended - _ends(delta)),
+            max(0, self.submitted - delta.submitted),
+        )
 
 
-def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[int, JobSig]) -> Accounting:
+NOTHING = Found(0, 0, 0)
+
+
+def _ends(delta: Moved) -> int:
+    return max(delta.completed + delta.failed, delta.canceled)
+
+
+def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[int, JobSig]) -> Found:
     """Compare the held records with a ``/jobs/state`` answer for ``asked`` ids (record id → signature):
     a held record asked and missing from the answer is gone (purged), one not held and present is new."""
     started = ended = submitted = 0
@@ -169,7 +189,7 @@ def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[i
             started += 1
         if job.state not in FINAL_STATES and sig[0] in FINAL_STATES:
             ended += 1
-    return Accounting(started, ended, submitted)
+    return Found(started, ended, submitted)
 
 
 _NOT_STARTED = frozenset({"PENDING", "CANCELLED"})

@@ -13,7 +13,7 @@ from typing import Any
 from .accounting import Accounting
 from .errors import SlurmError
 from .jobsync import JobSig, StatesRead
-from .jobwatch import JobCounts
+from .jobwatch import NOTHING, Found, JobCounts
 from .logs import Conditions
 from .model import ENDPOINTS, Diag, Envelope, Job, Node
 from .validate import dropped_partitions, reason_of
@@ -285,6 +285,9 @@ class JobsSync:
     carry: tuple[int, ...] = ()
     """Records the last read found changed but left for the next polls (:attr:`backlog`): asked about
     again while only some records are asked about, so none is lost when no counter moves meanwhile."""
+    found_beyond: Found = NOTHING
+    """What the last answer for some records found beyond the counts it was asked for: changes made
+    between that poll's ``/diag`` and the answer, which the next ``/diag`` counts (kept one poll)."""
     unaccounted: bool = False
     """A count moved that no answer for some records accounted for: the whole answer is due."""
     full_states_at: float | None = None
