@@ -38,6 +38,11 @@ STATES_FULL_EVERY_RATIO = 10.0
 """The whole answer no count asked for (:attr:`PollerConfig.jobs_states_full_every`) is read no sooner than
 this many times as long as it took: 100,000 jobs, ~17 s, every ~3 minutes (a tenth of slurmrestd's time;
 every 60 s it was 0.3 of a core, measured 2026-12-07)."""
+CENSUS_JOBS = 250_000
+"""The jobs a ``/jobs/state`` read is given the time to render (100 s beyond the idle limit) when none are
+known yet: the count before the first listing (read because ``/diag``'s may be stale: after a burst of
+100,000 submissions the small-request limit, 30 s, would cut it, and the listing it was to prevent would
+follow) and the first read of a start without a listing."""
 ASK_CHUNK = 2_000
 """Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~28 KB; 10,000 ids are refused)."""
 STATES_REUSE = 10.0
@@ -224,7 +229,8 @@ class IncrementalJobs:
             elif delta is not None and fresh is not None:  # only what can have moved for what was counted
                 answer, as_of = await self._ask_some(held, delta, fresh)
             else:
-                read_states = await self._read_states(now)
+                # none held (a start without a listing): the count is unknown, allow for many
+                read_states = await self._read_states(now, len(held) or CENSUS_JOBS)
                 if read_states is None:
                     return "off"
                 answer, as_of = read_states, now
@@ -400,8 +406,8 @@ class IncrementalJobs:
             return False
         if sync.too_many_to_list(most, diag):
             return True
-        try:
-            states = await self._read_states(self._clock())
+        try:  # as many jobs as it takes to render: /diag's count may be what is wrong
+            states = await self._read_states(self._clock(), CENSUS_JOBS)
         except SlurmError as e:
             self.conditions.seen("jobs census", "failed", f"/jobs/state: {e}; listing as /diag's counts say")
             return False
@@ -413,14 +419,15 @@ class IncrementalJobs:
         self._census = states
         return True
 
-    async def _read_states(self, now: float) -> jobsync.StatesRead | None:
-        """``/jobs/state``, kept as :attr:`JobsSync.last_states` (read at ``now``); None when this
+    async def _read_states(self, now: float, jobs: int) -> jobsync.StatesRead | None:
+        """``/jobs/state``, kept as :attr:`JobsSync.last_states` (read at ``now``; ``jobs``: how many it may
+        list, beside the last answer's count, for the time it may take to begin); None when this
         slurmrestd has no such endpoint (:attr:`JobsSync.states_unsupported`: list in full from now on).
         Raises SlurmError."""
         sync = self.sync
         t0 = time.perf_counter()
         try:
-            answer = await self.session.job_states(self._states_first_byte())
+            answer = await self.session.job_states(self._states_first_byte(jobs))
         except HTTPStatusError as e:
             if e.status != 404:
                 raise
@@ -434,12 +441,13 @@ class IncrementalJobs:
         sync.states_seen = len(answer.states) + answer.unreadable
         return answer
 
-    def _states_first_byte(self) -> float | None:
+    def _states_first_byte(self, jobs: int) -> float | None:
         """Seconds ``/jobs/state`` may take to begin: the idle limit plus three times what it took last,
-        or :data:`STATES_SECONDS_PER_JOB` per job it listed, whichever is more; None (the small-request
-        limits) while that is under a second."""
+        or :data:`STATES_SECONDS_PER_JOB` per job it listed (or ``jobs``, if more), whichever is more;
+        None (the small-request limits) while that is under a second."""
         sync = self.sync
-        render = max(3 * sync.states_seconds, (sync.states_seen or 0) * STATES_SECONDS_PER_JOB)
+        listed = max(sync.states_seen or 0, jobs)
+        render = max(3 * sync.states_seconds, listed * STATES_SECONDS_PER_JOB)
         if render < 1.0:
             return None
         return self.session.client.config.idle_timeout + render

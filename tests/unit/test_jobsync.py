@@ -680,6 +680,18 @@ async def test_a_failed_count_at_the_start_lists_as_diag_says_once_logged(
     assert p.status.jobs_sync.incremental_fetches == 1 and not p.status.jobs_sync.unlisted
 
 
+async def test_the_count_at_the_start_may_take_long_to_begin(rig: Rig) -> None:
+    """/diag says few jobs (its count stale after a burst) and /jobs/state, rendering 100,000 of them,
+    begins after the small-request limit: the count is given the time (else it is cut and the listing it
+    was to prevent follows) — here 0.8 s where the idle limit is 0.3 s."""
+    rig.set_rpcs(0, pending=0, submitted=0)
+    rig.fake.delays["jobs/state"] = 0.8
+    p = rig.poller(idle=0.3, jobs_listing_max=1)
+    async with p.client:
+        snap = await p.poll_once()
+    assert snap is not None and p.status.jobs_sync.unlisted and "jobs" not in rig.table.reads
+
+
 async def test_few_enough_jobs_are_listed_first(rig: Rig) -> None:
     """As many jobs as --jobs-listing-max by /diag and by /jobs/state: listed."""
     n = len(json.loads(rig.table.states())["jobs"])
