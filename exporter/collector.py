@@ -177,13 +177,12 @@ def jobs_sync_families(status: PollStatus) -> Iterable[Metric]:
     for what in ("whole", "some", "none"):
         asks.add_metric([what], float(sync.states_asks[what]))
     yield asks
-    unaccounted = GaugeMetricFamily(
+    yield GaugeMetricFamily(
         "slurm_exporter_poll_jobs_counts_unaccounted",
         "1 while a job count /diag moved was not accounted for by the records asked about: the jobs are "
         "whole only as of before it, until the next whole /jobs/state answer",
+        value=float(sync.unaccounted),
     )
-    unaccounted.add_metric([], float(sync.unaccounted))
-    yield unaccounted
     rereads = CounterMetricFamily(
         "slurm_exporter_poll_jobs_rereads",
         "Jobs read again whatever their state, by why: follow (a fresh reason about to move), recheck "
