@@ -24,6 +24,7 @@ and records in, ids and verdicts out.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -125,8 +126,7 @@ def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int) -> Plan:
         new = tuple(range(top + 1, top + 1 + delta.submitted + delta.started + NEW_IDS_SLACK))
     by_priority: tuple[int, ...] = ()
     if delta.started and pending_budget > 0:
-        pending.sort()
-        by_priority = tuple(job_id for _, job_id in pending[:pending_budget])
+        by_priority = tuple(job_id for _, job_id in heapq.nsmallest(pending_budget, pending))
     return Plan(tuple(live) if ends or delta.started else (), new, by_priority)
 
 

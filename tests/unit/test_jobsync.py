@@ -598,6 +598,27 @@ async def test_a_change_between_diag_and_the_answer_is_accounted_for_in_the_next
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_counters_that_went_back_have_the_whole_answer_read(rig: Rig) -> None:
+    """slurmctld restarted (or reset its statistics at midnight): its counters went back, nothing can be
+    told from them — the whole /jobs/state answer, then some records again."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    async with p.client:
+        t.submit()
+        for _ in range(3):
+            await p.poll_once()
+            rig.clock.now += 1
+        assert sync.states_asks["none"] == 1
+        t.counts.clear()  # the submission's count is gone
+        await p.poll_once()
+        assert sync.states_asks["whole"] == 2 and state_asks(rig)[-1] == "whole"
+        rig.clock.now += 1
+        await p.poll_once()
+        assert sync.states_asks["none"] == 2
+
+
 async def test_an_array_task_starting_is_found_under_its_new_id(rig: Rig) -> None:
     """A pending array's task splits off under the next id as it starts: asked about as a new id after
     the highest held, and the array's own record (by priority, a start was counted) with its tasks."""
