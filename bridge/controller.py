@@ -817,10 +817,15 @@ class Bridge:
 
     async def _label(self, pod: Pod, job_id: str) -> None:
         """Put the job-id label on a bound pod; a failure is logged and counted (``label``), and the next
-        pass tries again (:class:`bridge.actions.Label`) — the binding itself stands."""
+        pass tries again (:class:`bridge.actions.Label`) — the binding itself stands. A pod deleted
+        meanwhile (404: its owner deleted it right after the binding) needs no label: no error."""
         try:
             await self.kube.mark(pod, {JOB_ID_LABEL: job_id}, {})
         except KubeError as e:
+            if e.kind == "http_404":
+                meta = pod.metadata
+                log.debug("bridge: pod %s/%s gone before its label", meta.namespace, meta.name)
+                return
             self.stats.errors[("label", e.kind)] += 1
             log.warning("bridge: label pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, e)
             return
