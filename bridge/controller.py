@@ -820,12 +820,9 @@ class Bridge:
         pass tries again (:class:`bridge.actions.Label`) — the binding itself stands. A pod deleted
         meanwhile (404: its owner deleted it right after the binding) needs no label: no error."""
         try:
-            await self.kube.mark(pod, {JOB_ID_LABEL: job_id}, {})
+            if not await self.kube.mark(pod, {JOB_ID_LABEL: job_id}, {}):
+                return  # gone: nothing to label
         except KubeError as e:
-            if e.kind == "http_404":
-                meta = pod.metadata
-                log.debug("bridge: pod %s/%s gone before its label", meta.namespace, meta.name)
-                return
             self.stats.errors[("label", e.kind)] += 1
             log.warning("bridge: label pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, e)
             return

@@ -447,14 +447,21 @@ class Kube:
                 return  # already bound there: a repeated binding
             raise
 
-    async def mark(self, pod: Pod, labels: dict[str, str], annotations: dict[str, str]) -> None:
-        """Merge ``labels`` and ``annotations`` into the pod (uid-checked: never a new pod of that name)."""
+    async def mark(self, pod: Pod, labels: dict[str, str], annotations: dict[str, str]) -> bool:
+        """Merge ``labels`` and ``annotations`` into the pod (uid-checked: never a new pod of that name);
+        False if it is already gone (404)."""
         patch = {"metadata": {"uid": pod.metadata.uid, "labels": labels, "annotations": annotations}}
-        await _checked(
-            self.core.patch_namespaced_pod(
-                pod.metadata.name, pod.metadata.namespace, patch, _preload_content=False
+        try:
+            await _checked(
+                self.core.patch_namespaced_pod(
+                    pod.metadata.name, pod.metadata.namespace, patch, _preload_content=False
+                )
             )
-        )
+        except KubeError as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
 
     async def set_node_taints(self, node: str, version: str, taints: list[dict[str, str]]) -> None:
         """Replace a node's taints, conditional on its resourceVersion ``version`` (409 when it moved: the

@@ -69,7 +69,7 @@ async def test_bind_mark_condition_event_delete(kube: tuple[FakeKube, Kube]) -> 
     with pytest.raises(KubeError) as e:
         await k.bind(p, "c2")
     assert e.value.status == 409
-    await k.mark(p, {"slurm-keda.io/job-id": "42"}, {"slurm-keda.io/slurm-node": "c1"})
+    assert await k.mark(p, {"slurm-keda.io/job-id": "42"}, {"slurm-keda.io/slurm-node": "c1"}) is True
     stored = fake.get("pods", "team-a", "a")
     assert stored is not None
     assert stored["metadata"]["labels"]["slurm-keda.io/job-id"] == "42"
@@ -137,6 +137,8 @@ async def test_writes_never_touch_a_new_pod_of_the_same_name(kube: tuple[FakeKub
         await k.mark(old, {"x": "1"}, {})
     assert e.value.status == 409
     assert fake.get("pods", "team-a", "a") is not None
+    fake.remove("pods", "team-a", "a")
+    assert await k.mark(old, {"x": "1"}, {}) is False  # gone (404): nothing to mark, no error
 
 
 async def test_api_failures_are_kube_errors(kube: tuple[FakeKube, Kube], tmp_path: Path) -> None:
