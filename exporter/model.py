@@ -288,6 +288,12 @@ class Diag(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     stats_reset_time: float | None = None
     """When the counters were last reset (``req_time_start``)."""
 
+    @property
+    def jobs_ended(self) -> int:
+        """Jobs completed, cancelled or failed since the counters were reset (slurmctld counts a cancelled
+        running job twice: cancelled, then completed)."""
+        return self.jobs_completed + self.jobs_canceled + self.jobs_failed
+
 
 class Share(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One association's fair-share standing (a row of ``sshare -l``; ``/shares``, v0.0.40+)."""

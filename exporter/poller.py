@@ -387,8 +387,7 @@ class Poller:
         n = len(st.data) if isinstance(st.data, tuple) else self.status.jobs_sync.states_seen
         diag = self._diag()
         if n is None and diag is not None:
-            ended = diag.jobs_completed + diag.jobs_canceled + diag.jobs_failed
-            n = diag.jobs_pending + diag.jobs_running + ended
+            n = diag.jobs_pending + diag.jobs_running + diag.jobs_ended
         if n is None:
             return None
         render = max(n * RENDER_SECONDS_PER_JOB, 3 * self.status.jobs_sync.listing_duration)

@@ -355,8 +355,7 @@ def jobs_alive_estimate(diag: Diag) -> int:
     every end, but misses the jobs alive at the reset and counts a cancelled array once — so neither alone
     stands for the queue. A figure too high costs one ``/jobs/state`` read before the listing; too low, a
     listing of more than ``--jobs-listing-max`` jobs."""
-    ended = diag.jobs_completed + diag.jobs_canceled + diag.jobs_failed
-    return max(diag.jobs_pending + diag.jobs_running, diag.jobs_submitted - ended)
+    return max(diag.jobs_pending + diag.jobs_running, diag.jobs_submitted - diag.jobs_ended)
 
 
 @dataclass
