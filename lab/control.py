@@ -391,7 +391,10 @@ class Lab:
             self._restd_ids()
         else:
             assert self.flavor.suite is not None
-            chroot.ensure_chroot(self.flavor.suite, progress=True)
+            if self.flavor.copy:
+                chroot.ensure_copy(self.flavor.suite, self.flavor.copy, progress=True)
+            else:
+                chroot.ensure_chroot(self.flavor.suite, progress=True)
 
     def release(self) -> str:
         return chroot.slurm_release(self.root)

@@ -32,11 +32,14 @@ class Flavor:
     """One kind of lab.
 
     ``suite`` is the Debian suite debootstrapped into the chroot; ``None`` means the host's own packages.
+    ``copy`` names a second chroot of the same suite (a copy of the first, ``SUITE-COPY``): a chroot
+    hosts one lab at a time, so a second lab of one Slurm release needs its own.
     """
 
     name: str
     suite: str | None
     port_base: int
+    copy: str = ""
 
     @property
     def cluster_name(self) -> str:
@@ -51,7 +54,7 @@ class Flavor:
         """The chroot root, or ``/`` for the host flavor."""
         if self.suite is None:
             return Path("/")
-        return cache_dir() / self.suite
+        return cache_dir() / (f"{self.suite}-{self.copy}" if self.copy else self.suite)
 
     def state_dir(self) -> Path:
         return state_root() / self.name
@@ -61,9 +64,12 @@ FLAVORS: dict[str, Flavor] = {
     "24.11": Flavor(name="24.11", suite="trixie", port_base=16800),
     "26.05": Flavor(name="26.05", suite="sid", port_base=16900),
     "host": Flavor(name="host", suite=None, port_base=17000),
+    "26.05-oracle": Flavor(name="26.05-oracle", suite="sid", port_base=17100, copy="oracle"),
 }
 """Every supported flavor. 24.11 is Debian trixie's Slurm, 26.05 is sid's (sid moves: the real release is
-read at run time and reported by ``status``)."""
+read at run time and reported by ``status``). ``26.05-oracle`` is a second 26.05 lab on a copy of the sid
+chroot: the demand model's oracle tests restart their lab for every mix, and on a lab of their own they
+run beside the other 26.05 tests (``make test``)."""
 
 DEFAULT_FLAVOR = "26.05"
 

@@ -4,6 +4,8 @@ Fixtures (session-scoped unless noted):
 
 - ``lab_2411``, ``lab_2605``, ``lab_host`` — a running :class:`~lab.Lab` (brought up once, left
   running). ``lab_host`` is this machine's own Slurm (22.05 on Debian 12, with the lab's own munged).
+  ``lab_2605_oracle``: a second 26.05 lab (its own chroot) for the tests that restart theirs with a
+  slurm.conf of their own.
 - ``lab`` — parametrised over ``LAB_FLAVORS``: 24.11, 26.05, and ``host`` only when the host packages
   (``HOST_PACKAGES``: slurmctld slurmd slurmrestd slurm-client munge slurm-wlm-jwt-plugin) are installed.
 - ``lab_endpoint`` — :class:`LabEndpoint` (base URL, unix URL, token file, API versions) of ``lab``.
@@ -50,12 +52,17 @@ def unavailable(reason: str) -> None:
 
 
 def start_lab(flavor: str) -> Lab:
-    """Bring a lab up (idempotent); skip/fail with the reason if it cannot start. Remembers failures."""
+    """Bring a lab up fresh — restarted when it runs: a test session never finds what an earlier one left
+    (jobs, dynamic nodes, reservations, partition settings) — or skip/fail with the reason if it cannot
+    start. Once per session and lab (the session fixtures); remembers failures."""
     if flavor in _failures:
         unavailable(_failures[flavor])
     try:
         lab = Lab(flavor)
-        lab.up()
+        if lab.is_running():
+            lab.restart()
+        else:
+            lab.up()
     except LabError as err:
         _failures[flavor] = str(err)
         unavailable(str(err))
@@ -90,6 +97,11 @@ def lab_2411() -> Iterator[Lab]:
 @pytest.fixture(scope="session")
 def lab_2605() -> Iterator[Lab]:
     yield start_lab("26.05")
+
+
+@pytest.fixture(scope="session")
+def lab_2605_oracle() -> Iterator[Lab]:
+    yield start_lab("26.05-oracle")
 
 
 @pytest.fixture(scope="session")

@@ -58,7 +58,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(f"{n:4d} × {reason}")
 
 
-LAB_FIXTURES = {"lab_2605": "26.05", "lab_2411": "24.11", "lab_host": "host"}
+LAB_FIXTURES = {
+    "lab_2605": "26.05",
+    "lab_2411": "24.11",
+    "lab_host": "host",
+    "lab_2605_oracle": "26.05-oracle",
+}
 
 
 def lab_group(item: pytest.Item) -> str | None:
@@ -77,6 +82,7 @@ def lab_group(item: pytest.Item) -> str | None:
     return None
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own: it names each test by its group (``id@group``)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         group = lab_group(item)

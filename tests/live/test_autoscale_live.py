@@ -222,7 +222,6 @@ and ours idles no more node-minutes than naive-1.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -768,12 +767,10 @@ def test_hpa_formula_and_stabilization() -> None:
 
 
 @pytest.fixture(scope="module")
-def lab26(lab_2605: Lab) -> Iterator[Lab]:
-    """The 26.05 lab; restarted fresh afterwards, so later tests find no leftovers (their demo is
-    resubmitted by ``lab_demo``)."""
-    yield lab_2605
-    lab_2605.extra_conf = ()
-    lab_2605.restart()
+def lab26(lab_2605_oracle: Lab) -> Lab:
+    """The 26.05 lab of these tests alone (a second chroot: ``26.05-oracle``): every mix restarts it with
+    its own slurm.conf, beside the tests that use the 26.05 lab's demo."""
+    return lab_2605_oracle
 
 
 def submit_mix(lab: Lab, partition: str, mix: Mix) -> dict[str, int]:
