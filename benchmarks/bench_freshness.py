@@ -17,7 +17,9 @@ Each change's moment is slurmctld's own (its log, millisecond stamps: submit, Al
 mode: p50/p99 per kind of change, slurmrestd's CPU (cores, averaged, from ``/proc/<pid>/stat``) and RSS
 (start, end, peak), requests per minute by endpoint, our own CPU and peak RSS. ``two-replicas`` and
 ``two-replicas-slow``: incremental with a second, standby replica polling too (at ``--poll-interval``, or at
-``--standby-interval``): what the bridge overlay's second replica costs slurmrestd. ``accounting``:
+``--standby-interval``): what the bridge overlay's second replica costs slurmrestd; ``two-replicas-copy``: the
+standby copies the leader's snapshots over HTTP instead (``--replica-copy``, the default), and how long after
+the leader it serves each is printed. ``accounting``:
 incremental with what ``serve --metrics-fairshare`` reads beside (``/shares``, slurmdbd's ended jobs, QOS and
 associations at ``serve``'s default intervals): what they cost slurmrestd, slurmdbd and MariaDB (their
 cores are printed for every mode).
@@ -49,9 +51,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # testkit
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.follower import ReplicaFollower
 from exporter.model import Snapshot
 from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
+from exporter.server import make_app
 from exporter.session import SlurmSession
 from lab import Lab
 from slurm_keda.serve import poller_config
@@ -59,6 +63,7 @@ from slurm_keda.settings import PollSettings
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 from testkit.slurmctld_log import LOG_EVENTS, log_end, log_events, proc_cpu_seconds, proc_rss_bytes
 from testkit.stats import pct
+from testkit.tools import serve_app
 
 HELD = "bench-fresh-held"
 RESERVATION = "bench-fresh"
@@ -75,12 +80,18 @@ MODES: dict[str, dict[str, float]] = {
     "full": {},
     "two-replicas": {},
     "two-replicas-slow": {},
+    "two-replicas-copy": {},
     "accounting": {},
 }
 """Mode → the poller settings beside the defaults (``full``: a listing whenever anything changed)."""
-STANDBY = {"two-replicas": 0.0, "two-replicas-slow": -1.0}
+STANDBY = {"two-replicas": 0.0, "two-replicas-slow": -1.0, "two-replicas-copy": -1.0}
 """Modes with a second, standby replica (the bridge overlay's) beside the incremental one → its
-``standby_interval`` (-1: ``--standby-interval``). Only the leader's snapshots are watched."""
+``standby_interval`` (-1: ``--standby-interval``). Only the leader's snapshots are watched for the
+latencies."""
+COPY = frozenset({"two-replicas-copy"})
+"""Modes whose standby copies the leader's snapshots over HTTP (``--replica-copy``, the default) instead of
+polling: it polls slurmrestd only if the leader stops answering. How long after the leader each of its
+snapshots reaches the standby is measured too."""
 
 
 # -- the lab --------------------------------------------------------------------------------------------
@@ -135,6 +146,8 @@ class Mode:
     asks: Counter[str] = field(default_factory=Counter)
     """Polls by what they asked /jobs/state (whole, some, none)."""
     errors: Counter[str] = field(default_factory=Counter)
+    copy_lags: list[float] = field(default_factory=list)
+    """Seconds from a leader's snapshot to the same snapshot on the copying standby."""
 
     def watch(self, snap: Snapshot, now: float, mine: set[int], parked: set[int]) -> None:
         for job in snap.jobs:
@@ -185,6 +198,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         assert first is not None, poller.status.last_error
         clients = [client]
         standby: Poller | None = None
+        follower: ReplicaFollower | None = None
         if name in STANDBY:  # the second replica, its first listing done before the figures too
             every = args.standby_interval if STANDBY[name] < 0 else STANDBY[name]
             clients.append(await stack.enter_async_context(SlurmClient(cfg)))
@@ -192,7 +206,12 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                 SlurmSession(clients[-1]), PollerConfig(interval=args.poll_interval, standby_interval=every)
             )
             standby.standby = True
-            assert await standby.poll_once() is not None, standby.status.last_error
+            if name in COPY:  # it copies the leader's snapshots from the leader's HTTP server
+                url = await stack.enter_async_context(serve_app(make_app(poller)))
+                follower = ReplicaFollower(standby, lambda: url)
+                standby.copy_fresh = follower.fresh
+            else:
+                assert await standby.poll_once() is not None, standby.status.last_error
         # a fresh slurmrestd again: the first listing's memory (13.5 GB at 100,000 jobs, never given back)
         # is not the steady state's
         pid = lab.restart_restd()
@@ -231,11 +250,23 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), args.churn_interval)
 
+        published: dict[float, float] = {}
+        """A leader snapshot's taken_at → when it was swapped in (monotonic)."""
+
         async def watcher() -> None:
             snap: Snapshot | None = first
             while True:
                 snap = await poller.wait_next(snap)
+                published[snap.taken_at] = time.monotonic()
                 mode.watch(snap, time.time(), mine, parked_set)
+
+        async def copy_watcher() -> None:
+            assert standby is not None
+            snap: Snapshot | None = None
+            while True:
+                snap = await standby.wait_next(snap)
+                if (at := published.get(snap.taken_at)) is not None:
+                    mode.copy_lags.append(time.monotonic() - at)
 
         async def sampler() -> None:
             nonlocal peak
@@ -264,6 +295,9 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         ]
         if standby is not None:
             tasks.append(asyncio.create_task(standby.run(), name="standby-poller"))
+        if follower is not None:
+            tasks.append(asyncio.create_task(follower.run(), name="standby-follower"))
+            tasks.append(asyncio.create_task(copy_watcher(), name="copy-watcher"))
         await asyncio.sleep(args.duration)
         stop.set()
         await asyncio.sleep(args.settle)  # the last changes may still arrive
@@ -326,6 +360,12 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
         errors = f"; jobs fetch errors {dict(m.errors)}" if m.errors else ""
         asks = ", ".join(f"{k} {n}" for k, n in sorted(m.asks.items())) or "none"
         print(f"{m.name}: last full listing took {m.listing_seconds:.1f} s; /jobs/state asks: {asks}{errors}")
+    for m in modes:
+        if m.copy_lags:
+            print(
+                f"{m.name}: the standby served {len(m.copy_lags)} of the leader's snapshots, "
+                f"{pct(m.copy_lags, 50) * 1000:.0f}/{pct(m.copy_lags, 99) * 1000:.0f} ms (p50/p99) after it"
+            )
 
 
 async def run(args: argparse.Namespace) -> int:

@@ -38,7 +38,11 @@ from exporter.model import wall_time
 
 from .kube import Kube, KubeError
 
-__all__ = ["LeaderElector", "LeaseOptions", "default_identity"]
+__all__ = ["REPLICA_URL_ANNOTATION", "LeaderElector", "LeaseOptions", "default_identity"]
+
+REPLICA_URL_ANNOTATION = "slurm-keda.io/replica-url"
+"""The Lease's annotation naming where its holder serves its snapshots to the standbys
+(``/replica/snapshot``); written with every acquisition and renewal."""
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +62,9 @@ class LeaseOptions:
     retry_period: float = 2.0
     release_on_cancel: bool = True
     """Clear the holder when stopped (off: a stop looks like a crash to the followers — tests)."""
+    advertise: str = ""
+    """This replica's HTTP base URL (``http(s)://host:port``): written to the Lease while it leads
+    (:data:`REPLICA_URL_ANNOTATION`), where the standbys find the leader to copy its snapshots from."""
 
     def __post_init__(self) -> None:
         if not 0 < self.retry_period < self.renew_deadline < self.duration:
@@ -92,6 +99,10 @@ class LeaderElector:
         """Times this process took the Lease."""
         self.holder: str = ""
         """The holder last seen (this process's identity while it leads)."""
+        self.leader_url: str = ""
+        """Where another replica that holds the Lease now serves its snapshots (its
+        :data:`REPLICA_URL_ANNOTATION`); "" while this replica leads, nobody holds it or the holder named
+        none."""
         self._observed: tuple[str, str, str] | None = None
         self._observed_at = 0.0
         self.errors: Counter[tuple[str, str]] = Counter()
@@ -165,13 +176,19 @@ class LeaderElector:
         self.holder = holder
         duration = float(spec.get("leaseDurationSeconds") or o.duration)
         if holder and holder != o.identity and self._clock() < self._observed_at + duration:
+            annotations = ((lease or {}).get("metadata") or {}).get("annotations") or {}
+            self.leader_url = str(annotations.get(REPLICA_URL_ANNOTATION) or "")
             self._ok()
             return "held"
+        self.leader_url = ""
         mine = holder == o.identity
+        metadata: dict[str, Any] = {"name": o.name, "namespace": o.namespace}
+        if o.advertise:
+            metadata["annotations"] = {REPLICA_URL_ANNOTATION: o.advertise}
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
-            "metadata": {"name": o.name, "namespace": o.namespace},
+            "metadata": metadata,
             "spec": {
                 "holderIdentity": o.identity,
                 "leaseDurationSeconds": math.ceil(o.duration),

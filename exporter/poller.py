@@ -101,6 +101,11 @@ class Poller:
         """When the first read of slurmdbd's jobs was sent: jobs that ended before are history, not counted
         (the last read's time is its endpoint's ``requested_at``)."""
         self._early = asyncio.Event()
+        self.copy_fresh: Callable[[], bool] | None = None
+        """While this returns True a standby does not poll: it serves a fresh copy of the leader's
+        snapshots (:meth:`adopt`, :class:`exporter.follower.ReplicaFollower`) and asks slurmrestd nothing."""
+        self.adopted = 0
+        """Snapshots taken from the leader's copy (:meth:`adopt`)."""
         self.standby = False
         """A replica that does not hold the bridge's Lease: its jobs are kept from ``/jobs/state`` like the
         leader's, but listed in full only when it must (first, requested, too many changes), never for the
@@ -144,7 +149,8 @@ class Poller:
         while True:
             began = time.monotonic()
             try:
-                await self.poll_once()
+                if not self._copying():
+                    await self.poll_once()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a bug, not bad input: keep serving the last snapshot
@@ -163,6 +169,51 @@ class Poller:
                     began + min(self.config.early_gap, self.config.interval) - time.monotonic()
                 )
             self._early.clear()
+
+    def _copying(self) -> bool:
+        """A standby whose copy of the leader's snapshots is fresh: nothing to poll."""
+        return self.standby and self.copy_fresh is not None and self.copy_fresh()
+
+    def adopt(self, snap: Snapshot) -> bool:
+        """A standby takes the leader's snapshot as its own: served as the current one, and held as if its
+        own poll had read it — each endpoint's data, its times and ``last_update`` (a takeover then reads
+        what changed since, ``/jobs/state`` against these jobs, not a first listing of everything).
+        False (nothing done) once this replica leads: its own polls are the truth then."""
+        if not self.standby:
+            return False
+        items: dict[str, Any] = {
+            "jobs": snap.jobs,
+            "nodes": snap.nodes,
+            "partitions": snap.partitions,
+            "licenses": snap.licenses,
+            "reservations": snap.reservations,
+            "shares": snap.shares,
+            "qos": snap.qos,
+            "associations": snap.associations,
+            "diag": snap.diag,
+            "conf": snap.config,
+        }
+        for name, st in self.status.endpoints.items():
+            fetched = snap.fetched_at.get(name)
+            if fetched is None or name not in items:
+                continue
+            st.data, st.fetched_at, st.requested_at = items[name], fetched, snap.requested_at.get(name)
+            st.full_fetch_at, st.last_ok = fetched, True
+            st.envelope = Envelope(
+                last_update=snap.last_update.get(name), slurm_version=snap.slurm_version, cluster=snap.cluster
+            )
+        sync = self.status.jobs_sync
+        if "jobs" in snap.listed_at:
+            sync.listed_at, sync.unlisted = snap.listed_at["jobs"], False
+        elif "jobs" in snap.fetched_at:
+            sync.unlisted = True  # the leader started without a listing (too many jobs): neither lists
+        sync.backlog = snap.jobs_unread
+        status = self.status
+        status.api_version = status.api_version or snap.api_version
+        status.last_poll_ok, status.last_poll_finished = True, snap.taken_at
+        self.adopted += 1
+        self._swap(snap)
+        return True
 
     def refresh_jobs(self) -> None:
         """List the jobs in full at the next poll (what changes without a job's state is then current)."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import ssl
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,6 +39,7 @@ from bridge.webhook import CertificateFiles, WebhookOptions, WebhookServer
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import Cardinality
 from exporter.errors import ConfigError
+from exporter.follower import ReplicaFollower, read_basic_auth
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
 from exporter.model import ENDPOINTS, Snapshot
 from exporter.poller import Poller
@@ -157,6 +159,51 @@ class LeaderListings(Runnable):
             await asyncio.Event().wait()  # until the lead ends (cancelled)
         finally:
             self.poller.standby = True
+
+
+class FollowerRunnable(Runnable):
+    """A standby's copy of the leader's snapshots (:mod:`exporter.follower`): its poller serves the copy
+    and polls slurmrestd only while the copy is not fresh."""
+
+    name = "replica-follower"
+
+    def __init__(self, follower: ReplicaFollower) -> None:
+        self.follower = follower
+
+    async def run(self) -> None:
+        await self.follower.run()
+
+    def health_families(self, now: float) -> Iterable[Metric]:
+        return self.follower.families()
+
+    def status_lines(self, now: float) -> Iterable[str]:
+        return [self.follower.status_line()]
+
+
+def replica_follower(poller: Poller, elector: LeaderElector, lease: LeaseSettings) -> ReplicaFollower:
+    """The standby side of ``--replica-copy``; ConfigError for an unusable auth or CA file."""
+    try:
+        auth = read_basic_auth(lease.replica_auth_file) if lease.replica_auth_file else None
+        context = ssl.create_default_context(cafile=lease.replica_ca_file) if lease.replica_ca_file else None
+    except (OSError, ValueError, ssl.SSLError) as e:
+        raise ConfigError(f"--replica-basic-auth-file/--replica-ca-file: {e}") from None
+    follower = ReplicaFollower(poller, lambda: elector.leader_url, authorization=auth, ssl_context=context)
+    poller.copy_fresh = follower.fresh
+    return follower
+
+
+def advertise_url(s: Settings, web_config: WebConfig) -> str:
+    """Where the standbys reach this replica while it leads: ``--replica-advertise-url``, else
+    ``http(s)://$POD_IP:<--listen-port>`` (https with the web config's TLS), else "" (none)."""
+    if not s.lease.replica_copy:
+        return ""
+    if s.lease.advertise_url:
+        return s.lease.advertise_url.rstrip("/")
+    ip = os.environ.get("POD_IP", "").strip()
+    if not ip:
+        return ""
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"{'https' if web_config.tls is not None else 'http'}://{host}:{s.http.port}"
 
 
 class DemandRunnable(Runnable):
@@ -351,7 +398,9 @@ def bridge_options(b: BridgeSettings, policy_file: Path, namespace: str) -> Brid
     )
 
 
-def lease_options(lease: LeaseSettings, instance: str, namespace: str) -> LeaseOptions | None:
+def lease_options(
+    lease: LeaseSettings, instance: str, namespace: str, advertise: str = ""
+) -> LeaseOptions | None:
     if not lease.enabled:
         return None
     return LeaseOptions(
@@ -361,12 +410,15 @@ def lease_options(lease: LeaseSettings, instance: str, namespace: str) -> LeaseO
         duration=lease.duration,
         renew_deadline=lease.renew_deadline,
         retry_period=lease.retry_period,
+        advertise=advertise,
     )
 
 
-async def bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> BridgeParts | None:
+async def bridge_parts(
+    s: Settings, stack: contextlib.AsyncExitStack, advertise: str = ""
+) -> BridgeParts | None:
     """The bridge's Kubernetes side when ``--bridge`` is on; ConfigError for a bad policy or Kubernetes
-    config."""
+    config. ``advertise``: this replica's URL for the standbys (:func:`advertise_url`)."""
     b = s.bridge
     if not b.enabled:
         return None
@@ -381,7 +433,7 @@ async def bridge_parts(s: Settings, stack: contextlib.AsyncExitStack) -> BridgeP
     return BridgeParts(
         Kube(api, component=b.scheduler_name),
         options,
-        lease_options(s.lease, b.instance, namespace),
+        lease_options(s.lease, b.instance, namespace, advertise),
         webhook_server(b, options),
     )
 
@@ -424,6 +476,8 @@ def build(
     manager.add(PollerRunnable(poller))
     if elector is not None:
         manager.add(LeaderListings(poller))
+        if s.lease.replica_copy:
+            manager.add(FollowerRunnable(replica_follower(poller, elector, s.lease)))
     manager.add(DemandRunnable(demand))
     manager.add(MetricsHttp(poller, s, web_config, manager))
     if s.grpc.listen is not None:
@@ -459,15 +513,16 @@ async def run_serve(s: Settings, target_flags: Sequence[str] = ()) -> int:
     asyncio.get_running_loop().set_exception_handler(LoopErrorLimiter())
     async with contextlib.AsyncExitStack() as stack:
         try:
-            parts = await bridge_parts(s, stack)
+            parts = await bridge_parts(s, stack, advertise_url(s, web_config))
         except ConfigError as e:
             print(f"slurm-keda: {e}", file=sys.stderr)
             return 2
         client = await stack.enter_async_context(SlurmClient(client_config(s.slurm)))
-        manager = build(s, SlurmSession(client, api_version=s.slurm.api_version), web_config, targets, parts)
+        session = SlurmSession(client, api_version=s.slurm.api_version)
         try:
+            manager = build(s, session, web_config, targets, parts)
             await manager.start()
-        except ConfigError as e:  # port in use, certificate or key that won't load
+        except ConfigError as e:  # port in use, certificate or key that won't load, replica auth file
             print(f"slurm-keda: {e}", file=sys.stderr)
             return 2
         http = next(r for r in manager.runnables if isinstance(r, MetricsHttp))

@@ -162,8 +162,7 @@ class PollSettings(_Group):
         ge=0.0,
         le=3600.0,
         alias="standby_poll_interval",
-        description="seconds between polls while another replica leads (leader election): the standby's "
-        "metrics and demand may be this much older, its load on slurmrestd that much lower; 0: as "
+        description="seconds between a standby's own polls (it has no fresh copy of the leader's); 0: as "
         "--poll-interval",
     )
     full_refresh: float = Field(
@@ -257,16 +256,14 @@ class PollSettings(_Group):
         ge=0,
         le=100_000_000,
         alias="jobs_states_targeted_min",
-        description="jobs in Slurm from which a poll asks /jobs/state only about the records that can have "
-        "moved for what /diag's job counters counted (nothing when none moved): slurmrestd renders the "
-        "whole answer in ~1 s at 20,000 jobs, 16-19 s at 100,000; 0: always the whole answer",
+        description="jobs in Slurm from which a poll asks /jobs/state only about the records /diag's job "
+        "counters say can have moved; 0: always the whole answer",
     )
     jobs_states_full_every: float = Field(
         60.0,
         gt=0.0,
         alias="jobs_states_full_every",
-        description="seconds between whole /jobs/state answers at most beyond --jobs-states-targeted-min: "
-        "what no counter sees (a requeue after a node failure, a preemption, a purge) waits this long",
+        description="seconds between whole /jobs/state answers at most beyond --jobs-states-targeted-min",
     )
     jobs_states_pending_budget: int = Field(
         1_000,
@@ -476,8 +473,7 @@ class BridgeSettings(_Group):
     pod_groups: bool = Field(
         True,
         alias="bridge_pod_groups",
-        description="watch scheduler-plugins PodGroups for pod-group gangs (when the API has no PodGroup "
-        "CRD this is said once and checked again every 5 minutes)",
+        description="watch scheduler-plugins PodGroups for pod-group gangs",
     )
     kubeconfig: Path | None = Field(
         None,
@@ -568,6 +564,40 @@ class LeaseSettings(_Group):
         alias="bridge_lease_retry_period",
         description="seconds between tries to take or renew the Lease",
     )
+
+    replica_copy: bool = Field(
+        True,
+        alias="replica_copy",
+        description="a standby serves the leader's snapshots, polling slurmrestd only without them",
+    )
+    advertise_url: str | None = Field(
+        None,
+        alias="replica_advertise_url",
+        description="URL the standbys copy from while this replica leads; default: "
+        "http(s)://$POD_IP:<--listen-port> when $POD_IP is set, else none (they poll slurmrestd)",
+    )
+    replica_auth_file: Path | None = Field(
+        None,
+        alias="replica_basic_auth_file",
+        description="'user:password' for the leader's basic auth (a file)",
+    )
+    replica_ca_file: Path | None = Field(
+        None,
+        alias="replica_ca_file",
+        description="CA of the leader's HTTPS certificate; default: the system's",
+    )
+
+    @field_validator("replica_auth_file", "replica_ca_file")
+    @classmethod
+    def _files(cls, v: Path | None) -> Path | None:
+        return _readable(v)
+
+    @field_validator("advertise_url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"https?://[^/\s]+/?", v):
+            raise ValueError(f"{v!r}: expected http(s)://host:port")
+        return v
 
     @model_validator(mode="after")
     def _durations(self) -> LeaseSettings:

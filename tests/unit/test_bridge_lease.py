@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from kubernetes_asyncio import client
 
 from bridge.kube import Kube, load_configuration
-from bridge.lease import LeaderElector, LeaseOptions
+from bridge.lease import REPLICA_URL_ANNOTATION, LeaderElector, LeaseOptions
 from testkit.fake_kube import TOKEN, FakeKube, serve_kube, write_kubeconfig
 from testkit.tools import eventually
 
@@ -132,3 +133,30 @@ async def test_two_candidates_at_once_never_both_lead(tmp_path: Path) -> None:
 def test_durations_must_nest() -> None:
     with pytest.raises(ValueError, match="renew deadline"):
         LeaseOptions("x", "ns", "me", duration=10, renew_deadline=10, retry_period=2)
+
+
+async def test_the_leader_names_its_url_in_the_lease_and_the_follower_reads_it(tmp_path: Path) -> None:
+    """--replica-copy: the holder writes where it serves its snapshots (an annotation, with every renewal);
+    a follower reads it while the Lease is held, and none is named once the holder released it."""
+    async with kube(tmp_path) as (fake, k):
+        a = LeaderElector(k, dataclasses.replace(options("a"), advertise="http://10.0.0.7:9341"))
+        b = LeaderElector(k, dataclasses.replace(options("b"), advertise="http://10.0.0.8:9341"))
+        task_a = asyncio.create_task(a.run(Work()), name="elector-a")
+        await eventually(lambda: a.leading, 5.0, "a to lead")
+        task_b = asyncio.create_task(b.run(Work()), name="elector-b")
+        try:
+            await eventually(lambda: b.leader_url, 5.0, "b to read a's URL")
+            assert b.leader_url == "http://10.0.0.7:9341" and a.leader_url == ""  # the leader copies nobody
+            lease = fake.get("leases", "slurm-keda", "bridge", prefix=PREFIX)
+            assert lease is not None
+            assert lease["metadata"]["annotations"] == {REPLICA_URL_ANNOTATION: "http://10.0.0.7:9341"}
+            task_a.cancel()  # a releases: b leads, and names itself
+            await asyncio.gather(task_a, return_exceptions=True)
+            await eventually(lambda: b.leading, 5.0, "b to take over")
+            assert b.leader_url == ""
+            lease = fake.get("leases", "slurm-keda", "bridge", prefix=PREFIX)
+            assert lease is not None
+            assert lease["metadata"]["annotations"][REPLICA_URL_ANNOTATION] == "http://10.0.0.8:9341"
+        finally:
+            task_b.cancel()
+            await asyncio.gather(task_b, return_exceptions=True)

@@ -137,8 +137,8 @@ def test_every_environment_variable_is_a_real_setting(overlay: str) -> None:
     for e in container(render(overlay))["env"]:
         if e["name"].startswith(ENV_PREFIX):
             assert e["name"].removeprefix(ENV_PREFIX).lower() in fields, e["name"]
-        else:
-            assert e["name"] == "POD_NAME", e["name"]  # the bridge's Lease identity
+        else:  # the bridge's Lease identity, and where the standby copies the leader's snapshots from
+            assert e["name"] in ("POD_NAME", "POD_IP"), e["name"]
 
 
 def test_api_access_only_where_the_bridge_runs() -> None:
@@ -156,6 +156,17 @@ def test_api_access_only_where_the_bridge_runs() -> None:
     env = {e["name"]: e for e in container(everything)["env"]}
     assert env["SLURM_KEDA_BRIDGE"]["value"] == "true"
     assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}  # --replica-copy
+    # ... and the replicas reach each other's metrics port (the base lets only Prometheus in)
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert any(
+        rule.get("from") == [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "slurm-keda"}}}]
+        and {p["port"] for p in rule["ports"]} == {"metrics"}
+        and pod_labels["app.kubernetes.io/name"] == "slurm-keda"
+        for policy in everything
+        if policy["kind"] == "NetworkPolicy"
+        for rule in policy["spec"]["ingress"]
+    ), "no NetworkPolicy lets the replicas copy each other's snapshots"
     for binding in (o for o in everything if o["kind"] in ("RoleBinding", "ClusterRoleBinding")):
         assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "slurm-keda", "namespace": "slurm"}]
     # the Lease Role is in the bridge's namespace, naming the Lease of the default instance
