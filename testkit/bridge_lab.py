@@ -168,10 +168,18 @@ def squeue(lab: Lab, job_id: str) -> str:
 
 @contextlib.asynccontextmanager
 async def bridge_process(
-    lab: Lab, tmp_path: Path, kubeconfig: Path, reservation: str, *flags: str, name: str = "bridge"
+    lab: Lab,
+    tmp_path: Path,
+    kubeconfig: Path,
+    reservation: str,
+    *flags: str,
+    name: str = "bridge",
+    advertise: bool = False,
 ) -> AsyncIterator[tuple[asyncio.subprocess.Process, int]]:
     """``slurm-keda bridge`` (the console script) on ``lab`` with a policy letting team-a's pods into
-    partition dyn and ``reservation``; its log in ``tmp_path/<name>.log``; yields it and its HTTP port."""
+    partition dyn and ``reservation``; its log in ``tmp_path/<name>.log``; yields it and its HTTP port.
+    ``advertise``: it names its HTTP URL in the Lease while it leads (``--replica-advertise-url``), so a
+    standby copies its snapshots instead of polling."""
     import sys
 
     from testkit.scale_harness import free_port
@@ -188,6 +196,7 @@ async def bridge_process(
             *("--slurmrestd-url", lab.url, "--token-file", str(lab.token_file)),
             *("--bridge-policy-file", str(policy), "--kubeconfig", str(kubeconfig), "--poll-interval", "1"),
             *("--listen-address", "127.0.0.1", "--listen-port", str(port)),
+            *(("--replica-advertise-url", f"http://127.0.0.1:{port}") if advertise else ()),
             *flags,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=log_file,

@@ -12,6 +12,7 @@ import signal
 from pathlib import Path
 
 import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
 
 from lab import Lab
 from testkit.bridge_lab import (
@@ -39,7 +40,7 @@ def holder(fake: FakeKube) -> str | None:
 
 
 def replica(
-    lab: Lab, tmp_path: Path, kubeconfig: Path, identity: str, *flags: str
+    lab: Lab, tmp_path: Path, kubeconfig: Path, identity: str, *flags: str, advertise: bool = False
 ) -> contextlib.AbstractAsyncContextManager[tuple[asyncio.subprocess.Process, int]]:
     lease = ("--bridge-lease-duration", LEASE[0], "--bridge-lease-renew-deadline", LEASE[1])
     return bridge_process(
@@ -52,6 +53,7 @@ def replica(
         *("--bridge-lease-retry-period", LEASE[2]),
         *flags,
         name=identity,
+        advertise=advertise,
     )
 
 
@@ -129,3 +131,69 @@ async def test_the_follower_takes_over_a_killed_leader_without_a_second_job(
                     assert metric_sample(body, "slurm_bridge_leader") == 1.0
                     assert metric_sample(body, "slurm_bridge_leader_acquisitions_total") == 1.0
                     assert metric_sample(body, "slurm_bridge_actions_total", action="submit") == 0.0
+
+
+def requests_sent(body: str) -> float:
+    """Every request this replica sent slurmrestd (``slurm_exporter_slurmrestd_requests_total``, summed)."""
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(body)
+        if family.name == "slurm_exporter_slurmrestd_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+async def test_the_standby_serves_the_leaders_snapshots_and_asks_slurmrestd_nothing(
+    lab_2605: Lab, tmp_path: Path
+) -> None:
+    """--replica-copy: the standby finds the leader's URL in the Lease and serves its snapshots — a job
+    submitted shows on both — without one request to slurmrestd; once the leader is killed the standby
+    takes over and polls slurmrestd itself, its data never gone."""
+    lab = lab_2605
+    fake = FakeKube(token=TOKEN)
+    async with serve_kube(fake) as url:
+        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", url)
+        async with replica(lab, tmp_path, kubeconfig, "copy-a", advertise=True) as (a, a_port):
+            await eventually(lambda: holder(fake) == "copy-a", 30.0, "copy-a to lead", 0.1)
+            async with replica(lab, tmp_path, kubeconfig, "copy-b", advertise=True) as (_, b_port):
+
+                async def copying() -> bool:
+                    with contextlib.suppress(aiohttp.ClientError):
+                        body = await scrape(b_port)
+                        return (
+                            metric_sample(body, "slurm_exporter_replica_copy_fresh") == 1.0
+                            and metric_sample(body, "slurm_up") == 1.0
+                        )
+                    return False
+
+                await eventually(copying, 30.0, "the standby to serve the leader's copy", 0.2)
+                b_before, a_before = requests_sent(await scrape(b_port)), requests_sent(await scrape(a_port))
+                job = lab.sbatch("-p", "cpu", "-H", "-J", "replica-copy", command="true")
+                try:
+
+                    async def shows_job() -> bool:
+                        snapshot = f"http://127.0.0.1:{b_port}/snapshot"
+                        async with aiohttp.ClientSession() as http, http.get(snapshot) as r:
+                            jobs = (await r.json())["jobs"]
+                        return any(j["job_id"] == job for j in jobs)
+
+                    await eventually(shows_job, 15.0, "the copy to show the new job", 0.2)
+                    await asyncio.sleep(2.0)  # two of the leader's polls more
+                    assert requests_sent(await scrape(b_port)) == b_before, "the standby asked slurmrestd"
+                    assert requests_sent(await scrape(a_port)) > a_before
+                    a.send_signal(signal.SIGKILL)
+                    await a.wait()
+                    await eventually(lambda: holder(fake) == "copy-b", 15.0, "copy-b to take over", 0.1)
+
+                    async def polls_itself() -> bool:
+                        body = await scrape(b_port)
+                        return requests_sent(body) > b_before and metric_sample(body, "slurm_up") == 1.0
+
+                    await eventually(polls_itself, 15.0, "the new leader to poll slurmrestd", 0.2)
+                    body = await scrape(b_port)
+                    assert metric_sample(body, "slurm_exporter_replica_copy_fresh") == 0.0
+                    assert metric_sample(body, "slurm_bridge_leader") == 1.0
+                    assert await shows_job()
+                finally:
+                    lab.run(["scancel", str(job)], check=False)

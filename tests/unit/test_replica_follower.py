@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import bcrypt
 import pytest
 
 from exporter.client import ClientConfig, SlurmClient, TokenSource
@@ -20,6 +21,7 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.server import make_app
 from exporter.session import SlurmSession
+from exporter.webconfig import load_web_config
 from testkit.fake_jobs import JobTable
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import RECORDED
@@ -144,3 +146,30 @@ def test_the_basic_auth_file_is_user_colon_password(tmp_path: Path) -> None:
     path.write_text("")
     with pytest.raises(ValueError, match="user:password"):
         read_basic_auth(path)
+
+
+async def test_a_leader_behind_basic_auth_is_copied_with_the_file_and_refused_without(tmp_path: Path) -> None:
+    """The leader's web config asks for basic auth: with the file's credentials the standby copies; without,
+    every request is a 401 — counted by kind, said on the status line, and the standby polls itself."""
+    digest = bcrypt.hashpw(b"s3cret", bcrypt.gensalt(4)).decode()
+    config = tmp_path / "web.yaml"
+    config.write_text(f"basic_auth_users:\n  standby: '{digest}'\n")
+    web_config = load_web_config(config)
+    (tmp_path / "auth").write_text("standby:s3cret\n")
+    fake = FakeSlurmrestd(DATA, jobs_table=JobTable.recorded())
+    async with serve(fake) as slurm:
+        leader_client, standby_client = _client(slurm), _client(slurm)
+        leader = Poller(SlurmSession(leader_client), PollerConfig(jobs_sweep_rate=0.0))
+        async with leader_client, standby_client, serve_app(make_app(leader, web_config=web_config)) as url:
+            assert await leader.poll_once() is not None
+            for authorization, copies in ((read_basic_auth(tmp_path / "auth"), True), (None, False)):
+                standby = Poller(SlurmSession(standby_client), PollerConfig(jobs_sweep_rate=0.0))
+                standby.standby = True
+                follower = ReplicaFollower(standby, lambda: url, OPTIONS, authorization=authorization)
+                async with _running(follower.run()):
+                    if copies:
+                        await eventually(lambda: _same(standby.snapshot, leader.snapshot), 5.0, "the copy")  # noqa: B023
+                    else:
+                        await eventually(lambda: follower.failures, 5.0, "a refusal")  # noqa: B023
+                        assert set(follower.failures) == {"http_401"} and standby.snapshot is None
+                        assert not follower.fresh() and "s3cret" not in follower.status_line()
