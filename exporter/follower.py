@@ -96,18 +96,16 @@ class ReplicaFollower:
         self.failures: dict[str, int] = {}
         self.conditions = Conditions(log)
         self._copying_from = ""
-        self._started_at: float | None = None
+        self._started_at = clock()
+        """From now on a standby waits ``start_grace`` for its first copy: the poller's task may start
+        before :meth:`run` (serve starts the poller first)."""
 
     def fresh(self) -> bool:
         """The copy is the leader's current state: it answered within ``fresh_for`` seconds — or the first
         copy is still awaited (``start_grace``, no request failed yet)."""
         now = self._clock()
         if self.held is None:
-            return (
-                self._started_at is not None
-                and not self.failures
-                and now - self._started_at < (self.options.start_grace)
-            )
+            return not self.failures and now - self._started_at < self.options.start_grace
         return self.heard_at is not None and now - self.heard_at < self.options.fresh_for
 
     async def run(self) -> None:
@@ -115,7 +113,6 @@ class ReplicaFollower:
         opts = self.options
         backoff, retries, rng = Backoff(opts.retry, 30.0, jitter=0.2), 0, random.Random()
         timeout = aiohttp.ClientTimeout(total=opts.wait + opts.timeout_margin)
-        self._started_at = self._clock()
         async with aiohttp.ClientSession(timeout=timeout, headers=self._headers) as http:
             while True:
                 url = self.leader_url()

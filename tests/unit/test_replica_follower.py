@@ -69,7 +69,8 @@ async def test_a_standby_serves_the_leaders_snapshots_and_polls_only_without_the
             assert await leader.poll_once() is not None
             stopped = False
             try:
-                async with _running(leader.run(), follower.run(), standby.run()):
+                # the standby's poller first, as serve starts it: it waits for the copy, asks nothing
+                async with _running(standby.run(), leader.run(), follower.run()):
                     await eventually(lambda: _same(standby.snapshot, leader.snapshot), 5.0, "the first copy")
                     assert sum(standby_client.requests_by_endpoint.values()) == 0
                     assert follower.fresh() and standby.status.up(standby.snapshot.taken_at + 1)  # type: ignore[union-attr]
