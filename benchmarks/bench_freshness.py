@@ -148,6 +148,8 @@ class Mode:
     errors: Counter[str] = field(default_factory=Counter)
     copy_lags: list[float] = field(default_factory=list)
     """Seconds from a leader's snapshot to the same snapshot on the copying standby."""
+    standby_requests: Counter[str] = field(default_factory=Counter)
+    """The standby's own requests to slurmrestd (in :attr:`requests` too)."""
 
     def watch(self, snap: Snapshot, now: float, mine: set[int], parked: set[int]) -> None:
         for job in snap.jobs:
@@ -311,6 +313,8 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         mode.accounting_cores = {c: (proc_cpu_seconds(p) - db0[c]) / elapsed for c, p in db_pids.items()}
         mode.restd_rss = (rss0, proc_rss_bytes(pid), max(peak, proc_rss_bytes(pid)))
         mode.requests = sum((Counter(c.requests_by_endpoint) for c in clients), Counter[str]()) - requests0
+        if len(clients) > 1:
+            mode.standby_requests = Counter(clients[1].requests_by_endpoint)
         sync = poller.status.jobs_sync
         mode.listings = sum(sync.full_listings.values()) - listings0
         mode.listing_seconds = sync.listing_duration
@@ -360,6 +364,10 @@ def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
         errors = f"; jobs fetch errors {dict(m.errors)}" if m.errors else ""
         asks = ", ".join(f"{k} {n}" for k, n in sorted(m.asks.items())) or "none"
         print(f"{m.name}: last full listing took {m.listing_seconds:.1f} s; /jobs/state asks: {asks}{errors}")
+    for m in modes:
+        if m.standby_requests or m.name in STANDBY:
+            by = ", ".join(f"{e} {n}" for e, n in sorted(m.standby_requests.items())) or "none"
+            print(f"{m.name}: the standby's own requests to slurmrestd (the whole run): {by}")
     for m in modes:
         if m.copy_lags:
             print(
