@@ -101,12 +101,19 @@ class ReplicaFollower:
         before :meth:`run` (serve starts the poller first)."""
 
     def fresh(self) -> bool:
-        """The copy is the leader's current state: it answered within ``fresh_for`` seconds — or the first
-        copy is still awaited (``start_grace``, no request failed yet)."""
+        """The copy is the current leader's current state: another replica leads, this one copies from it,
+        and it answered within ``fresh_for`` seconds — or the first copy is still awaited (``start_grace``,
+        no request failed yet)."""
         now = self._clock()
         if self.held is None:
             return not self.failures and now - self._started_at < self.options.start_grace
-        return self.heard_at is not None and now - self.heard_at < self.options.fresh_for
+        url = self.leader_url()
+        return (
+            bool(url)
+            and url == self._copying_from
+            and self.heard_at is not None
+            and now - self.heard_at < self.options.fresh_for
+        )
 
     async def run(self) -> None:
         """Copy forever; cancel to stop."""

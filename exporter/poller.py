@@ -77,6 +77,11 @@ Slurm 24.11's v0.0.40/41 reject the parameter itself ("Parsing of N for timestam
 /jobs, 500 elsewhere) and its v0.0.42 /nodes answers 500 "Unable to query partitions" instead of 304."""
 
 
+COPY_CHECK = 1.0
+"""Seconds between two looks at a standby's copy while it is fresh (no poll): a copy gone stale is polled
+for within this, not after a whole ``--standby-poll-interval``."""
+
+
 class Poller:
     """Polls slurmrestd through ``session`` and holds the current snapshot."""
 
@@ -148,8 +153,9 @@ class Poller:
     async def _run(self) -> None:
         while True:
             began = time.monotonic()
+            copying = self._copying()
             try:
-                if not self._copying():
+                if not copying:
                     await self.poll_once()
             except asyncio.CancelledError:
                 raise
@@ -161,6 +167,8 @@ class Poller:
             interval = self.config.interval
             if self.standby:
                 interval = max(interval, self.config.standby_interval)
+            if copying:  # no poll: look at the copy again soon (it may turn stale, or this replica lead)
+                interval = min(interval, COPY_CHECK)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(interval):
                     await self._early.wait()

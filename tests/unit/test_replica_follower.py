@@ -174,3 +174,22 @@ async def test_a_leader_behind_basic_auth_is_copied_with_the_file_and_refused_wi
                         await eventually(lambda: follower.failures, 5.0, "a refusal")  # noqa: B023
                         assert set(follower.failures) == {"http_401"} and standby.snapshot is None
                         assert not follower.fresh() and "s3cret" not in follower.status_line()
+
+
+async def test_without_a_leader_to_copy_the_standby_polls_after_the_start_grace_not_an_interval() -> None:
+    """No replica names a URL (the leader does not advertise one): the standby waits the start grace for a
+    copy, then polls — within a second of it, not after its 30-s interval; and copies nothing."""
+    fake = FakeSlurmrestd(DATA, jobs_table=JobTable.recorded())
+    async with serve(fake) as slurm:
+        client = _client(slurm)
+        standby = Poller(SlurmSession(client), PollerConfig(interval=30.0, jobs_sweep_rate=0.0))
+        standby.standby = True
+        options = FollowerOptions(wait=0.3, fresh_for=0.8, retry=0.05, start_grace=0.3)
+        follower = ReplicaFollower(standby, lambda: "", options)
+        standby.copy_fresh = follower.fresh
+        async with client, _running(standby.run(), follower.run()):
+            started = asyncio.get_running_loop().time()
+            await eventually(lambda: standby.snapshot, 5.0, "the standby's own poll", 0.05)
+            assert asyncio.get_running_loop().time() - started < 0.3 + 1.5
+            assert follower.frames == 0 and not follower.fresh()
+            assert "none" in follower.status_line()
