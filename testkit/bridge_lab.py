@@ -69,7 +69,12 @@ def reserved_nodes(lab: Lab, names: list[str], reservation: str) -> Iterator[lis
             lab.run(["scontrol", "update", "partitionname=dyn", "state=up"])
         yield names
     finally:
-        # the jobs first: slurmctld refuses to delete a reservation with jobs, and a node in a reservation
+        # every node drained first: once the reservation goes (with the first node cleared), a job pending in
+        # dyn — the demo's dyn_wait — would start on a node not cleared yet, which then stays busy
+        if added:
+            drain = ["scontrol", "update", f"nodename={','.join(added)}", "state=drain", "reason=lab-cleanup"]
+            lab.run(drain, check=False)
+        # the jobs next: slurmctld refuses to delete a reservation with jobs, and a node in a reservation
         lab.run(["scancel", f"--reservation={reservation}"], check=False)
         for name in added:
             clear_node(lab, name, must_exist=True, reservation=reservation)
@@ -235,7 +240,8 @@ def job_of(pod: dict[str, Any]) -> str:
 
 def clear_node(lab: Lab, name: str, *, must_exist: bool, reservation: str | None = None) -> None:
     """Cancel the jobs on ``name`` (a busy node cannot be deleted), drop its reservation (by default named
-    as the node), remove it."""
+    as the node), remove it. Drained first: nothing starts on it once its reservation is gone."""
+    lab.run(["scontrol", "update", f"nodename={name}", "state=drain", "reason=lab-cleanup"], check=False)
     lab.run(["scancel", "-w", name], check=False)
     for _ in range(60):
         if not lab.run(["squeue", "-h", "-w", name], check=False).strip():
