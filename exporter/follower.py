@@ -120,7 +120,8 @@ class ReplicaFollower:
         opts = self.options
         backoff, retries, rng = Backoff(opts.retry, 30.0, jitter=0.2), 0, random.Random()
         timeout = aiohttp.ClientTimeout(total=opts.wait + opts.timeout_margin)
-        async with aiohttp.ClientSession(timeout=timeout, headers=self._headers) as http:
+        connector = aiohttp.TCPConnector(ssl=self.ssl_context if self.ssl_context is not None else True)
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout, headers=self._headers) as http:
             while True:
                 url = self.leader_url()
                 if url != self._copying_from:
@@ -149,7 +150,7 @@ class ReplicaFollower:
 
     async def _next(self, http: aiohttp.ClientSession, url: str) -> MirrorFrame | None:
         params = {"after": str(self.seq), "wait": f"{self.options.wait:g}"}
-        async with http.get(f"{url.rstrip('/')}/replica/snapshot", params=params, ssl=self._ssl()) as r:
+        async with http.get(f"{url.rstrip('/')}/replica/snapshot", params=params) as r:
             if r.status == 204:
                 return None
             if r.status != 200:
@@ -157,9 +158,6 @@ class ReplicaFollower:
                     r.request_info, r.history, status=r.status, message=r.reason or ""
                 )
             return msgspec.msgpack.decode(await r.read(), type=MirrorFrame)
-
-    def _ssl(self) -> ssl.SSLContext | bool:
-        return self.ssl_context if self.ssl_context is not None else True
 
     def _apply(self, frame: MirrorFrame) -> None:
         try:
@@ -173,15 +171,7 @@ class ReplicaFollower:
         self.adopter.adopt(snap)
 
     def _failed(self, url: str, e: BaseException) -> None:
-        kind = (
-            f"http_{e.status}"
-            if isinstance(e, aiohttp.ClientResponseError)
-            else "timeout"
-            if isinstance(e, TimeoutError)
-            else "bad_frame"
-            if isinstance(e, msgspec.MsgspecError)
-            else "connect"
-        )
+        kind = _failure_kind(e)
         self.failures[kind] = self.failures.get(kind, 0) + 1
         self.conditions.seen(
             "replica copy",
@@ -219,3 +209,14 @@ class ReplicaFollower:
             f"replica copy from {self._copying_from}: snapshot {self.seq}, the leader last answered {age} "
             f"({state})"
         )
+
+
+def _failure_kind(e: BaseException) -> str:
+    """The ``kind`` label of a failed request for the leader's snapshots."""
+    if isinstance(e, aiohttp.ClientResponseError):
+        return f"http_{e.status}"
+    if isinstance(e, TimeoutError):
+        return "timeout"
+    if isinstance(e, msgspec.MsgspecError):
+        return "bad_frame"
+    return "connect"

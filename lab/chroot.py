@@ -111,11 +111,15 @@ def ensure_copy(suite: str, copy: str, progress: bool = False) -> Path:
     base = ensure_chroot(suite, progress)
     root = cache_dir() / f"{suite}-{copy}"
     stamp = (base / MARKER).read_text()
-    if is_built(root) and (root / MARKER).read_text() == stamp and not missing_packages(root):
+
+    def current() -> bool:
+        return is_built(root) and (root / MARKER).read_text() == stamp and not missing_packages(root)
+
+    if current():
         prepare(root)
         return root
     with locked(cache_dir() / f".{suite}-{copy}.lock"):
-        if is_built(root) and (root / MARKER).read_text() == stamp and not missing_packages(root):
+        if current():
             prepare(root)
             return root
         mounted = [p for p in _mountinfo() if base.resolve() in p.parents]

@@ -48,6 +48,11 @@ async def _running(*coros: object) -> AsyncIterator[None]:
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _shows(poller: Poller, job_id: int) -> bool:
+    snap = poller.snapshot
+    return snap is not None and any(j.job_id == job_id for j in snap.jobs)
+
+
 def _same(a: Snapshot | None, b: Snapshot | None) -> bool:
     return a is not None and b is not None and a == b
 
@@ -77,14 +82,7 @@ async def test_a_standby_serves_the_leaders_snapshots_and_polls_only_without_the
 
                     # a change the leader reads reaches the standby as a delta, and still no request
                     new_id = table.submit()
-                    await eventually(
-                        lambda: (
-                            standby.snapshot is not None
-                            and any(j.job_id == new_id for j in standby.snapshot.jobs)
-                        ),
-                        5.0,
-                        "the new job in the copy",
-                    )
+                    await eventually(lambda: _shows(standby, new_id), 5.0, "the new job in the copy")
                     await asyncio.sleep(0.4)  # eight standby intervals
                     assert sum(standby_client.requests_by_endpoint.values()) == 0, "the standby polled"
                     assert follower.frames >= 2 and standby.adopted == follower.frames
@@ -93,14 +91,7 @@ async def test_a_standby_serves_the_leaders_snapshots_and_polls_only_without_the
                     await app_cm.__aexit__(None, None, None)
                     stopped = True
                     gone_id = table.submit()
-                    await eventually(
-                        lambda: (
-                            standby.snapshot is not None
-                            and any(j.job_id == gone_id for j in standby.snapshot.jobs)
-                        ),
-                        10.0,
-                        "the standby's own poll",
-                    )
+                    await eventually(lambda: _shows(standby, gone_id), 10.0, "the standby's own poll")
                     assert not follower.fresh() and follower.failures
                     assert standby_client.requests_by_endpoint["jobs/state"] >= 1
                     assert "STALE" in follower.status_line()
