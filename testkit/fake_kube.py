@@ -309,6 +309,9 @@ class FakeKube:
         """Delete at once (a kubelet that finished killing the pod, or ``--force``)."""
         key = (f"{prefix}/{plural}", namespace, name)
         obj = self.objects.pop(key)
+        # the deletion is a write of its own: etcd gives it a new revision, which the DELETED event's object
+        # carries (a watch resuming from the object's last version must still see it)
+        obj["metadata"]["resourceVersion"] = self._next_rv()
         self._event("DELETED", key, obj)
 
     def delete(

@@ -107,6 +107,27 @@ async def test_watch_from_a_resource_version_and_410_after_compaction(
     assert event["type"] == "ERROR" and event["object"]["code"] == 410
 
 
+async def test_a_forced_deletion_is_a_new_version_a_watch_from_the_last_list_sees(
+    kube: tuple[FakeKube, client.CoreV1Api],
+) -> None:
+    """A deletion is a write of its own (etcd gives it a revision): a watch resuming from the version of a
+    list taken just before it still sees the DELETED event, however the deletion was made."""
+    fake, api = kube
+    await api.create_namespaced_pod("team-a", pod("a"))
+    listed = await raw_list(api)
+    fake.remove("pods", "team-a", "a")  # the kubelet's final delete, before the watch is opened
+    resp = await api.list_namespaced_pod(
+        "team-a",
+        watch=True,
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=1,
+        _preload_content=False,
+    )
+    lines = [json.loads(line) async for line in resp.content if line.strip()]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in lines] == [("DELETED", "a")]
+    assert int(lines[0]["object"]["metadata"]["resourceVersion"]) > int(listed["metadata"]["resourceVersion"])
+
+
 async def test_a_live_watch_sees_changes_and_ends_when_the_server_closes_it(
     kube: tuple[FakeKube, client.CoreV1Api],
 ) -> None:
