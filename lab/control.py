@@ -95,8 +95,9 @@ class NodeRecord:
     dynamic: bool = False
 
 
-READY_STATES = frozenset({"idle", "mixed", "allocated"})
-"""Base node states (as sinfo prints them) of a node that runs jobs."""
+READY_STATES = frozenset({"idle", "mixed", "allocated", "planned"})
+"""Base node states (as sinfo prints them) of a node that runs jobs (``planned``: idle, the backfill
+scheduler keeps it for a pending job — the demo's, when one of its jobs was cancelled)."""
 NODE_FLAGS = "*~#!%$@^"
 """sinfo's one-character state flags: not responding, powered down, powering up/down, ..."""
 

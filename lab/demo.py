@@ -182,6 +182,11 @@ def demo_mismatches(lab: Lab, jobs: dict[str, int]) -> list[str]:
     return problems
 
 
+NEVER_SETTLES = (" is GONE/", "/DependencyNeverSatisfied,")
+"""What a demo that can no longer reach its steady state shows (a demo job ended, the job depending on it
+stuck for good): said at once instead of at the timeout."""
+
+
 def wait_demo_steady(lab: Lab, jobs: dict[str, int] | None = None, timeout: float = 60.0) -> list[str]:
     """Poll squeue until the demo reached its steady state; LabError with the differences on timeout.
     Returns what differed at the first look (empty: settled already)."""
@@ -194,6 +199,6 @@ def wait_demo_steady(lab: Lab, jobs: dict[str, int] | None = None, timeout: floa
             first = problems
         if not problems:
             return first
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline or any(mark in p for p in problems for mark in NEVER_SETTLES):
             raise LabError("demo workload did not settle: " + "; ".join(problems))
         time.sleep(0.5)

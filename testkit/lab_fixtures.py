@@ -38,6 +38,8 @@ DEMO_TIMEOUT = 90.0
 SLOW_DEMO = 5.0
 """Seconds of ``lab_demo`` setup beyond which a line in the run's output says what it waited for."""
 _failures: dict[str, str] = {}
+_unsettled: dict[str, str] = {}
+"""Labs whose demo did not settle even after a restart of the lab, and why: later demo tests fail at once."""
 
 
 def require_lab() -> bool:
@@ -148,20 +150,31 @@ def lab_demo(lab: Lab, request: pytest.FixtureRequest) -> tuple[Lab, dict[str, i
     running = lab.is_running()
     age = demo_age(lab)
     lab.up()
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if lab.flavor.name in _unsettled:
+        pytest.fail(_unsettled[lab.flavor.name], pytrace=False)
     jobs = fresh_demo(lab)
     try:
         first = wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
     except LabError as err:
-        pytest.fail(str(err), pytrace=False)
-    took = time.monotonic() - t0
-    if took > SLOW_DEMO:  # said in the run's output (a warning would be an error: filterwarnings)
-        how = "" if running else "; the lab was not running"
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        # an earlier test left the demo disturbed (a demo job gone, a node it needed taken): a clean lab
+        # and the demo again, once, rather than every later demo test waiting out DEMO_TIMEOUT in turn
         if reporter is not None:
-            reporter.write_line(
-                f"lab_demo: the {lab.flavor.name} demo took {took:.1f} s to be ready (its demo was "
-                f"{age:.0f} s old{how}); at the first look: {'; '.join(first) or 'settled'}"
-            )
+            reporter.write_line(f"lab_demo: {err}; the {lab.flavor.name} lab restarted, the demo again")
+        try:
+            lab.restart()
+            jobs = fresh_demo(lab)
+            first = wait_demo_steady(lab, jobs, timeout=DEMO_TIMEOUT)
+        except LabError as again:
+            _unsettled[lab.flavor.name] = f"{again} (after a restart of the lab, too)"
+            pytest.fail(_unsettled[lab.flavor.name], pytrace=False)
+    took = time.monotonic() - t0
+    if took > SLOW_DEMO and reporter is not None:  # in the run's output (a warning would be an error)
+        how = "" if running else "; the lab was not running"
+        reporter.write_line(
+            f"lab_demo: the {lab.flavor.name} demo took {took:.1f} s to be ready (its demo was "
+            f"{age:.0f} s old{how}); at the first look: {'; '.join(first) or 'settled'}"
+        )
     return lab, jobs
 
 
