@@ -58,7 +58,7 @@ from exporter.pollstate import PollerConfig
 from exporter.server import make_app
 from exporter.session import SlurmSession
 from lab import Lab
-from slurm_keda.serve import poller_config
+from slurm_keda.configs import poller_config
 from slurm_keda.settings import PollSettings
 from testkit.lab_queue import count_jobs, fill_held, reserve_new_nodes
 from testkit.slurmctld_log import LOG_EVENTS, log_end, log_events, proc_cpu_seconds, proc_rss_bytes

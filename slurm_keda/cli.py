@@ -32,7 +32,7 @@ from exporter.model import Snapshot
 from exporter.poller import Poller
 from exporter.session import SlurmSession
 
-from .serve import client_config, poller_config, run_serve
+from .configs import client_config, poller_config
 from .settings import OPTIONS, Settings, flag_name, load, option
 from .table import format_table
 from .targets import targets_from_flags
@@ -313,6 +313,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "explain":
             return run_explain(settings, args.target, args.name)
         if args.command in ("serve", "bridge"):
+            from .serve import run_serve  # the long-running processes' modules (Kubernetes' client ...)
+
             return asyncio.run(run_serve(settings, args.target))
     except SlurmError as e:
         print(f"slurm-keda: {e}", file=sys.stderr)

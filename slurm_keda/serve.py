@@ -36,78 +36,23 @@ from bridge.lease import LeaderElector, LeaseOptions, default_identity
 from bridge.pods import Namespace
 from bridge.policy import PolicyError, load_policy
 from bridge.webhook import CertificateFiles, WebhookOptions, WebhookServer
-from exporter.client import ClientConfig, SlurmClient, TokenSource
+from exporter.client import SlurmClient
 from exporter.collector import Cardinality
 from exporter.errors import ConfigError
 from exporter.follower import ReplicaFollower, read_basic_auth
 from exporter.listen import ListenLimits, LoopErrorLimiter, fitting_limits, raise_open_files_limit
-from exporter.model import ENDPOINTS, Snapshot
+from exporter.model import Snapshot
 from exporter.poller import Poller
-from exporter.pollstate import PollerConfig
 from exporter.server import RENDERER, HttpServer, make_app, start
 from exporter.session import SlurmSession
 from exporter.webconfig import WebConfig, load_web_config
 
+from .configs import client_config, poller_config
 from .runtime import Manager, Runnable
-from .settings import BridgeSettings, LeaseSettings, PollSettings, Settings, SlurmSettings
+from .settings import BridgeSettings, LeaseSettings, Settings
 from .targets import targets_from_flags
 
 log = logging.getLogger("slurm_keda")
-
-
-def client_config(s: SlurmSettings) -> ClientConfig:
-    return ClientConfig(
-        base_url=s.url,
-        token=TokenSource(token=s.jwt_value(), token_file=s.token_file),
-        user_name=s.user_name,
-        timeout=s.request_timeout,
-        stream_timeout=s.stream_timeout,
-        idle_timeout=s.stream_idle_timeout,
-        min_rate=s.min_transfer_rate,
-        max_body_bytes=s.max_body_bytes,
-        max_record_bytes=s.max_record_bytes,
-        retries=s.retries,
-        max_concurrency=s.max_concurrency,
-        tls_ca_file=s.tls_ca_file,
-        tls_insecure=s.tls_insecure,
-    )
-
-
-CONF_INTERVAL = 300.0
-"""Seconds between reads of slurmctld's configuration (it changes with ``scontrol reconfigure`` only)."""
-
-
-def poller_config(s: PollSettings, *, fairshare: bool = False) -> PollerConfig:
-    """The poller's configuration; ``fairshare``: /shares is fetched too (every ``--shares-interval``)."""
-    return PollerConfig(
-        endpoints=(
-            *ENDPOINTS,
-            *(("shares",) if fairshare else ()),
-            *(("slurmdb_jobs", "qos", "associations") if s.accounting else ()),
-            "conf",  # where offered (26.05+)
-        ),
-        intervals={
-            "shares": s.shares_interval,
-            "slurmdb_jobs": s.accounting_interval,
-            "qos": s.limits_interval,
-            "associations": s.limits_interval,
-            "conf": CONF_INTERVAL,
-        },
-        interval=s.interval,
-        standby_interval=s.standby_interval,
-        use_update_time=s.use_update_time,
-        full_refresh=s.full_refresh,
-        incremental_jobs=s.incremental_jobs,
-        jobs_full_refresh=s.jobs_full_refresh,
-        jobs_sweep_rate=s.jobs_sweep_rate,
-        jobs_recheck_rate=s.jobs_recheck_rate,
-        jobs_changes_limit=s.jobs_changes_limit,
-        jobs_listing_max=s.jobs_listing_max,
-        jobs_states_targeted_min=s.jobs_states_targeted_min,
-        jobs_states_full_every=s.jobs_states_full_every,
-        jobs_states_pending_budget=s.jobs_states_pending_budget,
-        up_max_age=s.up_max_age,
-    )
 
 
 # -- the runnables -----------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ from exporter.session import SlurmSession
 from lab import Lab
 from lab.conf import DYN_FEATURE, NODE_CPUS, NODE_MEMORY_MB
 from lab.record import parse_scontrol_oneliners
-from slurm_keda.serve import poller_config
+from slurm_keda.configs import poller_config
 from slurm_keda.settings import PollSettings
 from testkit.keda import KedaClient
 from testkit.tools import eventually, free_port

@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -62,3 +64,14 @@ def test_target_is_taken_wherever_targets_are(command: str) -> None:
 )
 def test_defaults_read_as_people_say_them(name: str, value: object, shown: str | None) -> None:
     assert human_default(name, value) == shown
+
+
+def test_the_one_shot_commands_start_without_the_long_running_modules() -> None:
+    """``snapshot``, ``demand``, ``explain`` and ``--help`` import neither ``serve`` nor Kubernetes' client
+    (~0.6 s of a 1.3-s start)."""
+    code = (
+        "import sys, slurm_keda.cli\n"
+        "print(sorted(m for m in ('slurm_keda.serve', 'kubernetes_asyncio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

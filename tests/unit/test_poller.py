@@ -16,7 +16,7 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.session import SlurmSession
 from exporter.versions import adapter_for
-from slurm_keda.serve import poller_config
+from slurm_keda.configs import poller_config
 from slurm_keda.settings import PollSettings
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import RECORDED, ROOT
