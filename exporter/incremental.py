@@ -11,7 +11,8 @@ import asyncio
 import heapq
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from . import jobsync, jobwatch
 from .client import version_key
@@ -45,6 +46,8 @@ known yet: the count before the first listing (read because ``/diag``'s may be s
 follow) and the first read of a start without a listing."""
 ASK_CHUNK = 2_000
 """Job ids one ``/jobs/state?job_id=`` request asks about (its URL ~28 KB; 10,000 ids are refused)."""
+WHOLE_RETRY = 10.0
+"""Seconds after a failed whole ``/jobs/state`` answer read beside the polls before another is started."""
 STATES_REUSE = 10.0
 """While a backlog drains, a ``/jobs/state`` answer is used again for this many times the seconds it took
 (:meth:`IncrementalJobs._reusable_states`)."""
@@ -89,6 +92,12 @@ class IncrementalJobs:
         """The ``/jobs/state`` answer :meth:`too_many_at_start` read, for the first incremental read."""
         self._fresh_counts: tuple[jobwatch.JobCounts, float] | None = None
         """slurmctld's job counters from this poll's ``/diag`` and when it was requested (None: not read)."""
+        self._whole: _WholeBeside | None = None
+        """The whole ``/jobs/state`` answer read beside the polls, while it is (:meth:`_start_whole`)."""
+        self._whole_retry_at = 0.0
+        """No whole answer is read beside the polls before this time (after a failed one)."""
+        self.wake: Callable[[], None] = lambda: None
+        """Called when a whole answer read beside the polls ended (the poller polls soon)."""
 
     def applies(self, negotiated: Negotiated) -> bool:
         """Whether jobs are kept from ``/jobs/state`` between listings: v0.0.41+ (v0.0.40 has the endpoint
@@ -162,6 +171,7 @@ class IncrementalJobs:
         """A full listing (requested at ``requested``) is the held data now: what it read replaces every
         re-read's bookkeeping."""
         sync = self.sync
+        self._drop_whole()
         sync.listed_at, sync.listing_ended, sync.listing_duration = requested, finished, duration
         sync.quota_at = requested  # the re-read quotas accrue from the listing's data on
         sync.listing_requested = False
@@ -220,21 +230,34 @@ class IncrementalJobs:
             census, self._census = self._census, None
             fresh, self._fresh_counts = self._fresh_counts, None
             reused = None if census is not None else self._reusable_states(now)
-            delta = None if census is not None or reused is not None else self._delta(st, fresh, now)
+            taken = None if census is not None or reused is not None else self._take_whole(st, fresh, now)
+            delta, due = (
+                self._delta(st, fresh, now)
+                if census is None and reused is None and taken is None
+                else (None, False)
+            )
+            whole_here = False
             if census is not None:  # read just before, to decide how to start
                 answer, as_of = census, sync.states_at
+                whole_here = True
             elif reused is not None:  # a backlog drains: the last answer still names what is left to read
                 answer, as_of = reused, sync.states_at
                 sync.states_reused += 1
+            elif taken is not None and fresh is not None:  # the whole answer read beside: with the asks
+                answer, as_of = await self._ask_some(held, taken[1], fresh, taken[0])
             elif delta is not None and fresh is not None:  # only what can have moved for what was counted
                 answer, as_of = await self._ask_some(held, delta, fresh)
+                if due:  # what no count shows: the whole answer, read beside the polls (none waits for it)
+                    self._start_whole(fresh, len(held))
             else:
+                self._drop_whole()  # this one is newer
                 # none held (a start without a listing): the count is unknown, allow for many
                 read_states = await self._read_states(now, len(held) or CENSUS_JOBS)
                 if read_states is None:
                     return "off"
                 answer, as_of = read_states, now
-            if reused is None and (delta is None or fresh is None):  # a whole answer: every count in it
+                whole_here = True
+            if whole_here:  # a whole answer read in this poll: every count in it
                 sync.states_asks["whole"] += 1
                 sync.counts, sync.counts_at = fresh if fresh is not None else (None, 0.0)
                 sync.unaccounted = False
@@ -306,6 +329,8 @@ class IncrementalJobs:
         st.data = jobsync.merge(held, fetched, found.gone)
         if self.beside is not None:
             self.beside.took(fetched, found.gone, {j: sync.refused[j] for j in fetched if j in sync.refused})
+        if self._whole is not None:  # read after the whole answer was requested: newer than what it says
+            self._whole.took(fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
         self.count_updates(jobsync.moved(held, fetched, fetch))
@@ -319,48 +344,132 @@ class IncrementalJobs:
 
     def _delta(
         self, st: EndpointState, fresh: tuple[jobwatch.JobCounts, float] | None, now: float
-    ) -> jobwatch.Moved | None:
+    ) -> tuple[jobwatch.Moved | None, bool]:
         """What moved since the held jobs last accounted for every count, when this poll may ask
-        ``/jobs/state`` about some records only (:attr:`PollerConfig.jobs_states_targeted_min`); None: the
-        whole answer — too few jobs for it to matter, no fresh ``/diag`` or counters that went back, the
-        start without a listing not done, :attr:`PollerConfig.jobs_states_full_every` passed (and
-        :data:`STATES_FULL_EVERY_RATIO` times the last whole answer's duration), or a count
-        unaccounted for and the last whole answer :data:`STATES_FULL_SPACING` times its duration old."""
+        ``/jobs/state`` about some records only (:attr:`PollerConfig.jobs_states_targeted_min`) — None:
+        the whole answer in this poll: too few jobs for it to matter, no fresh ``/diag`` or counters that
+        went back, the start without a listing not done — and whether the whole answer is due beside the
+        polls (:meth:`_start_whole`): :attr:`PollerConfig.jobs_states_full_every` passed (and
+        :data:`STATES_FULL_EVERY_RATIO` times the last whole answer's duration), or a count unaccounted
+        for and the last whole answer :data:`STATES_FULL_SPACING` times its duration old; not while one
+        is read, nor before :data:`WHOLE_RETRY` after a failed one."""
         sync, cfg = self.sync, self.config
         most = cfg.jobs_states_targeted_min
         if most <= 0 or sync.states_seen is None or sync.states_seen < most or fresh is None:
-            return None
+            return None, False
         if st.requested_at == 0.0 or sync.full_states_at is None:
-            return None
+            return None, False
+        delta = jobwatch.moved(sync.counts, fresh[0])
+        if delta is None or self._whole is not None or now < self._whole_retry_at:
+            return delta, False
         age = now - sync.full_states_at
-        if age >= max(cfg.jobs_states_full_every, STATES_FULL_EVERY_RATIO * sync.full_states_seconds):
+        periodic = age >= max(cfg.jobs_states_full_every, STATES_FULL_EVERY_RATIO * sync.full_states_seconds)
+        return delta, periodic or (sync.unaccounted and age >= STATES_FULL_SPACING * sync.full_states_seconds)
+
+    def _start_whole(self, fresh: tuple[jobwatch.JobCounts, float], held: int) -> None:
+        """Read the whole ``/jobs/state`` answer as its own task, the polls going on meanwhile: it accounts
+        for every count up to this poll's ``/diag`` (``fresh``), what the polls read after its request is
+        newer than what it says (:class:`_WholeBeside`). ``held``: the jobs it may list."""
+        requested = self._clock()
+
+        async def whole() -> tuple[jobsync.StatesRead, float]:
+            t0 = time.perf_counter()
+            try:
+                answer = await self.session.job_states(self._states_first_byte(held), lane="whole")
+            finally:
+                self.sync.state_reads += 1
+            return answer, time.perf_counter() - t0
+
+        task = asyncio.create_task(whole(), name="poller-jobs-state-whole")
+        task.add_done_callback(self._whole_ended)
+        self._whole = _WholeBeside(task, requested, *fresh)
+
+    def _whole_ended(self, task: asyncio.Task[tuple[jobsync.StatesRead, float]]) -> None:
+        """Its end wakes the poller; its failure is looked at here too (taken by :meth:`_take_whole`, or
+        not at all when the poller stops first)."""
+        if not task.cancelled():
+            task.exception()
+        self.wake()
+
+    def _take_whole(
+        self, st: EndpointState, fresh: tuple[jobwatch.JobCounts, float] | None, now: float
+    ) -> tuple[_TakenWhole, jobwatch.Moved] | None:
+        """The whole answer read beside the polls, once it ended, with what moved since the ``/diag`` it
+        accounts for; None while it is read, or when it failed (counted among ``st``'s errors, said once,
+        tried again after :data:`WHOLE_RETRY`; the jobs' data stays as the polls keep it), or when this
+        poll cannot tell what moved (no fresh ``/diag``, counters that went back: the whole answer is read
+        in this poll instead)."""
+        w = self._whole
+        if w is None or not w.task.done():
             return None
-        if sync.unaccounted and age >= STATES_FULL_SPACING * sync.full_states_seconds:
+        self._whole = None
+        try:
+            answer, seconds = w.task.result()
+        except (SlurmError, asyncio.CancelledError) as e:
+            kind = e.kind if isinstance(e, SlurmError) else "cancelled"
+            st.errors[kind] += 1
+            self._whole_retry_at = now + WHOLE_RETRY
+            self.conditions.seen(
+                "jobs/state whole", kind, f"the whole answer read beside the polls failed: {e}"
+            )
             return None
-        return jobwatch.moved(sync.counts, fresh[0])
+        self.conditions.ended("jobs/state whole", "read again")
+        delta = jobwatch.moved(w.counts, fresh[0]) if fresh is not None else None
+        if delta is None:
+            return None
+        return _TakenWhole(answer, seconds, w), delta
+
+    def _drop_whole(self) -> None:
+        """Forget the whole answer read beside the polls (a newer whole answer or listing replaces it)."""
+        w, self._whole = self._whole, None
+        if w is not None:
+            w.task.cancel()
+
+    async def whole_settled(self) -> None:
+        """Until the whole answer read beside the polls (if one is) has ended, ok or not."""
+        if self._whole is not None:
+            await asyncio.wait([self._whole.task])
+
+    async def close(self) -> None:
+        """Stop the whole answer read beside the polls, if one is."""
+        w, self._whole = self._whole, None
+        if w is not None:
+            w.task.cancel()
+            await asyncio.gather(w.task, return_exceptions=True)
 
     async def _ask_some(
-        self, held: Sequence[Job], delta: jobwatch.Moved, fresh: tuple[jobwatch.JobCounts, float]
+        self,
+        held: Sequence[Job],
+        delta: jobwatch.Moved,
+        fresh: tuple[jobwatch.JobCounts, float],
+        whole: _TakenWhole | None = None,
     ) -> tuple[jobsync.StatesRead, float]:
         """Ask ``/jobs/state`` about the records that can have moved for ``delta``
         (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved).
         The answer is returned as a whole one would be — every held record with its
         signature, those asked replaced by what was answered (gone when not) — with the time the jobs are
         whole as of: this poll's ``/diag`` when the answer accounts for every count, else still the last
-        such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError."""
+        such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError.
+
+        With ``whole`` (the whole answer read beside the polls; ``delta``: what moved since the ``/diag``
+        it accounts for) the records not read since its request are as it says, and the counts are
+        accounted for by this answer and what the polls found since its request; else the jobs are whole
+        as of its ``/diag``."""
         sync, cfg = self.sync, self.config
         counts, diag_at = fresh
-        if delta.quiet and not sync.carry:
+        quiet = delta.quiet and not sync.carry
+        if quiet and whole is None:
             sync.states_asks["none"] += 1
             sync.counts, sync.counts_at = counts, diag_at
             sync.found_beyond = jobwatch.NOTHING
             return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
-        sync.states_asks["some"] += 1
-        plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
-        # with the changes found before and not read yet (more than --jobs-changes-limit): asked again
-        asked = tuple(dict.fromkeys((*plan.ids, *sync.carry)))
+        asked: tuple[int, ...] = ()
         answered: dict[int, JobSig] = {}
         unreadable = 0
+        if not quiet:
+            plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
+            # with the changes found before and not read yet (more than --jobs-changes-limit): asked again
+            asked = tuple(dict.fromkeys((*plan.ids, *sync.carry)))
         for i in range(0, len(asked), ASK_CHUNK):
             try:
                 part = await self.session.job_states(ids=asked[i : i + ASK_CHUNK])
@@ -369,18 +478,39 @@ class IncrementalJobs:
             answered.update(part.states)
             unreadable += part.unreadable
         held_by_id = {job.job_id: job for job in held}
-        # with what the last answer found beyond its counts: made after that /diag, counted by this one
-        found = jobwatch.accounted(held_by_id, asked, answered) + sync.found_beyond
+        here = jobwatch.accounted(held_by_id, asked, answered)
+        refused = self._refused_sigs()
+        if whole is None:
+            sync.states_asks["some"] += 1
+            # with what the last answer found beyond its counts: made after that /diag, counted by this one
+            found = here + sync.found_beyond
+            if self._whole is not None:
+                self._whole.found += here
+            view = jobwatch.whole_view(held, answered, asked, refused)
+        else:
+            sync.states_asks["whole"] += 1
+            sync.full_states_at, sync.full_states_seconds = whole.beside.requested, whole.seconds
+            sync.states_seconds = whole.seconds
+            sync.states_seen = len(whole.answer.states) + whole.answer.unreadable
+            found = here + whole.beside.found
+            unreadable += whole.answer.unreadable
+            view = whole.view(held_by_id, refused)
+            for job_id in asked:
+                if job_id not in answered:
+                    view.pop(job_id, None)
+            view.update(answered)
         if not unreadable and found.covers(delta):
             sync.counts, sync.counts_at = counts, diag_at
             sync.unaccounted = False
             sync.found_beyond = found.beyond(delta)
         else:
             sync.found_beyond = jobwatch.NOTHING
+            if whole is not None:  # whole as of its /diag: what moved since is asked from there
+                sync.counts, sync.counts_at = whole.beside.counts, whole.beside.diag_at
             if not sync.unaccounted:
                 log.debug("jobs/state: %s not accounted for by %s (%d asked)", delta, found, len(asked))
             sync.unaccounted = True
-        return self._keep_view(jobwatch.whole_view(held, answered, asked, self._refused_sigs()), unreadable)
+        return self._keep_view(view, unreadable)
 
     def _keep_view(self, view: dict[int, JobSig], unreadable: int) -> tuple[jobsync.StatesRead, float]:
         """A view made from an answer for some records, kept as the last answer (a backlog drains from
@@ -633,6 +763,56 @@ class _Beside:
         self.gone.update(gone)
         for job_id in gone:
             self.read.pop(job_id, None)
+
+
+class _WholeBeside:
+    """A whole ``/jobs/state`` answer read beside the polls, and what they found since it was requested."""
+
+    def __init__(
+        self,
+        task: asyncio.Task[tuple[jobsync.StatesRead, float]],
+        requested: float,
+        counts: jobwatch.JobCounts,
+        diag_at: float,
+    ) -> None:
+        self.task = task
+        self.requested = requested
+        """When it was requested (the poller's clock, epoch seconds)."""
+        self.counts, self.diag_at = counts, diag_at
+        """slurmctld's counters from the ``/diag`` before it (and when that was requested): it accounts
+        for every count up to them."""
+        self.touched: set[int] = set()
+        """Records read or gone since: what it says of them is older than what is held."""
+        self.found = jobwatch.NOTHING
+        """What the polls' answers found since (:func:`exporter.jobwatch.accounted`)."""
+
+    def took(self, fetched: Mapping[int, list[Job]], gone: Iterable[int]) -> None:
+        self.touched.update(fetched)
+        self.touched.update(job.job_id for records in fetched.values() for job in records)
+        self.touched.update(gone)
+
+
+@dataclass(frozen=True)
+class _TakenWhole:
+    """A whole answer read beside the polls, ended: what it said and how long it took."""
+
+    answer: jobsync.StatesRead
+    seconds: float
+    beside: _WholeBeside
+
+    def view(self, held: Mapping[int, Job], refused: Mapping[int, JobSig]) -> dict[int, JobSig]:
+        """What a whole answer would say now: the answer, with each record read or gone since its request
+        as it is held (or refused) now."""
+        view = dict(self.answer.states)
+        for job_id in self.beside.touched:
+            job = held.get(job_id)
+            if job is not None:
+                view[job_id] = jobsync.signature(job)
+            elif job_id in refused:
+                view[job_id] = refused[job_id]
+            else:
+                view.pop(job_id, None)
+        return view
 
 
 class _Progress:

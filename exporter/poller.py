@@ -129,6 +129,7 @@ class Poller:
             publish=self._publish_jobs,
             conditions=self.status.conditions,
         )
+        self._jobs.wake = self._early.set  # a whole /jobs/state read beside the polls ended: fold it in
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -516,18 +517,21 @@ class Poller:
         st.record_ok(got.finished, max(st.requested_at or got.requested, got.requested))
 
     async def listing_settled(self) -> None:
-        """Until the listing read beside the incremental reads (if any) has ended, ok or not; the next poll
-        folds it in."""
+        """Until the listing and the whole ``/jobs/state`` answer read beside the incremental reads (if
+        any) have ended, ok or not; the next poll folds them in."""
         if self._listing is not None:
             await asyncio.wait([self._listing])
+        await self._jobs.whole_settled()
 
     async def close(self) -> None:
-        """Stop a listing read beside the incremental reads (:meth:`run` does it when cancelled)."""
+        """Stop a listing (or whole ``/jobs/state`` answer) read beside the incremental reads (:meth:`run`
+        does it when cancelled)."""
         task, self._listing = self._listing, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
             self._jobs.listing_failed()
+        await self._jobs.close()
 
     # -- slurmdbd's ended jobs (exporter.accounting) ----------------------------------------------------
 

@@ -61,6 +61,9 @@ class FakeSlurmrestd:
     """When set, ``"hang"`` waits for this event instead of ``hang_seconds``."""
     offered: tuple[str, ...] = ("jobs", "nodes", "partitions", "diag", "licenses", "reservations", "ping")
     """The endpoints /openapi/v3 lists for every version."""
+    whole_states_gate: asyncio.Event | None = None
+    """When set, a whole ``/jobs/state`` answer (no ``job_id``) of :attr:`jobs_table` is made when asked and
+    sent once this event is set: as slurmrestd renders a large one, as of its request, seconds later."""
     jobs_table: JobTable | None = None
     """When set, ``/jobs``, ``/jobs/state/`` and ``/job/{id}`` answer from this table (faults still apply, by
     the endpoint names ``jobs``, ``jobs/state`` and ``job``)."""
@@ -155,6 +158,9 @@ class FakeSlurmrestd:
                 return web.Response(status=400, text="Unable to parse query.")  # as slurmrestd 24.11/26.05
             if self.jobs_table is not None and endpoint in ("jobs", "jobs/state", "job"):
                 answer = self._table_body(request, endpoint)
+                whole = endpoint == "jobs/state" and not request.query.getall("job_id", [])
+                if whole and self.whole_states_gate is not None:
+                    await self.whole_states_gate.wait()
                 if answer is None and fault == "ok" and endpoint == "job":
                     errors = [{"description": "Unable to query JobId", "error": "Invalid job id specified"}]
                     return web.json_response({"jobs": [], "errors": errors}, status=404)

@@ -477,8 +477,9 @@ async def test_many_jobs_ask_jobs_state_only_about_what_diags_counters_say_moved
     """Beyond --jobs-states-targeted-min: no /jobs/state request while /diag's job counters stand still;
     a submission, a start, an end asked about the live records and the ids after the highest (a start:
     the pending ones by priority too), each equal to a listing right after; a pending job's cancel is not
-    in what was asked — unaccounted: the data stays "as of" before it and the whole answer is read next
-    poll; a purge no counter sees waits for the whole answer every --jobs-states-full-every s."""
+    in what was asked — unaccounted: the data stays "as of" before it and the whole answer is read beside
+    the next poll, folded in by the one after; a purge no counter sees waits for the whole answer every
+    --jobs-states-full-every s."""
     t = rig.table
     rig.fake.override.pop("diag")  # slurmctld's counters move with the job table's events
     p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=60.0)
@@ -523,8 +524,12 @@ async def test_many_jobs_ask_jobs_state_only_about_what_diags_counters_say_moved
         snap = await p.poll_once()
         assert sync.unaccounted and snap is not None and snap.jobs_as_of == before
         rig.clock.now += 1
-        snap = await p.poll_once()
-        assert state_asks(rig)[-1] == "whole" and not sync.unaccounted
+        await p.poll_once()  # some records again, and the whole answer beside the polls
+        await p.listing_settled()
+        assert state_asks(rig)[-1] == "whole" and sync.unaccounted
+        rig.clock.now += 1
+        snap = await p.poll_once()  # folded in
+        assert not sync.unaccounted and sync.states_asks["whole"] == 2
         assert snap is not None and snap.jobs_as_of == rig.clock.now
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
@@ -533,9 +538,108 @@ async def test_many_jobs_ask_jobs_state_only_about_what_diags_counters_say_moved
         snap = await p.poll_once()
         assert snap is not None and pending in {j.job_id for j in snap.jobs}
         rig.clock.now += 60
-        snap = await p.poll_once()
+        await p.poll_once()
+        await p.listing_settled()
         assert state_asks(rig)[-1] == "whole"
+        rig.clock.now += 1
+        snap = await p.poll_once()
         assert snap is not None and pending not in {j.job_id for j in snap.jobs}
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+def job_reads(rig: Rig, job_id: int) -> int:
+    """The /job/{id} requests the fake served for ``job_id``."""
+    return sum(1 for path, _, _ in rig.fake.requests if path.rstrip("/").endswith(f"/job/{job_id}"))
+
+
+async def test_the_whole_answer_is_read_beside_the_polls_and_what_they_read_since_stands(rig: Rig) -> None:
+    """At 100,000 jobs the whole /jobs/state takes slurmrestd 16–19 s to render: read beside the polls, no
+    poll waits for it. While it renders (as of its request) the polls keep reading what the counters say
+    moved; folded in, it brings what no counter saw (a purge) and takes nothing they read since as it says
+    it was: a job submitted after its request stays, one that started or ended since is as read, none of
+    them read again. The jobs then equal a listing, whole as of that poll's /diag."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=60.0)
+    sync = p.status.jobs_sync
+    gate = asyncio.Event()
+    try:
+        async with p.client:
+            await p.poll_once()  # the count at the start, then the first listing
+            rig.clock.now += 1
+            snap = await p.poll_once()  # the first whole answer, in the poll
+            assert snap is not None and sync.states_asks == {"whole": 1}
+            pending = [j.job_id for j in snap.jobs if j.state == "PENDING" and not j.array_task_string]
+            purged, ends = [j for j in pending if j != 6][:2]  # 6: what t.submit() copies
+            t.start(ends)
+            rig.clock.now += 1
+            await p.poll_once()
+            t.purge(purged)  # no counter sees it: the whole answer will
+            rig.fake.whole_states_gate = gate
+
+            rig.clock.now += 60
+            snap = await p.poll_once()  # --jobs-states-full-every passed: the whole answer asked beside
+            assert snap is not None and snap.jobs_as_of == rig.clock.now and sync.states_asks["whole"] == 1
+            new = t.submit()  # (no start: one would have the pending jobs asked about, the purged one too)
+            rig.clock.now += 1
+            await p.poll_once()  # no poll waits for the whole answer
+            t.end(ends)
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            assert snap is not None and snap.jobs_as_of == rig.clock.now and not sync.unaccounted
+            held = {j.job_id: j for j in snap.jobs}
+            assert held[new].state == "PENDING" and held[ends].state == "COMPLETED" and purged in held
+            assert sync.states_asks["whole"] == 1 and rig.fake.in_flight["jobs/state"] == 1
+            reads = job_reads(rig, new), job_reads(rig, ends)
+
+            gate.set()
+            await p.listing_settled()
+            rig.clock.now += 1
+            snap = await p.poll_once()  # folded in
+            assert sync.states_asks["whole"] == 2 and not sync.unaccounted
+            assert snap is not None and snap.jobs_as_of == rig.clock.now
+            held = {j.job_id: j for j in snap.jobs}
+            assert purged not in held and held[new].state == "PENDING" and held[ends].state == "COMPLETED"
+            assert (job_reads(rig, new), job_reads(rig, ends)) == reads  # not read again for an older answer
+            assert differences(snap.jobs, (await rig.listed()).jobs) == []
+    finally:
+        gate.set()
+        await p.close()
+
+
+async def test_a_whole_answer_beside_the_polls_that_fails_is_counted_and_tried_again_later(rig: Rig) -> None:
+    """The whole answer read beside the polls fails: counted among the jobs' errors, said once, the
+    polls and their data unaffected; another is started only 10 s later."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=60.0)
+    sync, st = p.status.jobs_sync, p.status.endpoints["jobs"]
+    async with p.client:
+        await p.poll_once()
+        rig.clock.now += 1
+        await p.poll_once()
+        t.purge(next(iter(t.records)))
+        rig.fake.faults["jobs/state"] = "status:500"
+        rig.clock.now += 60
+        await p.poll_once()  # quiet counters: the whole answer is the only /jobs/state request
+        await p.listing_settled()
+        rig.fake.faults.clear()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert st.errors["http_500"] == 1 and st.last_ok and snap is not None
+        assert snap.jobs_as_of == rig.clock.now  # the counters' part goes on
+        assert "failed" in p.status.conditions.active()["jobs/state whole"][0]
+        asks = t.reads["jobs/state"]
+        rig.clock.now += 5
+        await p.poll_once()
+        await p.listing_settled()
+        assert t.reads["jobs/state"] == asks  # not before 10 s
+        rig.clock.now += 5
+        await p.poll_once()
+        await p.listing_settled()
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert sync.states_asks["whole"] == 2 and snap is not None
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
@@ -1085,6 +1189,66 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
             assert snap is not None
             assert differences(snap.jobs, (await rig.listed()).jobs) == []
     assert p.status.jobs_sync.full_listings == {"first": 1}
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_random_churn_asking_some_records_with_whole_answers_beside(rig: Rig, seed: int) -> None:
+    """Asking /jobs/state about what the counters say moved, the whole answer read beside the polls every
+    3 s and held back for 0–3 polls (as of its request): after every poll whose counts are accounted for,
+    every job Slurm holds is held as it is (a purge, which no counter sees, may wait for a whole answer);
+    after every whole answer folded in, the jobs equal a full listing's, field by field."""
+    rnd = random.Random(seed)
+    t = rig.table
+    rig.fake.override.pop("diag")
+    p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=3.0, jobs_listing_ratio=1e9)
+    sync = p.status.jobs_sync
+    gate = asyncio.Event()
+    try:
+        async with p.client:
+            for _ in range(2):  # the first listing, the first whole answer (in the poll)
+                await p.poll_once()
+                rig.clock.now += 1
+            rig.fake.whole_states_gate = gate
+            folded = 0
+            for _ in range(40):
+                for _ in range(rnd.randint(0, 4)):
+                    job_id = rnd.choice(sorted(t.records))
+                    rec = t.records[job_id]
+                    state = rec["job_state"][0]
+                    op = rnd.choice(["submit", "start", "end", "purge", "split", "array"])
+                    if op == "submit":
+                        t.submit(like=rnd.choice([6, 7, 9]))
+                    elif op == "array":
+                        t.submit(like=3, array_job_id=num(t.next_id), array_task_string="1-4%2")
+                    elif op == "start" and state == "PENDING" and not rec["array_task_string"]:
+                        t.start(job_id)
+                    elif op == "end" and state == "RUNNING":
+                        t.end(job_id, rnd.choice(["COMPLETED", "FAILED", "TIMEOUT"]))
+                    elif op == "purge" and state in FINAL_STATES and job_id not in (3, 6, 7, 9):
+                        t.purge(job_id)
+                    elif op == "split" and rec["array_task_string"] and state == "PENDING":
+                        t.start_array_task(job_id)
+                if rnd.random() < 0.4:  # the whole answer asked (if any) arrives
+                    gate.set()
+                    await p.listing_settled()
+                    gate = rig.fake.whole_states_gate = asyncio.Event()
+                wholes = sync.states_asks["whole"]
+                rig.clock.now += 1
+                snap = await p.poll_once()
+                assert snap is not None
+                if sync.unaccounted or sync.backlog:
+                    continue
+                listed = (await rig.listed()).jobs
+                live = {j.job_id for j in listed}
+                assert live <= {j.job_id for j in snap.jobs}  # every job held; a purged one may linger
+                assert differences(tuple(j for j in snap.jobs if j.job_id in live), listed) == []
+                if sync.states_asks["whole"] > wholes:
+                    folded += 1
+                    assert differences(snap.jobs, listed) == []
+            assert folded >= 2
+    finally:
+        gate.set()
+        await p.close()
 
 
 async def test_metrics_status_page_and_snapshot_say_how_the_jobs_are_kept(rig: Rig) -> None:
