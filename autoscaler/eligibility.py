@@ -18,8 +18,9 @@ read instead while its reason is one of :data:`UNSETTLED` (lab evidence: ``docs/
   ``PartitionNodeLimit``, time limit above MaxTime (and no ``--time-min`` under it) →
   ``PartitionTimeLimit``, whole-node memory or
   ``--mem`` above MaxMemPerNode → ``MaxMemPerLimit``;
-  **licenses** beyond what is free now (one ``|`` alternative suffices; a license the snapshot does not
-  list is not held against the job) → ``Licenses``;
+  **licenses** not free once the pending jobs ahead of it in Slurm's order took theirs
+  (:mod:`autoscaler.licenses`; one ``|`` alternative suffices; a license the snapshot does not list is not
+  held against the job) → ``Licenses``;
   else Slurm's reason: an eligible fresh job counts at once.
 * ``PartitionTimeLimit`` on a job whose ``--time-min`` fits under MaxTime: slurmctld's main scheduler says
   so, its backfill starts the job with its limit cut to MaxTime → read as an unsettled reason.
@@ -42,8 +43,8 @@ their budgets out in order (:meth:`autoscaler.limits.JobLimits.budgets`). Every 
 judged: a fresh job over one is counted until Slurm names it: at its first pass where the partition has
 nodes (≤ 1 s); on a NodeSet at zero presumably not before a node joins, as for licenses and partition
 limits.
-Licenses are checked job by job against what is free: fresh jobs that together want more than is free are
-all counted until the pass.
+Licenses are handed out in Slurm's scheduling order: a fresh job whose licenses the jobs ahead of it (fresh,
+or judged by Slurm and able to start) took is held back (:mod:`autoscaler.licenses`).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 
+from autoscaler.licenses import Taker, held_back
 from autoscaler.limits import JobLimits
 from autoscaler.nodes import free_cpus, looks_busy
 from autoscaler.reasons import Eligibility, classify
@@ -159,19 +161,6 @@ def _may_bar(part: Partition) -> bool:
     )
 
 
-def _short_of(option: str, licenses: Mapping[str, License]) -> bool:
-    """Whether one license request (``matlab:2``, ``matlab``, ``fluent@db:1``) exceeds what is free."""
-    name, _, count = option.strip().partition(":")
-    lic = licenses.get(name)
-    if lic is None:
-        return False
-    try:
-        wanted = int(count) if count else 1
-    except ValueError:
-        return False
-    return wanted > lic.free
-
-
 @dataclass(frozen=True, eq=False)
 class Bars:
     """What of a snapshot :func:`settled_reason` reads besides the job: built once per snapshot (compared
@@ -187,6 +176,8 @@ class Bars:
     """Per-job QOS/association limits, where slurmctld enforces them (:mod:`autoscaler.limits`)."""
     nodes: tuple[Node, ...] = ()
     """The snapshot's nodes (for ``--nodelist`` and ``--exclude``: :attr:`free_cpus`)."""
+    jobs: tuple[Job, ...] = ()
+    """The snapshot's jobs (for the licenses handed out in Slurm's order: :attr:`licenses_short`)."""
 
     @classmethod
     def of(cls, snapshot: Snapshot) -> Bars:
@@ -197,7 +188,35 @@ class Bars:
             reservations={r.name: r for r in snapshot.reservations},
             limits=JobLimits.of(snapshot),
             nodes=snapshot.nodes,
+            jobs=snapshot.jobs,
         )
+
+    @cached_property
+    def licenses_short(self) -> Mapping[int, str]:
+        """Fresh pending job id → the license that holds it back once the jobs ahead of it took theirs
+        (:func:`autoscaler.licenses.held_back`); built the first time a fresh job asks for licenses."""
+        return held_back(self.jobs, self.licenses.values(), self._license_taker)
+
+    def _license_taker(self, job: Job) -> Taker:
+        """A fresh job takes licenses unless another bar comes first; a judged one (Slurm's reason
+        stands) takes them when its reason lets it start — ``Licenses`` too: it is ahead of the fresh jobs
+        after it when licenses free up."""
+        if job.reason in UNSETTLED:
+            return Taker.FRESH if self._bar_before_licenses(job) is None else Taker.NONE
+        if job.reason == "Licenses" or classify(job.reason)[1] is not Eligibility.INELIGIBLE:
+            return Taker.JUDGED
+        return Taker.NONE
+
+    def held_back_by_license(self, partition: str) -> dict[str, int]:
+        """License name → fresh pending jobs of ``partition`` it holds back (:attr:`licenses_short`)."""
+        short = self.licenses_short if self.licenses else {}
+        out: dict[str, int] = {}
+        if short:
+            for job in self.jobs:
+                name = short.get(job.job_id)
+                if name is not None and partition in job.partitions:
+                    out[name] = out.get(name, 0) + 1
+        return out
 
     @cached_property
     def free_cpus(self) -> Mapping[str, int]:
@@ -218,14 +237,20 @@ class Bars:
             return _RESERVATION
         return None if "FLEX" in resv.flags else _RESERVATION
 
-    def _licenses_reason(self, wanted: str) -> str | None:
-        for item in wanted.split(","):
-            if item and all(_short_of(option, self.licenses) for option in item.split("|")):
-                return "Licenses"
+    def barrier(self, job: Job) -> str | None:
+        """The reason slurmctld's next pass would give ``job`` (its own fields, and the licenses the jobs
+        ahead of it leave), or None (none seen)."""
+        why = self._bar_before_licenses(job)
+        if why is not None:
+            return why
+        if job.licenses and self.licenses and job.job_id in self.licenses_short:
+            return "Licenses"
+        if job.reservation:
+            return self.reservation_reason(job.reservation)
         return None
 
-    def barrier(self, job: Job) -> str | None:
-        """The reason slurmctld's next pass would give ``job`` (its own fields), or None (none seen)."""
+    def _bar_before_licenses(self, job: Job) -> str | None:
+        """:meth:`barrier`'s bars that come before licenses in slurmctld's order."""
         if job.priority == 0:
             return _HELD
         if job.dependency:
@@ -242,15 +267,7 @@ class Bars:
         if barred and all(barred):  # runnable in none of its partitions: the first one's reason
             return barred[0]
         if self.limits is not None:
-            why = self.limits.reason(job)
-            if why is not None:
-                return why
-        if job.licenses:
-            why = self._licenses_reason(job.licenses)
-            if why is not None:
-                return why
-        if job.reservation:
-            return self.reservation_reason(job.reservation)
+            return self.limits.reason(job)
         return None
 
 

@@ -132,6 +132,11 @@ def explain(target: Target, d: Demand) -> tuple[str, ...]:
         lines.append("needed: 0 (no eligible pending jobs)")
     for reason, count in sorted(d.ignored.items()):
         lines.append(f"ignored: {count} pending {reason}")
+    for name, count in sorted(d.held_back_by_license.items()):
+        lines.append(
+            f"licenses: {plural(count, 'fresh pending job')} wait for {name!r}"
+            " (the jobs ahead in Slurm's order take what is free)"
+        )
     if d.skipped:
         feature = target.nodeset_feature
         which = f"other features than {feature!r}" if feature is not None else "features"

@@ -551,6 +551,7 @@ def _demand_for(target: Target, queue: Queue) -> Demand:
         cpus_cap=cpus_cap,
         skipped=counted.skipped,
         packing=packing,
+        held_back_by_license=queue.bars.held_back_by_license(target.partition),
     )
 
 

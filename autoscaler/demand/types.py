@@ -6,7 +6,7 @@ Memory in bytes throughout. The answer holds facts only; :mod:`autoscaler.report
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
 from exporter.model import MIB
@@ -154,6 +154,10 @@ class Demand:
     """Pending jobs whose ``--constraint`` no node of the target satisfies (another NodeSet's)."""
     packing: Packing | None = None
     """None when nothing was packed (no eligible job, or no shape)."""
+    held_back_by_license: Mapping[str, int] = field(default_factory=dict)
+    """License name → fresh pending jobs of the target's partition it holds back (the jobs ahead of them
+    in Slurm's order took what was free: :mod:`autoscaler.licenses`); counted among ``ignored``'s
+    ``Licenses``."""
     held: int | None = None
     """Set (by :class:`autoscaler.service.DemandService`) when the snapshot's jobs or nodes data of the
     target's partition is partly invalid (records dropped as impossible): the desired count the model

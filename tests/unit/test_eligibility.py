@@ -32,12 +32,14 @@ def bars(
     partitions: tuple[Partition, ...] = (),
     licenses: tuple[License, ...] = (),
     reservations: tuple[Reservation, ...] = (),
+    jobs: tuple[Job, ...] = (),
 ) -> Bars:
     return Bars(
         now=NOW,
         partitions={p.name: p for p in partitions},
         licenses={lic.name: lic for lic in licenses},
         reservations={r.name: r for r in reservations},
+        jobs=jobs,
     )
 
 
@@ -123,16 +125,68 @@ def test_a_time_min_under_max_time_runs_with_its_limit_cut() -> None:
     assert settled_reason(fresh(time_min_seconds=1800, partitions=("q", "p"), **over), b) == "None"
 
 
-def test_licenses_beyond_what_is_free() -> None:
-    b = bars(
-        licenses=(License(name="matlab", total=5, used=4, free=1), License(name="ansys", total=2, free=2))
+LICENSES = (License(name="matlab", total=5, used=4, free=1), License(name="ansys", total=2, free=2))
+
+
+@pytest.mark.parametrize(
+    ("wanted", "reason"),
+    [
+        ("matlab:1", "None"),
+        ("matlab:2", "Licenses"),
+        ("matlab", "None"),  # no count: 1
+        ("ansys:2,matlab:2", "Licenses"),  # all of them
+        ("matlab:2|ansys:1", "None"),  # one alternative
+        ("fluent:9", "None"),  # not in the snapshot: not held against it
+        ("ansys:1,ansys:2", "Licenses"),  # the items together
+    ],
+)
+def test_licenses_beyond_what_is_free(wanted: str, reason: str) -> None:
+    job = fresh(licenses=wanted)
+    assert settled_reason(job, bars(licenses=LICENSES, jobs=(job,))) == reason
+
+
+def test_licenses_are_handed_out_in_slurms_order() -> None:
+    """Four fresh whole-node jobs sharing two free licenses: the two first in Slurm's order (priority, then
+    submit time, then id) take them, the others pend for ``Licenses``; a judged job ahead (Slurm's reason
+    stands) takes first, a held one takes nothing, one that does not fit leaves what is free to the next."""
+    pool = (License(name="lic", total=2, free=2),)
+
+    def job(job_id: int, priority: int = 10, wanted: str = "lic:1", **kw: Any) -> Job:
+        kw.setdefault("reason", "None")
+        return Job(
+            job_id=job_id, state="PENDING", priority=priority, partitions=("p",), licenses=wanted, **kw
+        )
+
+    four = (job(4, submit_time=4.0), job(3, submit_time=3.0), job(2, priority=20), job(1, submit_time=5.0))
+    b = bars(licenses=pool, jobs=four)
+    assert {j.job_id: settled_reason(j, b) for j in four} == {
+        4: "Licenses",
+        3: "None",
+        2: "None",
+        1: "Licenses",
+    }
+    assert b.licenses_short == {4: "lic", 1: "lic"}
+    assert b.held_back_by_license("p") == {"lic": 2} and b.held_back_by_license("q") == {}
+
+    ahead = job(9, priority=99, reason="Resources")  # Slurm judged it: it starts first when nodes come
+    held = job(8, priority=98, reason="JobHeldUser")
+    b = bars(licenses=pool, jobs=(ahead, held, *four))
+    assert [settled_reason(j, b) for j in four] == ["Licenses", "Licenses", "None", "Licenses"]
+    assert settled_reason(ahead, b) == "Resources"  # never held back by the model
+
+    wide = job(5, priority=30, wanted="lic:3")  # more than there is: takes nothing
+    b = bars(licenses=pool, jobs=(wide, *four))
+    assert settled_reason(wide, b) == "Licenses" and b.held_back_by_license("p") == {"lic": 3}
+
+
+def test_a_license_request_is_read_as_slurm_writes_it() -> None:
+    from autoscaler.licenses import parse_request
+
+    assert parse_request("matlab:2,fluent@db|ansys:1") == (
+        (("matlab", 2),),
+        (("fluent@db", 1), ("ansys", 1)),
     )
-    assert settled_reason(fresh(licenses="matlab:1"), b) == "None"
-    assert settled_reason(fresh(licenses="matlab:2"), b) == "Licenses"
-    assert settled_reason(fresh(licenses="matlab"), b) == "None"  # no count: 1
-    assert settled_reason(fresh(licenses="ansys:2,matlab:2"), b) == "Licenses"  # all of them
-    assert settled_reason(fresh(licenses="matlab:2|ansys:1"), b) == "None"  # one alternative
-    assert settled_reason(fresh(licenses="fluent:9"), b) == "None"  # not in the snapshot
+    assert parse_request("") == () and parse_request("a:x") == ((("a", 1),),)
 
 
 def test_a_reservation_bound_job_needs_no_new_node() -> None:
