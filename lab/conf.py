@@ -23,7 +23,9 @@ made at run time), so the demo and the default targets never see them."""
 CLOUD_GPU_COUNT = 4
 DYN_NODESET = "ns-dyn"
 DYN_FEATURE = "dyn"
-LICENSES = "matlab:5"
+LICENSES = "matlab:5,pool_cloud:3,pool_dyn:3"
+"""``pool_<partition>``: one pool per side of the autoscaler's oracle runs (Slurm's ``cloud`` partition, the
+model's ``dyn``): the same mix asks each side for its own licenses."""
 MAX_NODE_COUNT = 64
 MUNGE_SOCKET = ("munge", "munge.socket")
 """Where a legacy (munge) lab's own munged listens, relative to the state directory."""

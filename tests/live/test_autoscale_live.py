@@ -308,7 +308,8 @@ class Mix:
     """slurm.conf lines for this mix's fresh lab (``AccountingStorageEnforce=limits``); ``{cloud_port}`` is
     the port of the lab's cloud nodes (for CLOUD nodes of the mix's own)."""
     sacctmgr: tuple[str, ...] = ()
-    """``sacctmgr -i`` commands run on the fresh lab before the jobs (QOS and association limits)."""
+    """``sacctmgr -i`` commands run on the fresh lab before the jobs (QOS and association limits, remote
+    licenses; ``{cluster}``: the lab's cluster name)."""
 
     smt: bool = False
     """Slurm's side on :data:`SMT_PARTITION` (SMT CLOUD nodes of this mix's slurm.conf), the model's on
@@ -722,6 +723,28 @@ MIXES += (
         smt=True,
         target_rules=(("node_ranges", "largest"),),
     ),
+    # licenses (lab/conf.py: pool_cloud:3 and pool_dyn:3): Slurm starts as many as its licenses allow
+    Mix("licenses", tuple((f"l{i}", "-c8 --mem=1000 -L pool_{partition}:1") for i in range(5)), 3),
+    Mix(
+        "licenses_in_order",
+        (
+            ("two", "-c8 --mem=1000 -L pool_{partition}:2"),
+            ("two_more", "-c8 --mem=1000 -L pool_{partition}:2"),  # 1 left: waits
+            ("one", "-c8 --mem=1000 -L pool_{partition}:1"),  # takes the last one
+            ("one_more", "-c8 --mem=1000 -L pool_{partition}:1"),
+            ("none", "-c8 --mem=1000"),
+        ),
+        3,
+    ),
+    Mix(  # remote licenses (slurmdbd's, ``name@server``): the same, from what slurmdbd lets this cluster use
+        "licenses_remote",
+        tuple((f"r{i}", "-c8 --mem=1000 -L rpool_{partition}@db:1") for i in range(4)),
+        2,
+        sacctmgr=tuple(
+            f"add resource name=rpool_{side} server=db count=2 cluster={{cluster}} allowed=100 type=license"
+            for side in ("cloud", "dyn")
+        ),
+    ),
     Mix(
         "time_min",
         (
@@ -800,7 +823,7 @@ async def run_mix(lab: Lab, mix: Mix) -> tuple[set[str], Demand]:
     lab.extra_conf = tuple(line.format(cloud_port=lab.ports.cloud_nodes) for line in mix.slurm_conf)
     lab.restart()  # also undoes the previous mix's partition settings, partitions and limits
     for command in mix.sacctmgr:
-        lab.run(["sacctmgr", "-i", *command.split()])
+        lab.run(["sacctmgr", "-i", *command.format(cluster=lab.flavor.cluster_name).split()])
     if mix.gpus:
         lab.run(
             ["scontrol", "create", f"partitionname={GPU_PARTITION}", f"nodes={CLOUD_GPU_NODES}", "state=up"]
