@@ -15,8 +15,9 @@ Per-version differences that matter here (checked in the OpenAPI documents of 24
 * diag ``bf_cycle_max`` is missing in v0.0.40.
 
 All versions: ``tres_req_str``/``tres_alloc_str`` list ``gres/gpu`` only when
-AccountingStorageTRES includes it (not in the lab), so ``Job.gpus`` falls back to
-``tres_per_job`` and then ``tres_per_node`` × nodes.
+AccountingStorageTRES includes it, so ``Job.gpus`` falls back to ``tres_per_job``, then
+``tres_per_node`` × nodes, ``tres_per_task`` × tasks, and ``--ntasks-per-gpu`` alone (``tasks_per_tres``
+K, no ``tres_per_*``): ceil(tasks / K), as Slurm allocates.
 
 Raw schemas declare ONLY the fields we use; msgspec skips the rest (e.g. ``job_resources``).
 """
@@ -102,6 +103,7 @@ class RawJob(Struct, gc=False):
     threads_per_core: N | None = None
     tasks_per_core: N | None = None
     tasks_per_node: N | None = None
+    tasks_per_tres: N | None = None
     memory_per_node: N | None = None
     memory_per_cpu: N | None = None
     tres_req_str: str | None = None
@@ -214,6 +216,10 @@ def convert_jobs(raw: list[RawJob], caches: c.Caches) -> list[Job]:
         tasks = x.number if x is not None and x.set and not x.infinite and x.number else 1
         if not gpus and tpt:  # --gpus-per-task
             gpus = gpus_of(tpt) * tasks
+        if not gpus and (x := r.tasks_per_tres) is not None and x.set and not x.infinite and x.number > 0:
+            # --ntasks-per-gpu alone: no tres_per_* field says it, no TRES string without gres/gpu in
+            # AccountingStorageTRES; Slurm allocates ceil(tasks / K) GPUs
+            gpus = -(-tasks // x.number)
         x = r.cpus
         cpus = x.number if x is not None and x.set and not x.infinite else 0
         cpg = r.cpus_per_tres

@@ -286,6 +286,9 @@ DYN_SMT_TARGET = Target(
     max_nodes=6,
     shape=NodeShape(NODE_CPUS, NODE_MEMORY_MB * MIB, 0, 2, sockets=1, cores_per_socket=4),
 )
+UNTRACKED_GPUS = "AccountingStorageTRES=license/matlab"
+"""A slurm.conf line after the lab's own (``gres/gpu``): GPUs not among the TRES slurmdbd records, so no
+job's TRES strings name them."""
 SETTLE_TIMEOUT = 60.0
 UNSETTLED_REASONS = frozenset({"None", "Resources", "Priority", "PartitionDown"})
 """A pending cloud job with one of these may still be given nodes."""
@@ -700,6 +703,25 @@ MIXES += (
         ("JobDefaults=DefCpuPerGPU=8",),
         gpus=True,
         target_rules=(("cpus_per_gpu", 8),),
+    ),
+    # --ntasks-per-gpu alone where AccountingStorageTRES tracks no GPU (the later line wins): the record
+    # names no GPU but tasks_per_tres; Slurm gives ceil(tasks / K) GPUs, as many nodes as their count needs
+    Mix(
+        "ntasks_per_gpu_untracked",
+        tuple((f"t{i}", "-n3 --ntasks-per-gpu=1 --mem=1000") for i in range(3)),
+        3,
+        gpus=True,
+        slurm_conf=(UNTRACKED_GPUS,),
+    ),
+    Mix(
+        "ntasks_per_gpu_untracked_spread",
+        (
+            ("five", "-n5 --ntasks-per-gpu=1 --mem=1000"),
+            ("twelve_by_two", "-n12 --ntasks-per-gpu=2 --mem=1000"),
+        ),
+        4,
+        gpus=True,
+        slurm_conf=(UNTRACKED_GPUS,),
     ),
     Mix(
         "node_ranges_largest",

@@ -981,6 +981,25 @@ def test_gpus_per_task_and_memory_per_gpu(version: str) -> None:
     assert not jobs[1].whole_node_memory
 
 
+@pytest.mark.parametrize("version", ["v0.0.41", "v0.0.42", "v0.0.44", "v0.0.45"])
+@pytest.mark.parametrize(("tasks", "per_gpu", "gpus"), [(3, 1, 3), (5, 2, 3), (2, 4, 1)])
+def test_ntasks_per_gpu_alone_implies_gpus(version: str, tasks: int, per_gpu: int, gpus: int) -> None:
+    """As the lab's 26.05 showed ``-n3 --ntasks-per-gpu=1`` where AccountingStorageTRES has no gres/gpu:
+    ``tasks_per_tres`` 1, every ``tres_per_*`` empty, no GPU in ``tres_req_str`` — Slurm allocates
+    ceil(tasks / K) GPUs. A GPU count named elsewhere (``--gpus=N --ntasks-per-gpu=K``) stands."""
+    version_dir = "slurm-24.11.5" if version in ("v0.0.41",) else "slurm-26.05.5"
+    body = json.loads((RECORDED / version_dir / version / "jobs.json").read_bytes())
+    implied, named = body["jobs"][0], body["jobs"][1]
+    for job, per_job in ((implied, ""), (named, "gres/gpu:7")):
+        job.update(tres_per_job=per_job, tres_per_node="", tres_per_task="", tres_alloc_str="")
+        job.update(tres_req_str=f"cpu={tasks},node=1,billing={tasks}")
+        job["tasks"] = num(tasks)
+        job["tasks_per_tres"] = num(per_gpu)
+    jobs, _ = adapter_for(version).jobs(json.dumps(body).encode())
+    assert (jobs[0].gpus, jobs[0].tasks) == (gpus, tasks)
+    assert jobs[1].gpus == 7
+
+
 def test_a_maximum_slurm_packed_as_the_minimum_is_no_maximum() -> None:
     """As the lab's 26.05 showed them at zero nodes: ``--gpus=5`` and ``-n1 --gpus=6`` both show node_count
     1 and max_nodes 1 — the first gave no maximum (slurmctld packs max(minimum, 0)) and runs on 2 nodes,
