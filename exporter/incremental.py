@@ -677,6 +677,9 @@ class IncrementalJobs:
         likeliest = jobsync.likeliest(held, sync.movers, live)
         if len(likeliest) > len(live) / 2:  # users whose jobs are most of the queue (the token's own)
             likeliest = []
+        if sync.movers and not likeliest and (sync.recheck_pending or sync.recheck_new):
+            # the RPCs' senders are known and own none of the jobs (or most): an administrator's, maybe
+            likeliest = jobsync.likeliest_unowned(held, live, int(cfg.jobs_recheck_rate * HEAD_SECONDS))
         if sync.recheck_pending and not sync.recheck:  # an RPC during a pass: another pass after it
             sync.recheck = jobsync.recheck_order(live, likeliest)
             sync.recheck_pending = False

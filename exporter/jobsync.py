@@ -19,6 +19,7 @@ always the record's own ``job_id``.
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -285,6 +286,25 @@ def likeliest(held: Iterable[Job], movers: Mapping[str, int], among: Collection[
         return []
     owner = {j.job_id: j.user for j in held if j.user in movers and j.job_id in among}
     return sorted(owner, key=lambda job_id: (-movers[owner[job_id]], job_id))
+
+
+def likeliest_unowned(held: Iterable[Job], among: Collection[int], n: int) -> list[int]:
+    """When no user who sent the job-changing RPCs owns the jobs (an administrator, a service account — or
+    the token's own user, whose jobs are most of the queue), what an administrator acts on first, to pop
+    from the end: the jobs an administrator held (``JobHeldAdmin``: only one may release them), then the
+    ``n`` pending jobs of highest priority — the oldest under age priority, the head of the queue that
+    the demand counts first — highest last."""
+    admin_held: list[int] = []
+    pending: list[tuple[int, int]] = []
+    for job in held:
+        if job.state != "PENDING" or job.job_id not in among:
+            continue
+        if job.reason == "JobHeldAdmin":
+            admin_held.append(job.job_id)
+        elif job.priority:
+            pending.append((job.priority, -job.job_id))
+    top = [-neg for _, neg in heapq.nlargest(n, pending)]
+    return [*reversed(top), *reversed(admin_held)]
 
 
 def recheck_order(live: Collection[int], first: Sequence[int], queue: Sequence[int] = ()) -> list[int]:

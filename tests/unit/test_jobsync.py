@@ -880,6 +880,49 @@ async def test_a_job_update_rereads_newest_first_at_its_rate_until_as_many_jobs_
     assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_an_administrators_rpc_rereads_the_jobs_an_administrator_acts_on_first(rig: Rig) -> None:
+    """The RPC's sender (``admin``) owns no job: the recheck reads first the jobs an administrator held
+    (only one may release them), then the pending jobs of highest priority — an old job under age
+    priority is found in the first chunk although it is the oldest; newest first after those."""
+    t = rig.table
+    p = rig.poller(jobs_recheck_rate=3.0)
+    async with p.client:
+        rig.set_rpcs(0, users={"root": 10})
+        snap = await p.poll_once()
+        assert snap is not None
+        pending = sorted(j.job_id for j in snap.jobs if j.state == "PENDING" and j.priority)
+        old, admin_held = pending[0], pending[1]
+        t.set(old, priority=num(10**6))  # the oldest: the highest priority under age priority
+        t.set(admin_held, priority=num(0), state_reason="JobHeldAdmin")
+        rig.set_rpcs(2, users={"root": 20})  # our own reads only: the priorities and the admin's hold
+        rig.clock.now += 1
+        await p.poll_once()
+        rig.clock.now += 1
+        await p.poll_once()
+        t.set(old, priority=num(0), state_reason="JobHeldAdmin")  # an administrator holds it ...
+        t.set(admin_held, priority=num(5), state_reason="Priority")  # ... and releases the other
+        rig.set_rpcs(4, users={"root": 30, "admin": 2})
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        sync = p.status.jobs_sync
+        assert set(sync.last_read[:2]) == {admin_held, old}, sync.last_read  # both in the first chunk
+        assert snap is not None and by_id(snap.jobs)[old].reason == "JobHeldAdmin"
+        assert by_id(snap.jobs)[admin_held].reason == "Priority"
+
+
+def test_what_an_administrator_acts_on_first() -> None:
+    jobs = [
+        _job(1, priority=50),
+        _job(2, priority=90),
+        _job(3, priority=0, reason="JobHeldAdmin"),
+        _job(4, priority=70),
+        _job(5, "RUNNING", priority=99),
+        _job(6, priority=0, reason="JobHeldUser"),
+    ]
+    order = jobsync.likeliest_unowned(jobs, {1, 2, 3, 4, 5, 6}, n=2)
+    assert order[::-1] == [3, 2, 4]  # popped from the end: held by an admin, then by priority
+
+
 def test_users_moved_and_the_recheck_order() -> None:
     assert jobsync.users_moved(None, {"root": 5}) == {}
     assert jobsync.users_moved({"root": 5, "bob": 2}, {"root": 9, "bob": 2, "ann": 1}) == {
