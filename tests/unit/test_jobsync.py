@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -1185,6 +1185,37 @@ async def test_impossible_records_read_one_by_one_are_dropped_and_not_read_again
     assert snap is not None and snap.dropped == {}
 
 
+CHURN = ("submit", "start", "end", "purge", "split", "array")
+"""What :func:`churn` may do to the job table (beside what a test does itself)."""
+LIKES = (3, 6, 7, 9)
+"""The records :func:`churn` copies for its submissions: never purged."""
+
+
+def churn(
+    t: JobTable, rnd: random.Random, ops: Sequence[str], keep: Collection[int] = LIKES
+) -> tuple[str, int, str]:
+    """One random change to the table (an op of ``ops`` on a random record, if it applies to it: a start
+    of a pending job, an end of a running one, a purge of an ended one not in ``keep``, a split of a
+    pending array's task, a submission like one of :data:`LIKES`); (op, record, its state before)."""
+    job_id = rnd.choice(sorted(t.records))
+    rec = t.records[job_id]
+    state = rec["job_state"][0]
+    op = rnd.choice(ops)
+    if op == "submit":
+        t.submit(like=rnd.choice([6, 7, 9]))
+    elif op == "array":
+        t.submit(like=3, array_job_id=num(t.next_id), array_task_string="1-4%2")
+    elif op == "start" and state == "PENDING" and not rec["array_task_string"]:
+        t.start(job_id)
+    elif op == "end" and state == "RUNNING":
+        t.end(job_id, rnd.choice(["COMPLETED", "FAILED", "TIMEOUT"]))
+    elif op == "purge" and state in FINAL_STATES and job_id not in keep:
+        t.purge(job_id)
+    elif op == "split" and rec["array_task_string"] and state == "PENDING":
+        t.start_array_task(job_id)
+    return op, job_id, state
+
+
 @pytest.mark.parametrize("seed", range(6))
 async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(rig: Rig, seed: int) -> None:
     """Submissions, starts, ends, purges, array tasks splitting off, holds and releases (announced by the RPC
@@ -1198,24 +1229,9 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
         await p.poll_once()
         for _ in range(25):
             for _ in range(rnd.randint(0, 4)):
-                ids = sorted(t.records)
-                op = rnd.choice(["submit", "start", "end", "purge", "split", "hold", "release", "array"])
-                job_id = rnd.choice(ids)
-                rec = t.records[job_id]
-                state = rec["job_state"][0]
-                if op == "submit":
-                    t.submit(like=rnd.choice([6, 7, 9]))
-                elif op == "array":
-                    t.submit(like=3, array_job_id=num(t.next_id), array_task_string="1-4%2")
-                elif op == "start" and state == "PENDING" and not rec["array_task_string"]:
-                    t.start(job_id)
-                elif op == "end" and state == "RUNNING":
-                    t.end(job_id, rnd.choice(["COMPLETED", "FAILED", "TIMEOUT"]))
-                elif op == "purge" and state in ("COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"):
-                    t.purge(job_id)
-                elif op == "split" and rec["array_task_string"] and state == "PENDING":
-                    t.start_array_task(job_id)
-                elif op in ("hold", "release") and state == "PENDING" and limit > 4:
+                ops = [*CHURN, "hold", "release"]
+                op, job_id, state = churn(t, rnd, ops, keep=())
+                if op in ("hold", "release") and state == "PENDING" and limit > 4:
                     held = op == "hold"
                     t.set(
                         job_id,
@@ -1255,22 +1271,7 @@ async def test_random_churn_asking_some_records_with_whole_answers_beside(rig: R
             folded = 0
             for _ in range(40):
                 for _ in range(rnd.randint(0, 4)):
-                    job_id = rnd.choice(sorted(t.records))
-                    rec = t.records[job_id]
-                    state = rec["job_state"][0]
-                    op = rnd.choice(["submit", "start", "end", "purge", "split", "array"])
-                    if op == "submit":
-                        t.submit(like=rnd.choice([6, 7, 9]))
-                    elif op == "array":
-                        t.submit(like=3, array_job_id=num(t.next_id), array_task_string="1-4%2")
-                    elif op == "start" and state == "PENDING" and not rec["array_task_string"]:
-                        t.start(job_id)
-                    elif op == "end" and state == "RUNNING":
-                        t.end(job_id, rnd.choice(["COMPLETED", "FAILED", "TIMEOUT"]))
-                    elif op == "purge" and state in FINAL_STATES and job_id not in (3, 6, 7, 9):
-                        t.purge(job_id)
-                    elif op == "split" and rec["array_task_string"] and state == "PENDING":
-                        t.start_array_task(job_id)
+                    churn(t, rnd, CHURN)
                 if rnd.random() < 0.4:  # the whole answer asked (if any) arrives
                     gate.set()
                     await p.listing_settled()
