@@ -53,7 +53,7 @@ import msgspec
 
 from autoscaler import demand
 from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand
-from exporter.model import MIB, Job, Node, Snapshot
+from exporter.model import MIB, Job, License, Node, Snapshot
 
 TARGET_MS = 100.0
 GIB = 1024 * MIB
@@ -262,11 +262,20 @@ def with_priorities(jobs: list[Job], seed: int) -> list[Job]:
     ]
 
 
-def distinct(seed: int = 2, pending: int = 100_000, multi: bool = False) -> Snapshot:
-    """Every pending job a different shape: CPUs 1–64 and a distinct --mem (MiB)."""
+LICENSE_POOLS = (
+    License(name="matlab", total=200, used=150, free=50),
+    License(name="ansys", total=40, free=40),
+)
+"""Two license pools for ``distinct-licenses``: fewer free than the jobs ask for (most are held back)."""
+
+
+def distinct(seed: int = 2, pending: int = 100_000, multi: bool = False, licensed: float = 0.0) -> Snapshot:
+    """Every pending job a different shape: CPUs 1–64 and a distinct --mem (MiB); ``licensed``: the share
+    of jobs that also ask for one of :data:`LICENSE_POOLS`' licenses (handed out in Slurm's order)."""
     rng = random.Random(seed)
     nodes, _ = build_nodes(rng)
     mems = rng.sample(range(100, 250_000), pending)
+    names = [lic.name for lic in LICENSE_POOLS]
     jobs = [
         Job(
             job_id=i,
@@ -276,11 +285,18 @@ def distinct(seed: int = 2, pending: int = 100_000, multi: bool = False) -> Snap
             cpus=rng.randint(1, 64),
             min_nodes=rng.randint(2, 4) if multi and rng.random() < 1 / 3 else 1,
             memory_per_node_bytes=mems[i] * MIB,
+            licenses=f"{rng.choice(names)}:{rng.randint(1, 2)}" if rng.random() < licensed else "",
         )
         for i in range(pending)
     ]
     jobs = with_priorities(jobs, seed)
-    return Snapshot(taken_at=time.time(), api_version="v0.0.45", jobs=tuple(jobs), nodes=tuple(nodes))
+    return Snapshot(
+        taken_at=time.time(),
+        api_version="v0.0.45",
+        jobs=tuple(jobs),
+        nodes=tuple(nodes),
+        licenses=LICENSE_POOLS if licensed else (),
+    )
 
 
 def baseline(snap: Snapshot) -> None:
@@ -309,6 +325,7 @@ SNAPSHOTS: dict[str, Callable[[], Snapshot]] = {
     "heavy": lambda: realistic(running=15_000, variety=0.267),
     "distinct": distinct,
     "distinct-multi": lambda: distinct(multi=True),
+    "distinct-licenses": lambda: distinct(licensed=0.05),
 }
 
 
