@@ -193,7 +193,8 @@ class ReplicaFollower:
         frames.add_metric([], float(self.frames))
         failures = CounterMetricFamily(
             "slurm_exporter_replica_copy_failures",
-            "Failed requests for the leader's snapshots by kind (connect, timeout, http_<status>, bad_frame)",
+            "Failed requests for the leader's snapshots by kind "
+            "(unreachable, timeout, http_<status>, bad_frame)",
             labels=["kind"],
         )
         for kind, n in sorted(self.failures.items()):
@@ -219,4 +220,4 @@ def _failure_kind(e: BaseException) -> str:
         return "timeout"
     if isinstance(e, msgspec.MsgspecError):
         return "bad_frame"
-    return "connect"
+    return "unreachable"  # refused, reset, DNS: the vocabulary of exporter.errors.TransportError
