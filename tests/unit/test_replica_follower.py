@@ -93,6 +93,7 @@ async def test_a_standby_serves_the_leaders_snapshots_and_polls_only_without_the
                     gone_id = table.submit()
                     await eventually(lambda: _shows(standby, gone_id), 10.0, "the standby's own poll")
                     assert not follower.fresh() and follower.failures
+                    assert set(follower.failures) <= {"unreachable", "timeout"}, follower.failures
                     assert standby_client.requests_by_endpoint["jobs/state"] >= 1
                     assert "STALE" in follower.status_line()
             finally:
