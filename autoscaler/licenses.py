@@ -60,6 +60,7 @@ def parse_request(text: str) -> Request:
 
 
 def _order(job: Job) -> tuple[int, float, int]:
+    """Slurm's scheduling order, as :func:`autoscaler.demand.queue.rank` (a layer above) gives it."""
     return (-job.priority, job.submit_time or 0.0, job.array_job_id or job.job_id)
 
 
