@@ -284,3 +284,23 @@ def test_memory_above_max_mem_per_node_is_barred() -> None:
     assert settled_reason(fresh(memory_per_node_bytes=9000 * MIB), b) == "MaxMemPerLimit"
     assert settled_reason(fresh(memory_per_node_bytes=6000 * MIB), b) == "None"
     assert settled_reason(fresh(whole_node_memory=True), bars(partitions=(Partition(name="p"),))) == "None"
+
+
+def test_licenses_are_handed_out_in_the_order_the_demand_packs_jobs() -> None:
+    import random
+
+    from autoscaler.demand.queue import rank
+    from autoscaler.licenses import _order
+
+    rnd = random.Random(5)
+    jobs = [
+        Job(
+            job_id=i,
+            state="PENDING",
+            priority=rnd.choice([0, 5, 10]),
+            submit_time=rnd.choice([None, 1.0, 2.0]),
+            array_job_id=rnd.choice([None, 3]),
+        )
+        for i in range(1, 60)
+    ]
+    assert sorted(jobs, key=_order) == sorted(jobs, key=rank)
