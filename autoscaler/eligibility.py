@@ -192,10 +192,29 @@ class Bars:
         )
 
     @cached_property
+    def _wanting_licenses(self) -> list[Job]:
+        """The pending jobs that ask for licenses (a pass over the snapshot's jobs, once)."""
+        return [j for j in self.jobs if j.licenses and j.state == "PENDING"] if self.licenses else []
+
+    @cached_property
     def licenses_short(self) -> Mapping[int, str]:
         """Fresh pending job id → the license that holds it back once the jobs ahead of it took theirs
         (:func:`autoscaler.licenses.held_back`); built the first time a fresh job asks for licenses."""
-        return held_back(self.jobs, self.licenses.values(), self._license_taker)
+        return held_back(self._wanting_licenses, self.licenses.values(), self._license_taker)
+
+    @cached_property
+    def _short_by_partition(self) -> dict[str, dict[str, int]]:
+        # not built when no fresh job was judged to its licenses (:meth:`barrier`): none can be held back
+        short = self.__dict__.get("licenses_short", {})
+        out: dict[str, dict[str, int]] = {}
+        if short:
+            for job in self._wanting_licenses:
+                name = short.get(job.job_id)
+                if name is not None:
+                    for partition in job.partitions:
+                        per = out.setdefault(partition, {})
+                        per[name] = per.get(name, 0) + 1
+        return out
 
     def _license_taker(self, job: Job) -> Taker:
         """A fresh job takes licenses unless another bar comes first; a judged one (Slurm's reason
@@ -209,14 +228,7 @@ class Bars:
 
     def held_back_by_license(self, partition: str) -> dict[str, int]:
         """License name → fresh pending jobs of ``partition`` it holds back (:attr:`licenses_short`)."""
-        short = self.licenses_short if self.licenses else {}
-        out: dict[str, int] = {}
-        if short:
-            for job in self.jobs:
-                name = short.get(job.job_id)
-                if name is not None and partition in job.partitions:
-                    out[name] = out.get(name, 0) + 1
-        return out
+        return dict(self._short_by_partition.get(partition, {}))
 
     @cached_property
     def free_cpus(self) -> Mapping[str, int]:

@@ -76,17 +76,24 @@ def held_back(
     wanting = [j for j in jobs if j.licenses and j.state == "PENDING"]
     out: dict[int, str] = {}
     requests: dict[str, Request] = {}
+    left = sum(free.values())
     for job in sorted(wanting, key=_order):
-        how = taker(job)
-        if how is Taker.NONE:
-            continue
         request = requests.get(job.licenses)
         if request is None:
             request = requests[job.licenses] = parse_request(job.licenses)
+        if left <= 0:  # all taken: a fresh job asking for a listed license is held back by it
+            first = next((name for options in request for name, n in options if n and name in free), None)
+            if first is not None and taker(job) is Taker.FRESH:
+                out[job.job_id] = first
+            continue
+        how = taker(job)
+        if how is Taker.NONE:
+            continue
         chosen, short = _choose(request, free)
         if short is None:
             for name, count in chosen:
                 free[name] -= count
+                left -= count
         elif how is Taker.FRESH:
             out[job.job_id] = short
     return out
