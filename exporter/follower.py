@@ -25,6 +25,7 @@ import msgspec
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .backoff import Backoff
+from .families import labelled
 from .logs import Conditions
 from .mirror import MirrorFrame, apply_frame
 from .model import Snapshot
@@ -191,14 +192,14 @@ class ReplicaFollower:
             "slurm_exporter_replica_copy_frames", "Snapshots this standby copied from the leader"
         )
         frames.add_metric([], float(self.frames))
-        failures = CounterMetricFamily(
+        failures = labelled(
+            CounterMetricFamily,
             "slurm_exporter_replica_copy_failures",
             "Failed requests for the leader's snapshots by kind "
             "(unreachable, timeout, http_<status>, bad_frame)",
-            labels=["kind"],
+            ["kind"],
+            {(kind,): n for kind, n in self.failures.items()},
         )
-        for kind, n in sorted(self.failures.items()):
-            failures.add_metric([kind], float(n))
         return [fresh, frames, failures]
 
     def status_line(self) -> str:
