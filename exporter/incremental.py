@@ -371,16 +371,7 @@ class IncrementalJobs:
         for every count up to this poll's ``/diag`` (``fresh``), what the polls read after its request is
         newer than what it says (:class:`_WholeBeside`). ``held``: the jobs it may list."""
         requested = self._clock()
-
-        async def whole() -> tuple[jobsync.StatesRead, float]:
-            t0 = time.perf_counter()
-            try:
-                answer = await self.session.job_states(self._states_first_byte(held), lane="whole")
-            finally:
-                self.sync.state_reads += 1
-            return answer, time.perf_counter() - t0
-
-        task = asyncio.create_task(whole(), name="poller-jobs-state-whole")
+        task = asyncio.create_task(self._whole_answer(held, "whole"), name="poller-jobs-state-whole")
         task.add_done_callback(self._whole_ended)
         self._whole = _WholeBeside(task, requested, *fresh)
 
@@ -555,21 +546,28 @@ class IncrementalJobs:
         slurmrestd has no such endpoint (:attr:`JobsSync.states_unsupported`: list in full from now on).
         Raises SlurmError."""
         sync = self.sync
-        t0 = time.perf_counter()
         try:
-            answer = await self.session.job_states(self._states_first_byte(jobs))
+            answer, sync.states_seconds = await self._whole_answer(jobs)
         except HTTPStatusError as e:
             if e.status != 404:
                 raise
             sync.states_unsupported = True
             log.warning("%s; listing /jobs in full from now on", e)
             return None
-        finally:
-            sync.state_reads += 1
         sync.last_states, sync.states_at = answer, now
-        sync.states_seconds = time.perf_counter() - t0
         sync.states_seen = len(answer.states) + answer.unreadable
         return answer
+
+    async def _whole_answer(self, jobs: int, lane: str = "") -> tuple[jobsync.StatesRead, float]:
+        """The whole ``/jobs/state`` answer (``jobs``: how many it may list, for the time it may take to
+        begin; ``lane``: a request lane of its own) and the seconds it took; counted among the state reads
+        whether it succeeds or not. Raises SlurmError."""
+        t0 = time.perf_counter()
+        try:
+            answer = await self.session.job_states(self._states_first_byte(jobs), lane=lane)
+        finally:
+            self.sync.state_reads += 1
+        return answer, time.perf_counter() - t0
 
     def _states_first_byte(self, jobs: int) -> float | None:
         """Seconds ``/jobs/state`` may take to begin: the idle limit plus three times what it took last,
