@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,10 @@ SLOW_DEMO = 5.0
 """Seconds of ``lab_demo`` setup beyond which a line in the run's output says what it waited for."""
 _failures: dict[str, str] = {}
 _unsettled: dict[str, str] = {}
+NOTE = "lab_setup"
+"""The ``user_properties`` name of what :func:`lab_demo` says of a slow or disturbed setup (printed at the
+end of the run, :func:`pytest_terminal_summary`: pytest-xdist's workers send them back with their
+reports)."""
 """Labs whose demo did not settle even after a restart of the lab, and why: later demo tests fail at once."""
 
 
@@ -159,8 +163,7 @@ def lab_demo(lab: Lab, request: pytest.FixtureRequest) -> tuple[Lab, dict[str, i
     except LabError as err:
         # an earlier test left the demo disturbed (a demo job gone, a node it needed taken): a clean lab
         # and the demo again, once, rather than every later demo test waiting out DEMO_TIMEOUT in turn
-        if reporter is not None:
-            reporter.write_line(f"lab_demo: {err}; the {lab.flavor.name} lab restarted, the demo again")
+        _note(request, reporter, f"lab_demo: {err}; the {lab.flavor.name} lab restarted, the demo again")
         try:
             lab.restart()
             jobs = fresh_demo(lab)
@@ -169,13 +172,51 @@ def lab_demo(lab: Lab, request: pytest.FixtureRequest) -> tuple[Lab, dict[str, i
             _unsettled[lab.flavor.name] = f"{again} (after a restart of the lab, too)"
             pytest.fail(_unsettled[lab.flavor.name], pytrace=False)
     took = time.monotonic() - t0
-    if took > SLOW_DEMO and reporter is not None:  # in the run's output (a warning would be an error)
+    if took > SLOW_DEMO:  # in the run's output (a warning would be an error)
         how = "" if running else "; the lab was not running"
-        reporter.write_line(
+        _note(
+            request,
+            reporter,
             f"lab_demo: the {lab.flavor.name} demo took {took:.1f} s to be ready (its demo was "
-            f"{age:.0f} s old{how}); at the first look: {'; '.join(first) or 'settled'}"
+            f"{age:.0f} s old{how}); at the first look: {'; '.join(first) or 'settled'}",
         )
     return lab, jobs
 
 
-__all__ = ["HOST_INSTALLED", "LAB_FLAVORS", "LabEndpoint", "endpoint_of", "start_lab", "wait_demo_steady"]
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the lab fixtures noted of slow or disturbed setups (:data:`NOTE`), once each."""
+    notes = lab_notes(r for reports in terminalreporter.stats.values() for r in reports)
+    if notes:
+        terminalreporter.section("lab setups")
+        for line in notes:
+            terminalreporter.write_line(line)
+
+
+def lab_notes(reports: Iterable[object]) -> list[str]:
+    """The :data:`NOTE` properties among ``reports`` (each once, in order), with the test that met them."""
+    out: dict[str, None] = {}
+    for report in reports:
+        if isinstance(report, pytest.TestReport):
+            for name, value in report.user_properties:
+                if name == NOTE:
+                    out.setdefault(f"{report.nodeid}: {value}")
+    return list(out)
+
+
+def _note(request: pytest.FixtureRequest, reporter: object, line: str) -> None:
+    """Say ``line`` now (a run without xdist) and at the end of the run (:data:`NOTE`)."""
+    request.node.user_properties.append((NOTE, line))
+    if reporter is not None and not hasattr(request.config, "workerinput"):  # an xdist worker's is unseen
+        reporter.write_line(line)  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "HOST_INSTALLED",
+    "LAB_FLAVORS",
+    "NOTE",
+    "LabEndpoint",
+    "endpoint_of",
+    "lab_notes",
+    "start_lab",
+    "wait_demo_steady",
+]
