@@ -31,7 +31,8 @@ whether the 100 ms target per poll (with the cache, best of N) is met.
 Run: ``.venv/bin/python benchmarks/bench_demand.py [--runs 5]``; ``--against REV`` alternates this tree's
 model with git revision REV's (its ``autoscaler`` package exported to a temporary directory as
 ``old_autoscaler``) run by run in one process, cold, and prints best and median of both and their ratios;
-``--polls`` alternates successive polls with the cache and without it (and the first poll's cost).
+``--polls`` alternates successive polls with the cache and without it (and the first poll's cost);
+``--start CHUNK`` computes a start without a listing (:func:`start`) against the same snapshot cold.
 """
 
 from __future__ import annotations
@@ -320,12 +321,15 @@ def fmt(xs: list[float]) -> str:
     return f"best {best:7.1f} ms  median {med:7.1f} ms  spread {max(xs) - best:6.1f} ms"
 
 
+PENDING = 100_000
+"""Pending job records of every snapshot (``--pending``)."""
+
 SNAPSHOTS: dict[str, Callable[[], Snapshot]] = {
-    "realistic": realistic,
-    "heavy": lambda: realistic(running=15_000, variety=0.267),
-    "distinct": distinct,
-    "distinct-multi": lambda: distinct(multi=True),
-    "distinct-licenses": lambda: distinct(licensed=0.05),
+    "realistic": lambda: realistic(pending=PENDING),
+    "heavy": lambda: realistic(pending=PENDING, running=15_000, variety=0.267),
+    "distinct": lambda: distinct(pending=PENDING),
+    "distinct-multi": lambda: distinct(pending=PENDING, multi=True),
+    "distinct-licenses": lambda: distinct(pending=PENDING, licensed=0.05),
 }
 
 
@@ -482,6 +486,49 @@ def polls(runs: int, only: list[str]) -> None:
         )
 
 
+def start(runs: int, only: list[str], chunk: int) -> None:
+    """A start without a listing, as the service computes it: beyond ``--jobs-listing-max`` jobs the poller
+    reads the jobs one by one, pending ones first, and publishes what it has read as it goes
+    (``exporter.incremental``: at most ``--jobs-changes-limit`` (1,000) a poll, a snapshot every 0.25 s
+    within one); the demand service computes each snapshot with its :class:`ScanCache`. Here the snapshot
+    grows by ``chunk`` records a step (pending first), each computed through one cache; printed: the
+    steps, the dearest, the median, the first complete snapshot's (the answer a scale from zero waits
+    for), and against them the same complete snapshot cold (no cache: a standby's first copy, or a start
+    that lists everything) — best of ``runs``, in the same run."""
+    print(f"a start without a listing: the snapshot grows by {chunk} records a step, pending first")
+    print(
+        f"{'snapshot':16s} {'steps':>6s} {'max step':>9s} {'median':>7s} {'complete':>9s} {'sum':>8s}"
+        f" {'cold':>7s}   (ms)"
+    )
+    for label, snap in _chosen(only):
+        ordered = sorted(snap.jobs, key=lambda j: j.state != "PENDING")  # stable: pending first
+        completes: list[float] = []
+        steps: list[float] = []
+        for _ in range(runs):
+            cache = ScanCache()
+            steps = []
+            demand.clear_caches()
+            for end in [*range(chunk, len(ordered), chunk), len(ordered)]:
+                part = msgspec.structs.replace(snap, jobs=tuple(ordered[:end]))
+                gc.collect()  # as the service: between snapshots, the collector runs
+                t = time.perf_counter()
+                compute_demand(part, TARGETS, cache)
+                steps.append((time.perf_counter() - t) * 1000)
+            completes.append(steps[-1])
+        whole = msgspec.structs.replace(snap, jobs=tuple(ordered))
+
+        def cold(snap: Snapshot = whole) -> None:
+            demand.clear_caches()
+            compute_demand(snap, TARGETS)
+
+        t_cold = measure(cold, runs)
+        print(
+            f"{label:16s} {len(steps):6d} {max(steps):9.1f} {statistics.median(steps):7.1f}"
+            f" {min(completes):9.1f} {sum(steps):8.0f} {min(t_cold):7.1f}"
+            f"   (complete: best of {runs}; the steps of the last run)"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
@@ -492,7 +539,21 @@ def main() -> None:
     ap.add_argument(
         "--polls", action="store_true", help="successive polls: with the scan cache against without"
     )
+    ap.add_argument(
+        "--start",
+        type=int,
+        metavar="CHUNK",
+        help="a start without a listing: the snapshot growing by CHUNK records a step, through one cache",
+    )
+    ap.add_argument(
+        "--pending", type=int, default=PENDING, help="pending job records of every snapshot (100,000)"
+    )
     args = ap.parse_args()
+    global PENDING
+    PENDING = args.pending
+    if args.start:
+        start(args.runs, args.snapshot or [], args.start)
+        return
     if args.polls:
         polls(args.runs, args.snapshot or [])
         return

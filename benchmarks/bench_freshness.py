@@ -38,8 +38,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import dataclasses
+import itertools
 import os
 import resource
 import sys
@@ -150,6 +152,9 @@ class Mode:
     """Seconds from a leader's snapshot to the same snapshot on the copying standby."""
     standby_requests: Counter[str] = field(default_factory=Counter)
     """The standby's own requests to slurmrestd (in :attr:`requests` too)."""
+    trace: list[tuple[float, bool, bool, int, tuple[tuple[str, int], ...]]] = field(default_factory=list)
+    """Per snapshot swap: (epoch seconds, counts unaccounted, whole answer in flight, records read by the
+    poll, /jobs/state asks so far) — what :func:`explain_slowest` prints around the slowest changes."""
 
     def watch(self, snap: Snapshot, now: float, mine: set[int], parked: set[int]) -> None:
         for job in snap.jobs:
@@ -260,7 +265,18 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
             while True:
                 snap = await poller.wait_next(snap)
                 published[snap.taken_at] = time.monotonic()
-                mode.watch(snap, time.time(), mine, parked_set)
+                now = time.time()
+                sync = poller.status.jobs_sync
+                mode.trace.append(
+                    (
+                        now,
+                        sync.unaccounted,
+                        poller._jobs._whole is not None,
+                        len(sync.last_read),
+                        tuple(sorted(sync.states_asks.items())),
+                    )
+                )
+                mode.watch(snap, now, mine, parked_set)
 
         async def copy_watcher() -> None:
             assert standby is not None
@@ -329,6 +345,39 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         with contextlib.suppress(Exception):
             lab.run(["scancel", "-n", "bench-fresh"], check=False)
     return mode
+
+
+def explain_slowest(m: Mode, per_kind: int) -> None:
+    """The slowest changes of each kind with what the polls did meanwhile (from the change to the snapshot
+    that showed it): swaps, the longest gap between two, polls whose counts were unaccounted for, with the
+    whole answer in flight, records read, /jobs/state asks."""
+    times = [t[0] for t in m.trace]
+    print(f"{m.name}: the slowest changes (swaps, longest gap, unaccounted, whole in flight, reads, asks)")
+    for kind in KINDS:
+        slow = []
+        for k, jid, at in m.events:
+            if k != kind:
+                continue
+            if kind in ("hold", "release"):
+                want = kind == "hold"
+                seen = next((t for t, held in m.held_seen.get(jid, []) if held == want and t >= at), None)
+            else:
+                seen = m.seen[kind].get(jid)
+            if seen is not None:
+                slow.append((seen - at, jid, at, seen))
+        for lat, jid, at, seen in sorted(slow, reverse=True)[:per_kind]:
+            lo, hi = bisect.bisect_left(times, at), bisect.bisect_right(times, seen)
+            window = m.trace[lo:hi]
+            stamps = [at, *(t[0] for t in window), seen]
+            gap = max(b - a for a, b in itertools.pairwise(stamps))
+            before = dict(m.trace[lo - 1][4]) if lo > 0 else {}
+            asks = Counter(dict(window[-1][4])) - Counter(before) if window else Counter()
+            print(
+                f"  {kind:7s} job {jid} at {time.strftime('%H:%M:%S', time.localtime(at))}"
+                f" +{lat:6.2f} s: {len(window)} swaps, gap {gap:5.2f} s,"
+                f" unaccounted {sum(t[1] for t in window)}, whole {sum(t[2] for t in window)},"
+                f" reads {sum(t[3] for t in window)}, asks {dict(asks)}"
+            )
 
 
 def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
@@ -418,6 +467,9 @@ async def run(args: argparse.Namespace) -> int:
             with contextlib.suppress(Exception):
                 lab.remove_node(name)
         report(modes, args, queue)  # before the clean-up: cancelling 100,000 jobs takes minutes
+        for m in modes:
+            if args.explain_slowest:
+                explain_slowest(m, args.explain_slowest)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e3
         print(f"our peak RSS over the run (getrusage): {peak:.0f} MB", flush=True)
         if args.clean:
@@ -451,6 +503,9 @@ def main() -> None:
         " they are then older than every queued job",
     )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    p.add_argument(
+        "--explain-slowest", type=int, default=3, help="this many slowest changes of each kind, explained"
+    )
     p.add_argument("--slurm", choices=("26.05", "24.11"), default="26.05", help="which lab")
     p.add_argument(
         "--owner", default="root", help="who owns, holds and releases the parked jobs (root, ann, bob)"
