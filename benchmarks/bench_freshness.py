@@ -42,6 +42,7 @@ import bisect
 import contextlib
 import dataclasses
 import itertools
+import logging
 import os
 import resource
 import sys
@@ -152,9 +153,10 @@ class Mode:
     """Seconds from a leader's snapshot to the same snapshot on the copying standby."""
     standby_requests: Counter[str] = field(default_factory=Counter)
     """The standby's own requests to slurmrestd (in :attr:`requests` too)."""
-    trace: list[tuple[float, bool, bool, int, tuple[tuple[str, int], ...]]] = field(default_factory=list)
-    """Per snapshot swap: (epoch seconds, counts unaccounted, whole answer in flight, records read by the
-    poll, /jobs/state asks so far) — what :func:`explain_slowest` prints around the slowest changes."""
+    trace: list[tuple[float, bool, bool, int, tuple[tuple[str, int], ...], int]] = field(default_factory=list)
+    """Per snapshot swap: (epoch seconds, counts unaccounted, whole answer in flight, records the last
+    complete poll read, /jobs/state asks so far, changed records left for later polls) — what
+    :func:`explain_slowest` prints around the slowest changes."""
 
     def watch(self, snap: Snapshot, now: float, mine: set[int], parked: set[int]) -> None:
         for job in snap.jobs:
@@ -222,11 +224,14 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
         # a fresh slurmrestd again: the first listing's memory (13.5 GB at 100,000 jobs, never given back)
         # is not the steady state's
         pid = lab.restart_restd()
+        rss0 = peak = proc_rss_bytes(pid)
+        if config.incremental_jobs:  # the first incremental poll after a listing reads /jobs/state whole
+            # (16–19 s at 100,000 jobs, in the poll): not the steady state either
+            first = await poller.poll_once() or first
         mine: set[int] = set()
         parked_set = set(parked)
         held = {j.job_id: 0.0 for j in first.jobs if j.job_id in parked_set and j.reason == "JobHeldUser"}
         log_at = log_end(log_path)
-        rss0 = peak = proc_rss_bytes(pid)
         db_pids = {c: p for c in ("slurmdbd", "mariadbd") if (p := lab.pid(c)) is not None}
         db0 = {c: proc_cpu_seconds(p) for c, p in db_pids.items()}
         cpu0, ours0, t0 = proc_cpu_seconds(pid), time.process_time(), time.monotonic()
@@ -274,6 +279,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                         poller._jobs._whole is not None,
                         len(sync.last_read),
                         tuple(sorted(sync.states_asks.items())),
+                        sync.backlog,
                     )
                 )
                 mode.watch(snap, now, mine, parked_set)
@@ -349,10 +355,10 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
 
 def explain_slowest(m: Mode, per_kind: int) -> None:
     """The slowest changes of each kind with what the polls did meanwhile (from the change to the snapshot
-    that showed it): swaps, the longest gap between two, polls whose counts were unaccounted for, with the
-    whole answer in flight, records read, /jobs/state asks."""
+    that showed it): swaps, the longest gap between two, swaps whose counts were unaccounted for, with the
+    whole answer in flight, the most records a poll read, /jobs/state asks, the largest backlog."""
     times = [t[0] for t in m.trace]
-    print(f"{m.name}: the slowest changes (swaps, longest gap, unaccounted, whole in flight, reads, asks)")
+    print(f"{m.name}: the slowest changes (swaps, longest gap, unaccounted, whole, reads, asks, backlog)")
     for kind in KINDS:
         slow = []
         for k, jid, at in m.events:
@@ -376,7 +382,8 @@ def explain_slowest(m: Mode, per_kind: int) -> None:
                 f"  {kind:7s} job {jid} at {time.strftime('%H:%M:%S', time.localtime(at))}"
                 f" +{lat:6.2f} s: {len(window)} swaps, gap {gap:5.2f} s,"
                 f" unaccounted {sum(t[1] for t in window)}, whole {sum(t[2] for t in window)},"
-                f" reads {sum(t[3] for t in window)}, asks {dict(asks)}"
+                f" reads {max((t[3] for t in window), default=0)} at most, asks {dict(asks)},"
+                f" backlog {max((t[5] for t in window), default=0)} at most"
             )
 
 
@@ -503,6 +510,7 @@ def main() -> None:
         " they are then older than every queued job",
     )
     p.add_argument("--clean", action="store_true", help="cancel the held jobs afterwards")
+    p.add_argument("--log", type=Path, help="the poller's debug log to this file (a line per poll)")
     p.add_argument(
         "--explain-slowest", type=int, default=3, help="this many slowest changes of each kind, explained"
     )
@@ -514,7 +522,13 @@ def main() -> None:
     p.add_argument(
         "--standby-interval", type=float, default=5.0, help="two-replicas-slow: the standby's poll interval"
     )
-    raise SystemExit(asyncio.run(run(p.parse_args())))
+    args = p.parse_args()
+    if args.log:
+        handler = logging.FileHandler(args.log, mode="w")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+        logging.getLogger("exporter").addHandler(handler)
+        logging.getLogger("exporter").setLevel(logging.DEBUG)
+    raise SystemExit(asyncio.run(run(args)))
 
 
 if __name__ == "__main__":

@@ -261,6 +261,7 @@ class IncrementalJobs:
                 sync.states_asks["whole"] += 1
                 sync.counts, sync.counts_at = fresh if fresh is not None else (None, 0.0)
                 sync.unaccounted = False
+                sync.found_beyond = jobwatch.NOTHING
                 sync.full_states_at, sync.full_states_seconds = sync.states_at, sync.states_seconds
             states = answer.states
             sync.unreadable_entries = answer.unreadable
@@ -313,6 +314,14 @@ class IncrementalJobs:
         finally:
             st.last_duration = time.perf_counter() - t0
         sync.job_reads += len(fetch)
+        # what the reads show beyond the answer (a job that ended between the two): counted by the next
+        # /diag, so kept with what this answer found beyond its counts
+        beyond = jobwatch.read_beyond(
+            states, fetch, {j: good + [job for job, _ in bad] for j, (good, bad) in read.items()}
+        )
+        sync.found_beyond += beyond
+        if self._whole is not None:
+            self._whole.found += beyond
         fetched: dict[int, list[Job]] = {}
         dropped: list[tuple[Job, str]] = []
         for job_id, (good, bad) in read.items():
@@ -333,6 +342,19 @@ class IncrementalJobs:
             self._whole.took(fetched, found.gone)
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
+        log.debug(
+            "jobs: %d read (%d moved, %d followed, %d rechecked, %d swept), %d gone, %d left for later;"
+            " counts %s, whole answer %s",
+            len(fetch),
+            len(moved),
+            len(followed),
+            len(rechecked),
+            len(swept),
+            len(found.gone),
+            sync.backlog,
+            "unaccounted" if sync.unaccounted else "accounted",
+            "read beside" if self._whole is not None else "not read",
+        )
         self.count_updates(jobsync.moved(held, fetched, fetch))
         sync.incremental = True
         sync.incremental_fetches += 1
@@ -495,7 +517,10 @@ class IncrementalJobs:
             sync.unaccounted = False
             sync.found_beyond = found.beyond(delta)
         else:
-            sync.found_beyond = jobwatch.NOTHING
+            # the counts stay where they were last accounted for (with the whole answer: its /diag's), and
+            # so does what was found since: a change the next answers show (a record that showed its end
+            # a poll late) accounts for its count then, without the whole answer
+            sync.found_beyond = found
             if whole is not None:  # whole as of its /diag: what moved since is asked from there
                 sync.counts, sync.counts_at = whole.beside.counts, whole.beside.diag_at
             if not sync.unaccounted:

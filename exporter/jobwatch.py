@@ -192,6 +192,39 @@ def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[i
     return Found(started, ended, submitted)
 
 
+def read_beyond(
+    states: Mapping[int, JobSig], asked: Iterable[int], read: Mapping[int, Iterable[Job]]
+) -> Found:
+    """What the single-job reads show beyond a ``/jobs/state`` answer (``states``: record id → the
+    signature it gave, or the held one's for a record it was not asked about): a job that started or ended
+    between the answer and its read, a record the answer did not list (an array task split off since),
+    one gone since (``asked``: the ids read; ``read``: id → the records its read returned). Those changes
+    are counted by a later ``/diag`` than the one the answer is compared with (:func:`accounted` counted
+    the answer's own)."""
+    started = ended = submitted = 0
+    seen: set[int] = set()
+    for records in read.values():
+        for job in records:
+            if job.job_id in seen:
+                continue
+            seen.add(job.job_id)
+            sig = states.get(job.job_id)
+            if sig is None:  # not in the answer: new since
+                submitted += signature(job)[2]
+                started += job.state not in _NOT_STARTED
+                ended += job.state in FINAL_STATES
+                continue
+            if sig[0] == "PENDING" and job.state not in _NOT_STARTED:
+                started += 1
+            if sig[0] not in FINAL_STATES and job.state in FINAL_STATES:
+                ended += 1
+    for job_id in asked:
+        sig = states.get(job_id)
+        if job_id not in seen and sig is not None and sig[0] not in FINAL_STATES:
+            ended += 1  # gone since the answer listed it live
+    return Found(started, ended, submitted)
+
+
 _NOT_STARTED = frozenset({"PENDING", "CANCELLED"})
 """States a record that left PENDING may show without having started: a cancelled one may never have
 run (counted as no start: if it had, the count is unaccounted for and the whole answer is read)."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from exporter import jobsync
+from exporter import jobsync, jobwatch
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import jobs_sync_families
 from exporter.jobsync import FINAL_STATES
@@ -700,6 +700,86 @@ async def test_a_change_between_diag_and_the_answer_is_accounted_for_in_the_next
         assert not sync.unaccounted and sync.found_beyond.ended == 0
         assert snap is not None and snap.jobs_as_of == rig.clock.now
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
+async def test_a_job_that_ends_between_the_answer_and_its_read_is_accounted_for_by_the_read(rig: Rig) -> None:
+    """The answer shows a job started, it ends before its /job/{id} read: the read holds it ended, so no
+    later answer shows the end the next /diag counts — the read's finding is kept with the answer's
+    (measured at 100,000 jobs: otherwise the counts stayed unaccounted for until a whole answer)."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    job = next(
+        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
+    )
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    async with p.client:
+        for _ in range(3):
+            await p.poll_once()
+            rig.clock.now += 1
+        answer = t.states
+
+        def ends_after_the_answer(ids: Collection[int] | None = None) -> bytes:
+            t.states = answer  # once
+            body = answer(ids)
+            t.end(job)
+            return body
+
+        t.start(job)
+        t.states = ends_after_the_answer  # type: ignore[method-assign]
+        await p.poll_once()
+        assert not sync.unaccounted and sync.found_beyond == jobwatch.Found(0, 1, 0)
+        rig.clock.now += 1
+        snap = await p.poll_once()  # /diag counts the end now; the record was held ended already
+        assert not sync.unaccounted and sync.found_beyond == jobwatch.NOTHING
+        assert snap is not None and snap.jobs_as_of == rig.clock.now
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+        assert sync.states_asks["whole"] == 1  # the first poll's only
+
+
+async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(rig: Rig) -> None:
+    """A count whose change the answer shows a poll late (an end still shown running): that poll is
+    unaccounted for, and what it did find (a start, read and held since) still counts, so the next answer,
+    which shows the end, accounts for both counts without the whole answer (asked beside, held back)."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    pending = [
+        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
+    ]
+    ending, starting = pending[:2]
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    gate = asyncio.Event()
+    try:
+        async with p.client:
+            t.start(ending)
+            for _ in range(3):
+                await p.poll_once()
+                rig.clock.now += 1
+            answer = t.states
+            rig.fake.whole_states_gate = gate
+
+            def end_shown_late(ids: Collection[int] | None = None) -> bytes:
+                t.states = answer  # once
+                t.set(ending, job_state=["RUNNING"])  # rendered by slurmctld a moment before the end
+                body = answer(ids)
+                t.set(ending, job_state=["COMPLETED"])
+                return body
+
+            t.end(ending)
+            t.start(starting)
+            t.states = end_shown_late  # type: ignore[method-assign]
+            await p.poll_once()
+            assert sync.unaccounted and sync.found_beyond.started == 1
+            rig.clock.now += 1
+            snap = await p.poll_once()
+            assert not sync.unaccounted, sync.found_beyond
+            assert snap is not None and snap.jobs_as_of == rig.clock.now
+            assert differences(snap.jobs, (await rig.listed()).jobs) == []
+            assert sync.states_asks["whole"] == 1  # the start's; the one asked beside is still held back
+    finally:
+        gate.set()
+        await p.close()
 
 
 async def test_counters_that_went_back_have_the_whole_answer_read(rig: Rig) -> None:

@@ -3,7 +3,17 @@ accounts for them (the poller's use of it: tests/unit/test_jobsync.py)."""
 
 from __future__ import annotations
 
-from exporter.jobwatch import NEW_IDS_SLACK, JobCounts, Moved, accounted, moved, plan, whole_view
+from exporter.jobwatch import (
+    NEW_IDS_SLACK,
+    Found,
+    JobCounts,
+    Moved,
+    accounted,
+    moved,
+    plan,
+    read_beyond,
+    whole_view,
+)
 from exporter.model import Diag, Job
 
 
@@ -54,3 +64,16 @@ def test_the_view_is_what_a_whole_answer_would_say() -> None:
     assert view[2][0] == "COMPLETED" and view[9][0] == "RUNNING"  # answered, an array's task record too
     assert 5 not in view and 8 not in view  # asked, not answered: gone (or never there)
     assert view[3] == ("PENDING", frozenset(), 1) and view[1][0] == "COMPLETED"  # not asked: as held
+
+
+def test_what_the_reads_show_beyond_the_answer() -> None:
+    """Each step once, from the answer's signature to the record read: a start and an end after the answer
+    (one record), an end of a record the answer showed running, a record the answer did not list (new and
+    already ended), one gone since the answer listed it live; an unchanged record counts nothing (nor
+    twice when two reads return it), nor does a gone id the answer listed ended."""
+    sig = {1: ("PENDING", frozenset(), 1), 2: ("RUNNING", frozenset(), 1), 3: ("PENDING", frozenset(), 1)}
+    sig |= {4: ("RUNNING", frozenset(), 1), 5: ("COMPLETED", frozenset(), 1)}
+    read = {1: [job(1, "COMPLETED")], 2: [job(2, "COMPLETED")], 3: [job(3)], 6: [job(6, "COMPLETED")]}
+    read |= {4: [], 5: []}
+    assert read_beyond(sig, [1, 2, 3, 4, 5, 6], read) == Found(started=2, ended=4, submitted=1)
+    assert read_beyond(sig, [3], {3: [job(3), job(3)]}) == Found(0, 0, 0)
