@@ -666,15 +666,20 @@ async def test_a_burst_beyond_the_limit_drains_from_the_asked_answer_and_loses_n
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+def plain_pending(t: JobTable) -> list[int]:
+    """The table's pending records outside an array, in order."""
+    return [
+        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
+    ]
+
+
 async def test_a_change_between_diag_and_the_answer_is_accounted_for_in_the_next_poll(rig: Rig) -> None:
     """A job that ends after a poll's /diag but before its /jobs/state answer is read in that poll and
     counted by the next /diag: what the answer found beyond its counts is kept one poll, so the count is
     accounted for (measured at 100,000 jobs: otherwise nearly every such poll read the whole answer)."""
     t = rig.table
     rig.fake.override.pop("diag")
-    pending = [
-        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
-    ]
+    pending = plain_pending(t)
     first, second = pending[:2]
     p = rig.poller(jobs_states_targeted_min=1)
     sync = p.status.jobs_sync
@@ -708,9 +713,7 @@ async def test_a_job_that_ends_between_the_answer_and_its_read_is_accounted_for_
     (measured at 100,000 jobs: otherwise the counts stayed unaccounted for until a whole answer)."""
     t = rig.table
     rig.fake.override.pop("diag")
-    job = next(
-        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
-    )
+    job = plain_pending(t)[0]
     p = rig.poller(jobs_states_targeted_min=1)
     sync = p.status.jobs_sync
     async with p.client:
@@ -743,9 +746,7 @@ async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(ri
     which shows the end, accounts for both counts without the whole answer (asked beside, held back)."""
     t = rig.table
     rig.fake.override.pop("diag")
-    pending = [
-        j for j, r in t.records.items() if r["job_state"] == ["PENDING"] and not r["array_job_id"]["number"]
-    ]
+    pending = plain_pending(t)
     ending, starting = pending[:2]
     p = rig.poller(jobs_states_targeted_min=1)
     sync = p.status.jobs_sync
