@@ -530,6 +530,7 @@ def start(runs: int, only: list[str], chunk: int) -> None:
 
 
 def main() -> None:
+    global PENDING
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--runs", type=int, default=5, help="timed runs per figure (best-of and median)")
     ap.add_argument(
@@ -549,7 +550,6 @@ def main() -> None:
         "--pending", type=int, default=PENDING, help="pending job records of every snapshot (100,000)"
     )
     args = ap.parse_args()
-    global PENDING
     PENDING = args.pending
     if args.start:
         start(args.runs, args.snapshot or [], args.start)
