@@ -286,9 +286,10 @@ class JobsSync:
     """Records the last read found changed but left for the next polls (:attr:`backlog`): asked about
     again while only some records are asked about, so none is lost when no counter moves meanwhile."""
     found_beyond: Found = NOTHING
-    """What the answers for some records found that :attr:`counts` do not include: changes made between
-    a poll's ``/diag`` and its answer, which the next ``/diag`` counts; while :attr:`unaccounted`, all they
-    found since :attr:`counts` (so a change an answer shows a poll after its count accounts for it)."""
+    """What the answers for some records, and the single-job reads after them
+    (:func:`exporter.jobwatch.read_beyond`), found that :attr:`counts` do not include: changes made after
+    a poll's ``/diag``, which the next ``/diag`` counts; while :attr:`unaccounted`, all they found since
+    :attr:`counts` (so a change an answer shows a poll after its count accounts for it)."""
     unaccounted: bool = False
     """A count moved that no answer for some records accounted for: the whole answer is due."""
     full_states_at: float | None = None
