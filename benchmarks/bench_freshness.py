@@ -135,6 +135,8 @@ class Mode:
     events: list[tuple[str, int, float]] = field(default_factory=list)
     latencies: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     missed: Counter[str] = field(default_factory=Counter)
+    missed_ids: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    """Kind → the jobs no snapshot showed it for (printed by :func:`explain_slowest`)."""
     restd_cores: float = 0.0
     restd_rss: tuple[int, int, int] = (0, 0, 0)
     """slurmrestd RSS at the start, at the end, and the peak sampled."""
@@ -184,6 +186,7 @@ class Mode:
                 seen = self.seen[kind].get(jid)
             if seen is None:  # not shown by any snapshot up to the end (the settling included)
                 self.missed[kind] += 1
+                self.missed_ids[kind].append(jid)
                 continue
             self.latencies[kind].append(max(0.0, seen - at))
 
@@ -385,6 +388,8 @@ def explain_slowest(m: Mode, per_kind: int) -> None:
                 f" reads {max((t[3] for t in window), default=0)} at most, asks {dict(asks)},"
                 f" backlog {max((t[5] for t in window), default=0)} at most"
             )
+        if m.missed_ids.get(kind):
+            print(f"  {kind:7s} never shown: jobs {m.missed_ids[kind]}")
 
 
 def report(modes: list[Mode], args: argparse.Namespace, queue: int) -> None:
