@@ -39,11 +39,11 @@ SLOW_DEMO = 5.0
 """Seconds of ``lab_demo`` setup beyond which a line in the run's output says what it waited for."""
 _failures: dict[str, str] = {}
 _unsettled: dict[str, str] = {}
+"""Labs whose demo did not settle even after a restart of the lab, and why: later demo tests fail at once."""
 NOTE = "lab_setup"
 """The ``user_properties`` name of what :func:`lab_demo` says of a slow or disturbed setup (printed at the
 end of the run, :func:`pytest_terminal_summary`: pytest-xdist's workers send them back with their
 reports)."""
-"""Labs whose demo did not settle even after a restart of the lab, and why: later demo tests fail at once."""
 
 
 def require_lab() -> bool:
