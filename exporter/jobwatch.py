@@ -172,24 +172,16 @@ def _ends(delta: Moved) -> int:
 def accounted(held: Mapping[int, Job], asked: Collection[int], states: Mapping[int, JobSig]) -> Found:
     """Compare the held records with a ``/jobs/state`` answer for ``asked`` ids (record id → signature):
     a held record asked and missing from the answer is gone (purged), one not held and present is new."""
-    started = ended = submitted = 0
+    found = NOTHING
     for job_id in asked:
         job = held.get(job_id)
         sig = states.get(job_id)
-        if job is None:
-            if sig is not None:
-                submitted += sig[2]
-                started += sig[0] not in _NOT_STARTED
-                ended += sig[0] in FINAL_STATES
-            continue
-        if sig is None:
-            ended += job.state not in FINAL_STATES
-            continue
-        if job.state == "PENDING" and sig[0] not in _NOT_STARTED:
-            started += 1
-        if job.state not in FINAL_STATES and sig[0] in FINAL_STATES:
-            ended += 1
-    return Found(started, ended, submitted)
+        step = _step(
+            None if job is None else job.state, None if sig is None else sig[0], 0 if sig is None else sig[2]
+        )
+        if step is not NOTHING:  # most asked records did not move
+            found += step
+    return found
 
 
 def read_beyond(
@@ -201,28 +193,34 @@ def read_beyond(
     one gone since (``asked``: the ids read; ``read``: id → the records its read returned). Those changes
     are counted by a later ``/diag`` than the one the answer is compared with (:func:`accounted` counted
     the answer's own)."""
-    started = ended = submitted = 0
+    found = NOTHING
     seen: set[int] = set()
     for records in read.values():
         for job in records:
-            if job.job_id in seen:
-                continue
-            seen.add(job.job_id)
-            sig = states.get(job.job_id)
-            if sig is None:  # not in the answer: new since
-                submitted += signature(job)[2]
-                started += job.state not in _NOT_STARTED
-                ended += job.state in FINAL_STATES
-                continue
-            if sig[0] == "PENDING" and job.state not in _NOT_STARTED:
-                started += 1
-            if sig[0] not in FINAL_STATES and job.state in FINAL_STATES:
-                ended += 1
+            if job.job_id not in seen:
+                seen.add(job.job_id)
+                sig = states.get(job.job_id)
+                found += _step(None if sig is None else sig[0], job.state, signature(job)[2])
     for job_id in asked:
         sig = states.get(job_id)
-        if job_id not in seen and sig is not None and sig[0] not in FINAL_STATES:
-            ended += 1  # gone since the answer listed it live
-    return Found(started, ended, submitted)
+        if job_id not in seen and sig is not None:
+            found += _step(sig[0], None, 0)  # gone since the answer listed it
+    return found
+
+
+def _step(before: str | None, after: str | None, entries: int) -> Found:
+    """What one record's move from base state ``before`` to ``after`` counts (None: no such record — new
+    before, gone after; ``entries``: a new record's entries): a start when it leaves PENDING other than
+    cancelled, an end when it reaches a final state or is gone unended, a submission per new entry."""
+    if before is None:
+        if after is None:
+            return NOTHING
+        return Found(int(after not in _NOT_STARTED), int(after in FINAL_STATES), entries)
+    if after is None:
+        return Found(0, int(before not in FINAL_STATES), 0)
+    started = before == "PENDING" and after not in _NOT_STARTED
+    ended = before not in FINAL_STATES and after in FINAL_STATES
+    return Found(int(started), int(ended), 0) if started or ended else NOTHING
 
 
 _NOT_STARTED = frozenset({"PENDING", "CANCELLED"})
