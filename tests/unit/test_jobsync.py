@@ -7,7 +7,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 
 import msgspec
@@ -666,6 +666,27 @@ async def test_a_burst_beyond_the_limit_drains_from_the_asked_answer_and_loses_n
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+def _nothing() -> None:
+    pass
+
+
+def answer_once(
+    t: JobTable, *, before: Callable[[], None] = _nothing, after: Callable[[], None] = _nothing
+) -> None:
+    """The table's next ``/jobs/state`` answer only: ``before`` runs before it is rendered, ``after`` once it
+    is (what Slurm did around it); the answers after it are the table's own."""
+    answer = t.states
+
+    def once(ids: Collection[int] | None = None) -> bytes:
+        t.states = answer  # type: ignore[method-assign]
+        before()
+        body = answer(ids)
+        after()
+        return body
+
+    t.states = once  # type: ignore[method-assign]
+
+
 def plain_pending(t: JobTable) -> list[int]:
     """The table's pending records outside an array, in order."""
     return [
@@ -689,15 +710,8 @@ async def test_a_change_between_diag_and_the_answer_is_accounted_for_in_the_next
         for _ in range(3):
             await p.poll_once()
             rig.clock.now += 1
-        answer = t.states
-
-        def second_ends_meanwhile(ids: Collection[int] | None = None) -> bytes:
-            t.states = answer  # once
-            t.end(second)
-            return answer(ids)
-
         t.end(first)
-        t.states = second_ends_meanwhile  # type: ignore[method-assign]
+        answer_once(t, before=lambda: t.end(second))  # it ends meanwhile
         await p.poll_once()
         assert not sync.unaccounted and sync.found_beyond.ended == 1
         rig.clock.now += 1
@@ -720,16 +734,8 @@ async def test_a_job_that_ends_between_the_answer_and_its_read_is_accounted_for_
         for _ in range(3):
             await p.poll_once()
             rig.clock.now += 1
-        answer = t.states
-
-        def ends_after_the_answer(ids: Collection[int] | None = None) -> bytes:
-            t.states = answer  # once
-            body = answer(ids)
-            t.end(job)
-            return body
-
         t.start(job)
-        t.states = ends_after_the_answer  # type: ignore[method-assign]
+        answer_once(t, after=lambda: t.end(job))  # it ends after the answer, before its read
         await p.poll_once()
         assert not sync.unaccounted and sync.found_beyond == jobwatch.Found(0, 1, 0)
         rig.clock.now += 1
@@ -757,19 +763,14 @@ async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(ri
             for _ in range(3):
                 await p.poll_once()
                 rig.clock.now += 1
-            answer = t.states
             rig.fake.whole_states_gate = gate
-
-            def end_shown_late(ids: Collection[int] | None = None) -> bytes:
-                t.states = answer  # once
-                t.set(ending, job_state=["RUNNING"])  # rendered by slurmctld a moment before the end
-                body = answer(ids)
-                t.set(ending, job_state=["COMPLETED"])
-                return body
-
             t.end(ending)
             t.start(starting)
-            t.states = end_shown_late  # type: ignore[method-assign]
+            answer_once(  # rendered by slurmctld a moment before the end
+                t,
+                before=lambda: t.set(ending, job_state=["RUNNING"]),
+                after=lambda: t.set(ending, job_state=["COMPLETED"]),
+            )
             await p.poll_once()
             assert sync.unaccounted and sync.found_beyond.started == 1
             rig.clock.now += 1
