@@ -1,14 +1,17 @@
-"""Fixtures of every test: the real Slurm lab plugin (:mod:`testkit.lab_fixtures`) and a guard against
-leaked tasks."""
+"""Fixtures of every test: the real Slurm lab plugin (:mod:`testkit.lab_fixtures`), the root logger kept as
+pytest set it, and a guard against leaked tasks."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from hypothesis import settings
+
+from exporter.logs import JsonFormatter, TextFormatter
 
 pytest_plugins = ["testkit.lab_fixtures"]
 
@@ -36,6 +39,20 @@ async def no_leftover_tasks() -> AsyncIterator[None]:
         for t in left:
             t.cancel()
         pytest.fail(f"test left tasks running: {[t.get_name() for t in left]}")
+
+
+@pytest.fixture(autouse=True)
+def root_logger_kept() -> Iterator[None]:
+    """Undo what a command run in the test's process (``cli.main``) did to the root logger: its stderr
+    handler (``exporter.logs.configure``) and level stay behind otherwise, and a later test in the same
+    worker sees INFO lines it never asked for — which test comes later depends on xdist's scheduling."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in list(root.handlers):
+        if isinstance(handler.formatter, TextFormatter | JsonFormatter):
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 def _skip_reason(report: pytest.TestReport) -> str:

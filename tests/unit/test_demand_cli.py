@@ -1,4 +1,5 @@
-"""``slurm-keda demand``: the real console script over a fake slurmrestd serving the 26.05 recording."""
+"""``slurm-keda demand`` over a fake slurmrestd serving the 26.05 recording: the console script in a process
+(the default JSON, and beside ``serve``), the rest through ``cli.main`` in the test's process."""
 
 from __future__ import annotations
 
@@ -11,34 +12,21 @@ import pytest
 
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import ROOT
+from testkit.serve_process import run_command
 
 DATA = ROOT / "tests" / "data" / "recorded" / "slurm-26.05.5"
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
 pytestmark = pytest.mark.skipif(not SCRIPT.exists(), reason="console script not installed (make venv)")
 
 
-async def run(url: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        str(SCRIPT),
-        "demand",
-        "--slurmrestd-url",
-        url,
-        "--jwt",
-        "good-token",
-        "--retries",
-        "0",
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+async def run(url: str, *args: str, process: bool = False) -> tuple[int, str, str]:
+    argv = ["demand", "--slurmrestd-url", url, "--jwt", "good-token", "--retries", "0", *args]
+    return await run_command(argv, process=process)
 
 
 async def test_json_default_is_one_target_per_partition() -> None:
     async with serve(FakeSlurmrestd(DATA)) as url:
-        code, out, err = await run(url, "--format", "json")
+        code, out, err = await run(url, "--format", "json", process=True)
     assert code == 0, err
     rows = {r["target"]: r for r in json.loads(out)}
     assert set(rows) == {"cpu", "gpu", "cloud", "dyn"}

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,11 +49,34 @@ def _sources() -> dict[str, Path]:
 SOURCES = _sources()
 
 
-def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
+def _statements(body: list[ast.stmt]) -> Iterator[ast.stmt]:
+    """Every statement in ``body`` and in the blocks inside it (functions, classes, if/try/with/for/match):
+    where an import can stand — the expressions around them (most of a module's nodes) are not walked."""
+    for node in body:
+        yield node
+        for name in ("body", "orelse", "finalbody"):
+            inner = getattr(node, name, None)
+            if isinstance(inner, list):
+                yield from _statements(inner)
+        for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+            yield from _statements(part.body)
+
+
+def _imports(module: str, path: Path) -> tuple[tuple[int, str], ...]:
     """(line, imported module) of every import in ``path``, resolved to a module of the checkout where one
-    is named (``from pkg import mod`` → ``pkg.mod``), else to the named package or an outside module."""
+    is named (``from pkg import mod`` → ``pkg.mod``), else to the named package or an outside module; each
+    file read once per process (the checks share it)."""
+    return _read_imports(module, path, tuple(SOURCES))
+
+
+@functools.cache
+def _read_imports(module: str, path: Path, sources: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    return tuple(_find_imports(module, path, frozenset(sources)))
+
+
+def _find_imports(module: str, path: Path, sources: frozenset[str]) -> Iterator[tuple[int, str]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in _statements(ast.parse(path.read_text(), str(path)).body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -64,7 +88,7 @@ def _imports(module: str, path: Path) -> Iterator[tuple[int, str]]:
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                yield node.lineno, full if full in SOURCES else base
+                yield node.lineno, full if full in sources else base
 
 
 def _edges() -> dict[str, set[str]]:

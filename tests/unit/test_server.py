@@ -461,8 +461,16 @@ async def test_configured_headers_are_sent(tmp_path: Path) -> None:
         (lambda d: d / "missing.yml", r"web config .*missing.yml: cannot read: No such file"),
         (lambda d: write_config(d, "basic_auth_users:\n  alice: 'not a hash'\n"), r"basic_auth_users.alice"),
         (lambda d: write_config(d, "tls_server_config: {cert_file: [\n"), r"not valid YAML"),
+        (lambda d: write_config(d, "no_such_key: 1\n"), r"no_such_key: unknown key \(known: basic_auth"),
+        (lambda d: write_config(d, "- a\n- b\n"), r"must be a mapping, not list"),
+        (
+            lambda d: write_config(
+                d, "tls_server_config:\n  cert_file: /nonexistent/c.pem\n  key_file: /nonexistent/k.pem\n"
+            ),
+            r"tls_server_config\.cert_file: /nonexistent/c\.pem is not a readable file",
+        ),
     ],
-    ids=["missing-file", "bad-hash", "bad-yaml"],
+    ids=["missing-file", "bad-hash", "bad-yaml", "unknown-key", "not-a-mapping", "missing-cert"],
 )
 def test_serve_with_a_bad_web_config_exits_2_with_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], make: Callable[[Path], Path], message: str

@@ -3,7 +3,8 @@ asks for and why, ``/targets`` says the same as JSON, and ``slurm-keda explain``
 
 ``slurm-keda serve`` runs as its console script over a fake slurmrestd serving the recorded 26.05 lab (the
 cpu target: 3 busy + 3 needed, 2 pending jobs counted and 22 not — 18 waiting on their array's task limit);
-KEDA's gRPC client asks for one target. Before, the page showed polls and endpoints only.
+KEDA's gRPC client asks for one target; ``slurm-keda explain`` runs through ``cli.main`` in the test's
+process.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.keda import connect
 from testkit.paths import RECORDED
+from testkit.serve_process import run_command
 from testkit.tools import free_port
 
 SCRIPT = Path(sys.executable).parent / "slurm-keda"
@@ -95,16 +97,8 @@ async def test_the_status_page_and_targets_say_why_each_target_asks_what_it_does
 
 
 async def run_explain(url: str, *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        str(SCRIPT),
-        "explain",
-        *("--slurmrestd-url", url, "--jwt", "good-token", "--retries", "0", *args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    argv = ["explain", "--slurmrestd-url", url, "--jwt", "good-token", "--retries", "0", *args]
+    return await run_command(argv)
 
 
 async def test_explain_prints_one_target_in_words() -> None:
