@@ -226,6 +226,7 @@ class IncrementalJobs:
         swept: list[int] = []
         progress: _Progress | None = None
         moved: list[int] = []
+        verdict: _Verdict | None = None
         try:
             census, self._census = self._census, None
             fresh, self._fresh_counts = self._fresh_counts, None
@@ -244,9 +245,11 @@ class IncrementalJobs:
                 answer, as_of = reused, sync.states_at
                 sync.states_reused += 1
             elif taken is not None and fresh is not None:  # the whole answer read beside: with the asks
-                answer, as_of = await self._ask_some(held, taken[1], fresh, taken[0])
+                answer, verdict = await self._ask_some(held, taken[1], fresh, taken[0])
+                as_of = sync.counts_at
             elif delta is not None and fresh is not None:  # only what can have moved for what was counted
-                answer, as_of = await self._ask_some(held, delta, fresh)
+                answer, verdict = await self._ask_some(held, delta, fresh)
+                as_of = sync.counts_at
                 if due:  # what no count shows: the whole answer, read beside the polls (none waits for it)
                     self._start_whole(fresh, len(held))
             else:
@@ -305,6 +308,8 @@ class IncrementalJobs:
             )
             read = await self._read_jobs(fetch, progress)
         except SlurmError as e:
+            if verdict is not None:  # the reads failed: settled on what the answer showed
+                self._settle(verdict, answer, 0)
             if progress is not None and progress.jobs is not None:  # published: the data never steps back
                 st.data = progress.jobs
             sync.recheck.extend(reversed(rechecked))  # read them next time
@@ -314,11 +319,19 @@ class IncrementalJobs:
         finally:
             st.last_duration = time.perf_counter() - t0
         sync.job_reads += len(fetch)
+        records = {j: good + [job for job, _ in bad] for j, (good, bad) in read.items()}
+        unlisted_splits = 0
+        if verdict is not None:  # what the answer found, less the array tasks its reads show split off
+            listed_splits, unlisted_splits = jobwatch.split_off(
+                verdict.held, verdict.answered, states, records
+            )
+            as_of = self._settle(verdict, answer, listed_splits)
+            sync.unseen = jobwatch.unseen(verdict.held, states, records)
+        elif whole_here:
+            sync.unseen = ()
         # what the reads show beyond the answer (a job that ended between the two): counted by the next
         # /diag, so kept with what this answer found beyond its counts
-        beyond = jobwatch.read_beyond(
-            states, fetch, {j: good + [job for job, _ in bad] for j, (good, bad) in read.items()}
-        )
+        beyond = jobwatch.read_beyond(states, fetch, records).without_submissions(unlisted_splits)
         sync.found_beyond += beyond
         if self._whole is not None:
             self._whole.found += beyond
@@ -456,13 +469,13 @@ class IncrementalJobs:
         delta: jobwatch.Moved,
         fresh: tuple[jobwatch.JobCounts, float],
         whole: _TakenWhole | None = None,
-    ) -> tuple[jobsync.StatesRead, float]:
+    ) -> tuple[jobsync.StatesRead, _Verdict | None]:
         """Ask ``/jobs/state`` about the records that can have moved for ``delta``
         (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved).
-        The answer is returned as a whole one would be — every held record with its
-        signature, those asked replaced by what was answered (gone when not) — with the time the jobs are
-        whole as of: this poll's ``/diag`` when the answer accounts for every count, else still the last
-        such time (and the whole answer is due: :attr:`JobsSync.unaccounted`). Raises SlurmError.
+        The answer is returned as a whole one would be — every held
+        record with its signature, those asked replaced by what was answered (gone when not) — with what
+        it found against the counts, settled once its reads are in (:meth:`_settle`; None: no count
+        moved, nothing asked, the jobs whole as of this poll's ``/diag``). Raises SlurmError.
 
         With ``whole`` (the whole answer read beside the polls; ``delta``: what moved since the ``/diag``
         it accounts for) the records not read since its request are as it says, and the counts are
@@ -470,17 +483,21 @@ class IncrementalJobs:
         as of its ``/diag``."""
         sync, cfg = self.sync, self.config
         counts, diag_at = fresh
-        quiet = delta.quiet and not sync.carry
+        quiet = delta.quiet and not sync.carry and not sync.unseen
         if quiet and whole is None:
             sync.states_asks["none"] += 1
             sync.counts, sync.counts_at = counts, diag_at
             sync.found_beyond = jobwatch.NOTHING
-            return self._keep_view(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
+            read = jobsync.StatesRead(jobwatch.whole_view(held, {}, (), self._refused_sigs()), 0)
+            self._keep(read)
+            return read, None
         asked: tuple[int, ...] = ()
         answered: dict[int, JobSig] = {}
         unreadable = 0
         if not quiet:
-            plan = jobwatch.plan(held, delta, pending_budget=cfg.jobs_states_pending_budget)
+            plan = jobwatch.plan(
+                held, delta, pending_budget=cfg.jobs_states_pending_budget, unseen=sync.unseen
+            )
             # with the changes found before and not read yet (more than --jobs-changes-limit): asked again
             asked = tuple(dict.fromkeys((*plan.ids, *sync.carry)))
         for i in range(0, len(asked), ASK_CHUNK):
@@ -497,8 +514,6 @@ class IncrementalJobs:
             sync.states_asks["some"] += 1
             # with what the last answer found beyond its counts: made after that /diag, counted by this one
             found = here + sync.found_beyond
-            if self._whole is not None:
-                self._whole.found += here
             view = jobwatch.whole_view(held, answered, asked, refused)
         else:
             sync.states_asks["whole"] += 1
@@ -512,29 +527,43 @@ class IncrementalJobs:
                 if job_id not in answered:
                     view.pop(job_id, None)
             view.update(answered)
-        if not unreadable and found.covers(delta):
-            sync.counts, sync.counts_at = counts, diag_at
+        beside = self._whole if whole is None else None
+        verdict = _Verdict(
+            delta, fresh, found, here, held_by_id, answered, len(asked), unreadable, whole, beside
+        )
+        return jobsync.StatesRead(view, unreadable), verdict
+
+    def _settle(self, v: _Verdict, answer: jobsync.StatesRead, listed_splits: int) -> float:
+        """Whether an answer for some records (:meth:`_ask_some`), less the ``listed_splits`` its reads
+        showed were array tasks split off (:func:`exporter.jobwatch.split_off`), accounts for every count;
+        the answer kept as the last one; the time the jobs are whole as of: this poll's ``/diag`` when it
+        does, else still the last such time (and the whole answer is due: :attr:`JobsSync.unaccounted`)."""
+        sync = self.sync
+        found = v.found.without_submissions(listed_splits)
+        if v.beside is not None and v.beside is self._whole:
+            v.beside.found += v.here.without_submissions(listed_splits)
+        if not v.unreadable and found.covers(v.delta):
+            sync.counts, sync.counts_at = v.fresh
             sync.unaccounted = False
-            sync.found_beyond = found.beyond(delta)
+            sync.found_beyond = found.beyond(v.delta)
         else:
             # the counts stay where they were last accounted for (with the whole answer: its /diag's), and
             # so does what was found since: a change the next answers show (a record that showed its end
             # a poll late) accounts for its count then, without the whole answer
             sync.found_beyond = found
-            if whole is not None:  # whole as of its /diag: what moved since is asked from there
-                sync.counts, sync.counts_at = whole.beside.counts, whole.beside.diag_at
+            if v.whole is not None:  # whole as of its /diag: what moved since is asked from there
+                sync.counts, sync.counts_at = v.whole.beside.counts, v.whole.beside.diag_at
             if not sync.unaccounted:
-                log.debug("jobs/state: %s not accounted for by %s (%d asked)", delta, found, len(asked))
+                log.debug("jobs/state: %s not accounted for by %s (%d asked)", v.delta, found, v.asked)
             sync.unaccounted = True
-        return self._keep_view(view, unreadable)
+        return self._keep(answer)
 
-    def _keep_view(self, view: dict[int, JobSig], unreadable: int) -> tuple[jobsync.StatesRead, float]:
-        """A view made from an answer for some records, kept as the last answer (a backlog drains from
-        it, :meth:`_reusable_states`) "as of" when the jobs were last whole; with that time."""
+    def _keep(self, read: jobsync.StatesRead) -> float:
+        """An answer made from one for some records, kept as the last answer (a backlog drains from it,
+        :meth:`_reusable_states`) "as of" when the jobs were last whole; that time."""
         sync = self.sync
-        read = jobsync.StatesRead(view, unreadable)
         sync.last_states, sync.states_at = read, sync.counts_at
-        return read, sync.counts_at
+        return sync.counts_at
 
     def _refused_sigs(self) -> dict[int, JobSig]:
         """The refused records' signatures (not held: kept in a view made from the held records)."""
@@ -763,6 +792,32 @@ class IncrementalJobs:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return out
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What an answer for some records found against the counts (:meth:`IncrementalJobs._ask_some`),
+    settled once the reads are in (:meth:`IncrementalJobs._settle`): only a record's read tells an array
+    task split off (a start) from a submission."""
+
+    delta: jobwatch.Moved
+    """What the counts moved since they were last accounted for (or since the whole answer's ``/diag``)."""
+    fresh: tuple[jobwatch.JobCounts, float]
+    """This poll's counts and when their ``/diag`` was requested."""
+    found: jobwatch.Found
+    """What the answer found with what counts since then (found beyond, or the whole answer's polls')."""
+    here: jobwatch.Found
+    """What this answer found."""
+    held: Mapping[int, Job]
+    """The records held before the poll, by id."""
+    answered: Mapping[int, JobSig]
+    """The answer for the ids asked."""
+    asked: int
+    unreadable: int
+    whole: _TakenWhole | None
+    """The whole answer read beside the polls this answer completes, if it does."""
+    beside: _WholeBeside | None
+    """The whole answer being read beside the polls when this one was asked (it counts what this found)."""
 
 
 class _Beside:

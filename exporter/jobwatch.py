@@ -91,7 +91,8 @@ class Plan:
     live: tuple[int, ...]
     """Held records neither pending nor ended (running, suspended, completing, ...): what can end."""
     new: tuple[int, ...]
-    """Ids after the highest held: what was submitted or split off since."""
+    """Ids no answer showed yet: below the highest held, then after it (what was submitted or split off
+    since)."""
     pending: tuple[int, ...]
     """Pending records, highest priority first, when jobs started: what can have started."""
 
@@ -105,12 +106,12 @@ NEW_IDS_SLACK = 8
 refused is never used, and a het job's components take one each."""
 
 
-def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int) -> Plan:
+def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int, unseen: Collection[int] = ()) -> Plan:
     """The records to ask about for ``delta``: the live ones when anything ended or started (a start may
     be followed by its end within one poll), ``delta.submitted + delta.started`` + :data:`NEW_IDS_SLACK`
     ids after the highest held when anything was submitted or started (an array task splits off under a
-    new id as it starts), and up to ``pending_budget`` pending records by priority (highest first, then
-    the oldest) when jobs started."""
+    new id as it starts) and the ``unseen`` ids below it in any case, and up to ``pending_budget``
+    pending records by priority (highest first, then the oldest) when jobs started."""
     live: list[int] = []
     pending: list[tuple[int, int]] = []
     top = 0
@@ -121,9 +122,9 @@ def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int) -> Plan:
         elif job.state not in FINAL_STATES:
             live.append(job.job_id)
     ends = delta.completed or delta.failed or delta.canceled
-    new: tuple[int, ...] = ()
+    new = tuple(sorted(unseen))
     if delta.submitted or delta.started:
-        new = tuple(range(top + 1, top + 1 + delta.submitted + delta.started + NEW_IDS_SLACK))
+        new += tuple(range(top + 1, top + 1 + delta.submitted + delta.started + NEW_IDS_SLACK))
     by_priority: tuple[int, ...] = ()
     if delta.started and pending_budget > 0:
         by_priority = tuple(job_id for _, job_id in heapq.nsmallest(pending_budget, pending))
@@ -151,6 +152,10 @@ class Found:
 
     def __add__(self, other: Found) -> Found:
         return Found(self.started + other.started, self.ended + other.ended, self.submitted + other.submitted)
+
+    def without_submissions(self, n: int) -> Found:
+        """These finds less ``n`` submissions (records counted as new that were no submission)."""
+        return Found(self.started, self.ended, max(0, self.submitted - n)) if n else self
 
     def beyond(self, delta: Moved) -> Found:
         """What was found beyond ``delta``'s counts: changes made between the ``/diag`` and the answer,
@@ -206,6 +211,55 @@ def read_beyond(
         if job_id not in seen and sig is not None:
             found += _step(sig[0], None, 0)  # gone since the answer listed it
     return found
+
+
+def split_off(
+    held: Collection[int],
+    answered: Collection[int],
+    states: Collection[int],
+    read: Mapping[int, Iterable[Job]],
+) -> tuple[int, int]:
+    """Array tasks among the records ``read`` that split off a ``held`` array under a new id as they
+    started, as (those the answer for some records listed — ``answered``: :func:`accounted` counted them —,
+    those no answer listed — not in ``states``: :func:`read_beyond` counted them). Both count a new
+    record's entries as submissions, but ``/diag`` counted the array's tasks when the array was submitted:
+    a split-off is a start only (counted as a submission too, the surplus would account for a later
+    submission no answer showed). An array submitted since is not held: its records are submissions."""
+    listed = unlisted = 0
+    seen: set[int] = set()
+    for records in read.values():
+        for job in records:
+            array = job.array_job_id
+            if array is None or array == job.job_id or job.job_id in seen or job.job_id in held:
+                continue
+            seen.add(job.job_id)
+            if array not in held:
+                continue
+            if job.job_id in answered:
+                listed += 1
+            elif job.job_id not in states:
+                unlisted += 1
+    return listed, unlisted
+
+
+UNSEEN_MAX = 1000
+"""The most ids below a record read that :func:`unseen` names (the newest)."""
+
+
+def unseen(
+    held: Collection[int], states: Collection[int], read: Mapping[int, Iterable[Job]]
+) -> tuple[int, ...]:
+    """Ids after the highest ``held`` and below the highest record ``read`` that neither the answer
+    (``states``' ids) nor a read showed: a record read along with another (an array task split off after
+    the answer, read with its array) came before them. Ids are given in turn, so each is a job submitted
+    before that record (or an id slurmctld gave a submission it refused): to ask about."""
+    top = max(held, default=0)
+    new = {job.job_id for records in read.values() for job in records if job.job_id > top}
+    if not new:
+        return ()
+    highest = max(new)
+    low = max(top + 1, highest - UNSEEN_MAX)
+    return tuple(i for i in range(low, highest) if i not in new and i not in states)
 
 
 def _step(before: str | None, after: str | None, entries: int) -> Found:

@@ -285,6 +285,10 @@ class JobsSync:
     carry: tuple[int, ...] = ()
     """Records the last read found changed but left for the next polls (:attr:`backlog`): asked about
     again while only some records are asked about, so none is lost when no counter moves meanwhile."""
+    unseen: tuple[int, ...] = ()
+    """Ids below the highest held that no answer showed yet: a record read along with another (an array
+    task split off after the answer) came before a lower id, a job submitted meanwhile — ids are given in
+    turn, so it exists or never will. Asked about in the next poll whatever the counts say."""
     found_beyond: Found = NOTHING
     """What the answers for some records, and the single-job reads after them
     (:func:`exporter.jobwatch.read_beyond`), found that :attr:`counts` do not include: changes made after

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from exporter.jobwatch import (
     NEW_IDS_SLACK,
+    UNSEEN_MAX,
     Found,
     JobCounts,
     Moved,
@@ -12,6 +13,8 @@ from exporter.jobwatch import (
     moved,
     plan,
     read_beyond,
+    split_off,
+    unseen,
     whole_view,
 )
 from exporter.model import Diag, Job
@@ -77,3 +80,39 @@ def test_what_the_reads_show_beyond_the_answer() -> None:
     read |= {4: [], 5: []}
     assert read_beyond(sig, [1, 2, 3, 4, 5, 6], read) == Found(started=2, ended=4, submitted=1)
     assert read_beyond(sig, [3], {3: [job(3), job(3)]}) == Found(0, 0, 0)
+
+
+def task(job_id: int, array: int, state: str = "RUNNING") -> Job:
+    return Job(job_id=job_id, state=state, array_job_id=array, array_task_id=job_id - array)
+
+
+def test_array_tasks_split_off_a_held_array_are_no_submissions() -> None:
+    """By where they were counted: listed by the answer for some records, or by no answer (read along
+    with their array); the array's own record, a held record, one twice, and the tasks of an array
+    submitted since (not held) are not split-offs."""
+    held = {1: job(1), 5: job(5), 6: job(6, "RUNNING")}
+    answered = {12: ("RUNNING", frozenset(), 1), 20: ("PENDING", frozenset(), 1)}
+    states = {**answered, 1: ("PENDING", frozenset(), 1), 5: ("PENDING", frozenset(), 1)}
+    read = {
+        5: [job(5), task(12, 5), task(13, 5), task(6, 5)],  # 12 listed, 13 not, 6 held
+        12: [task(12, 5)],  # read twice: once
+        20: [Job(job_id=20, state="PENDING", array_job_id=20), task(21, 20)],  # submitted since
+    }
+    assert split_off(held, answered, states, read) == (1, 1)
+    assert Found(2, 0, 3).without_submissions(1) == Found(2, 0, 2)
+    assert Found(2, 0, 1).without_submissions(2) == Found(2, 0, 0)
+
+
+def test_ids_below_a_record_read_that_no_answer_showed() -> None:
+    held = {3: job(3), 10: job(10)}
+    states = {
+        3: ("PENDING", frozenset(), 1),
+        10: ("PENDING", frozenset(), 1),
+        12: ("RUNNING", frozenset(), 1),
+    }
+    assert unseen(held, states, {12: [job(12)], 5: [job(5)]}) == (11,)  # the answer lists 12, not 11
+    assert unseen(held, states, {11: [job(11)], 12: [job(12)]}) == ()
+    assert unseen(held, states, {12: [job(12)], 7: [job(7), task(15, 7)]}) == (11, 13, 14)
+    assert unseen(held, states, {}) == ()
+    far = 10 + 5 * UNSEEN_MAX
+    assert unseen(held, states, {7: [task(far, 7)]}) == tuple(range(far - UNSEEN_MAX, far))  # the newest
