@@ -83,13 +83,14 @@ typecheck: venv
 	$(BIN)/mypy
 
 # everything: lint, types, the unit tests (four workers: most of them wait on sockets and subprocesses, not
-# the CPU; the fuzzers at a fifth of their examples) and then the live tests against the labs: two workers,
-# each lab's tests one after the other in one of them (they share its jobs and nodes; tests/conftest.py
-# groups them by lab), the labs side by side. The labs are started as needed and left running
+# the CPU; the fuzzers at a fifth of their examples) and then the live tests against the labs: three
+# workers, each lab's tests one after the other in one of them (they share its jobs and nodes;
+# tests/conftest.py groups them by lab), the labs side by side — xdist hands out the groups largest first,
+# so the 26.05 lab's (the longest) has a worker of its own and the 24.11 and host labs' share the third. The labs are started as needed and left running
 # (`make lab-down` stops them). What is left for test-nightly: the tests marked nightly and the fuzzers'
 # full example counts.
 TEST_WORKERS ?= 4
-LIVE_WORKERS ?= 2
+LIVE_WORKERS ?= 3
 test: deps lint typecheck kustomize
 	SLURM_KEDA_REQUIRE_LAB=1 SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 -m "not nightly" tests/unit $(PYTEST_ARGS)
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE -n $(LIVE_WORKERS) --dist loadgroup --durations=25 -m "not nightly" tests/live $(PYTEST_ARGS)

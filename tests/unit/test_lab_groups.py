@@ -1,4 +1,4 @@
-"""``make test`` runs the live tests with ``pytest -n 2 --dist loadgroup``: the tests of one lab share its
+"""``make test`` runs the live tests with ``pytest -n 3 --dist loadgroup``: the tests of one lab share its
 jobs and nodes, so they must run one after the other in one worker (the group ``tests/conftest.py`` gives
 each test by the lab fixture it uses). A pytest/pytest-xdist pair that ignores the groups
 (pytest-dev/pytest-xdist#1386: pytest 9.2's node ids) runs them side by side on one lab; this fails then."""
