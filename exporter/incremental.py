@@ -356,8 +356,8 @@ class IncrementalJobs:
         self._follow(held, fetched, st.data, set(states))
         sync.rereads.update({"follow": len(followed), "recheck": len(rechecked), "sweep": len(swept)})
         log.debug(
-            "jobs: %d read (%d moved, %d followed, %d rechecked, %d swept), %d gone, %d left for later;"
-            " counts %s, whole answer %s",
+            "jobs: %d read (%d moved, %d followed, %d rechecked, %d swept), %d gone, %d left for later,"
+            " %d unseen ids to ask; counts %s, whole answer %s",
             len(fetch),
             len(moved),
             len(followed),
@@ -365,6 +365,7 @@ class IncrementalJobs:
             len(swept),
             len(found.gone),
             sync.backlog,
+            len(sync.unseen),
             "unaccounted" if sync.unaccounted else "accounted",
             "read beside" if self._whole is not None else "not read",
         )
@@ -472,10 +473,10 @@ class IncrementalJobs:
     ) -> tuple[jobsync.StatesRead, _Verdict | None]:
         """Ask ``/jobs/state`` about the records that can have moved for ``delta``
         (:func:`exporter.jobwatch.plan`, :data:`ASK_CHUNK` ids a request; nothing when no count moved).
-        The answer is returned as a whole one would be — every held
-        record with its signature, those asked replaced by what was answered (gone when not) — with what
-        it found against the counts, settled once its reads are in (:meth:`_settle`; None: no count
-        moved, nothing asked, the jobs whole as of this poll's ``/diag``). Raises SlurmError.
+        The answer is returned as a whole one would be — every held record with its signature, those
+        asked replaced by what was answered (gone when not) — with what it found against the counts,
+        settled once its reads are in (:meth:`_settle`; None: no count moved, nothing asked, the jobs
+        whole as of this poll's ``/diag``). Raises SlurmError.
 
         With ``whole`` (the whole answer read beside the polls; ``delta``: what moved since the ``/diag``
         it accounts for) the records not read since its request are as it says, and the counts are
