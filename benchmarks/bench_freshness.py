@@ -279,7 +279,7 @@ async def run_mode(lab: Lab, args: argparse.Namespace, name: str, parked: list[i
                     (
                         now,
                         sync.unaccounted,
-                        poller._jobs._whole is not None,
+                        poller.whole_states_in_flight,
                         len(sync.last_read),
                         tuple(sorted(sync.states_asks.items())),
                         sync.backlog,

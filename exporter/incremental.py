@@ -452,6 +452,11 @@ class IncrementalJobs:
         if w is not None:
             w.task.cancel()
 
+    @property
+    def whole_in_flight(self) -> bool:
+        """Whether a whole ``/jobs/state`` answer is being read beside the polls."""
+        return self._whole is not None and not self._whole.task.done()
+
     async def whole_settled(self) -> None:
         """Until the whole answer read beside the polls (if one is) has ended, ok or not."""
         if self._whole is not None:

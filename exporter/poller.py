@@ -516,6 +516,11 @@ class Poller:
         st.full_fetch_at, st.envelope, st.last_bytes = got.finished, got.env, got.nbytes
         st.record_ok(got.finished, max(st.requested_at or got.requested, got.requested))
 
+    @property
+    def whole_states_in_flight(self) -> bool:
+        """Whether a whole ``/jobs/state`` answer is being read beside the incremental reads."""
+        return self._jobs.whole_in_flight
+
     async def listing_settled(self) -> None:
         """Until the listing and the whole ``/jobs/state`` answer read beside the incremental reads (if
         any) have ended, ok or not; the next poll folds them in."""

@@ -67,10 +67,19 @@ class FakeSlurmrestd:
     jobs_table: JobTable | None = None
     """When set, ``/jobs``, ``/jobs/state/`` and ``/job/{id}`` answer from this table (faults still apply, by
     the endpoint names ``jobs``, ``jobs/state`` and ``job``)."""
+    whole_states_waiting: int = 0
+    """Whole ``/jobs/state`` answers made and held back by :attr:`whole_states_gate`."""
+    _made: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
 
     def __post_init__(self) -> None:
         if not self.versions:
             self.versions = sorted(p.name for p in self.data_dir.glob("v0.0.*"))
+
+    async def whole_states_made(self) -> None:
+        """Until a whole ``/jobs/state`` answer is made and held back by :attr:`whole_states_gate` (at once
+        when one is): over real HTTP a request reaches the fake a moment after the poller sent it, and a
+        test that changes the table meanwhile would have it answer as of later than its request."""
+        await self._made.wait()
 
     def body(self, version: str, endpoint: str) -> bytes:
         if endpoint in self.override:
@@ -160,7 +169,14 @@ class FakeSlurmrestd:
                 answer = self._table_body(request, endpoint)
                 whole = endpoint == "jobs/state" and not request.query.getall("job_id", [])
                 if whole and self.whole_states_gate is not None:
-                    await self.whole_states_gate.wait()
+                    self.whole_states_waiting += 1
+                    self._made.set()
+                    try:
+                        await self.whole_states_gate.wait()
+                    finally:
+                        self.whole_states_waiting -= 1
+                        if not self.whole_states_waiting:
+                            self._made.clear()
                 if answer is None and fault == "ok" and endpoint == "job":
                     errors = [{"description": "Unable to query JobId", "error": "Invalid job id specified"}]
                     return web.json_response({"jobs": [], "errors": errors}, status=404)
