@@ -69,7 +69,7 @@ class FakeSlurmrestd:
     the endpoint names ``jobs``, ``jobs/state`` and ``job``)."""
     whole_states_waiting: int = 0
     """Whole ``/jobs/state`` answers made and held back by :attr:`whole_states_gate`."""
-    _made: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _made: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.versions:
