@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import msgspec
 import pytest
 
-from exporter import jobsync, jobwatch
+from exporter import incremental, jobsync, jobwatch
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.collector import jobs_sync_families
 from exporter.jobsync import FINAL_STATES
@@ -1379,7 +1379,9 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
 
 
 @pytest.mark.parametrize("seed", range(4))
-async def test_random_churn_asking_some_records_with_whole_answers_beside(rig: Rig, seed: int) -> None:
+async def test_random_churn_asking_some_records_with_whole_answers_beside(
+    rig: Rig, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Asking /jobs/state about what the counters say moved, the whole answer read beside the polls every
     3 s and held back for 0–3 polls (as of its request): after every poll whose counts are accounted for,
     every job Slurm holds is held as it is (a purge, which no counter sees, may wait for a whole answer);
@@ -1389,6 +1391,8 @@ async def test_random_churn_asking_some_records_with_whole_answers_beside(rig: R
     rnd = random.Random(seed)
     t = rig.table
     rig.fake.override.pop("diag")
+    # every 3 s of the test's clock, however long the last one took (ten times that, in real seconds)
+    monkeypatch.setattr(incremental, "STATES_FULL_EVERY_RATIO", 0.0)
     p = rig.poller(jobs_states_targeted_min=1, jobs_states_full_every=3.0, jobs_listing_ratio=1e9)
     sync = p.status.jobs_sync
     gate = asyncio.Event()
