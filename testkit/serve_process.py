@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
-import logging
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -44,21 +43,13 @@ async def run_command(argv: Sequence[str], *, process: bool = False) -> tuple[in
     from slurm_keda import cli
 
     out, err = io.StringIO(), io.StringIO()
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
 
     def call() -> int:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             return cli.main(list(argv))
 
-    try:
-        code = await asyncio.wait_for(asyncio.to_thread(call), 60)
-    finally:  # the command set up the root logger for itself: the tests after it get pytest's back
-        for handler in list(root.handlers):
-            root.removeHandler(handler)
-        for handler in handlers:
-            root.addHandler(handler)
-        root.setLevel(level)
+    # the root logger the command sets up for itself is undone after the test (tests/conftest.py)
+    code = await asyncio.wait_for(asyncio.to_thread(call), 60)
     return code, out.getvalue(), err.getvalue()
 
 

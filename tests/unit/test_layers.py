@@ -66,20 +66,17 @@ def _imports(module: str, path: Path) -> tuple[tuple[int, str], ...]:
     """(line, imported module) of every import in ``path``, resolved to a module of the checkout where one
     is named (``from pkg import mod`` → ``pkg.mod``), else to the named package or an outside module; each
     file read once per process (the checks share it)."""
-    return _read_imports(module, path, tuple(SOURCES))
+    return _imports_among(module, path, frozenset(SOURCES))
 
 
 @functools.cache
-def _read_imports(module: str, path: Path, sources: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
-    return tuple(_find_imports(module, path, frozenset(sources)))
-
-
-def _find_imports(module: str, path: Path, sources: frozenset[str]) -> Iterator[tuple[int, str]]:
+def _imports_among(module: str, path: Path, sources: frozenset[str]) -> tuple[tuple[int, str], ...]:
+    found: list[tuple[int, str]] = []
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in _statements(ast.parse(path.read_text(), str(path)).body):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name
+                found.append((node.lineno, alias.name))
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
@@ -88,7 +85,8 @@ def _find_imports(module: str, path: Path, sources: frozenset[str]) -> Iterator[
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                yield node.lineno, full if full in sources else base
+                found.append((node.lineno, full if full in sources else base))
+    return tuple(found)
 
 
 def _edges() -> dict[str, set[str]]:
