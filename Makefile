@@ -102,10 +102,11 @@ test-nightly: deps kustomize
 	SLURM_KEDA_REQUIRE_LAB=1 $(BIN)/python -m pytest -rfE --durations=25 -m nightly tests $(PYTEST_ARGS)
 	$(BIN)/python -m pytest -rfE -n $(TEST_WORKERS) --durations=10 tests/unit/test_fuzz.py $(PYTEST_ARGS)
 
-# quick feedback: the unit tests only (no lab), four workers, the fuzzers at a fifth of their examples, without
-# the two that burn seconds of CPU (marked heavy: a wheel build, thousands of sockets; make test runs them)
+# quick feedback: the unit tests only (no lab), four workers, every property test on a fifth of make test's
+# examples and seeds (testkit/budget.py), without the two that burn seconds of CPU (marked heavy: a wheel
+# build, thousands of sockets; make test runs them)
 unit: venv
-	SLURM_KEDA_FUZZ=quick $(BIN)/python -m pytest -q -n 4 -m "not heavy" tests/unit $(PYTEST_ARGS)
+	SLURM_KEDA_FUZZ=smoke $(BIN)/python -m pytest -q -n 4 -m "not heavy" tests/unit $(PYTEST_ARGS)
 
 # KEDA's external scaler messages: autoscaler/_proto/externalscaler_pb2.py + .pyi (mypy-protobuf), committed;
 # tests/unit/test_grpc_scaler.py regenerates them (PROTO_OUT=<tmp>) and checks they are byte-identical.

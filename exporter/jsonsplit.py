@@ -250,6 +250,15 @@ class ArrayCutter:
         self._sc_closes = 0
         self._sc_array_end = -1
         """Where the array's ``]`` is, once scanned (-1: not yet)."""
+        self._forget_scanned_pieces()
+
+    def _forget_scanned_pieces(self) -> None:
+        """After any change to ``_buf`` or ``_pending`` but an append: the scan resumes from the first
+        piece (which pieces it has wholly scanned is known again after one pass over them)."""
+        self._sc_piece = 0
+        """Index in ``(_buf, *_pending)`` of the first piece not wholly scanned (or before it)."""
+        self._sc_piece_at = 0
+        """Where that piece begins in the unconsumed stream."""
 
     @property
     def found_array(self) -> bool:
@@ -391,14 +400,18 @@ class ArrayCutter:
     def _scan_new(self, budget: int | None) -> None:
         """Scan the unconsumed bytes not scanned yet (at most ``budget``, None: all), piece by piece, up to
         the array's ``]``."""
-        offset = 0
+        k, offset = self._sc_piece, self._sc_piece_at
         left = budget
-        for piece in (self._buf, *self._pending):
+        pending = self._pending
+        while k <= len(pending):
+            piece = pending[k - 1] if k else self._buf
             n = len(piece)
             if self._sc_array_end >= 0 or left == 0:
                 return
             if offset + n <= self._sc_pos:
                 offset += n
+                k += 1
+                self._sc_piece, self._sc_piece_at = k, offset
                 continue
             start = self._sc_pos - offset
             n = n if left is None else min(n, start + left)
@@ -432,6 +445,9 @@ class ArrayCutter:
             if self._sc_pos - self._sc_last_close > self._max_element:
                 self._too_large()
             offset += len(piece)
+            k += 1
+            if self._sc_pos == offset:  # wholly scanned: the next scan starts after it
+                self._sc_piece, self._sc_piece_at = k, offset
 
     def _too_large(self) -> NoReturn:
         raise TooLargeError(
@@ -458,6 +474,7 @@ class ArrayCutter:
         self._buf = rest[0] if rest else b""
         self._pending = rest[1:]
         self._pending_len = sum(len(p) for p in self._pending)
+        self._forget_scanned_pieces()
         return tuple(taken)
 
     def _between(self, a: int, b: int) -> bytes:

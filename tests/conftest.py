@@ -12,13 +12,17 @@ import pytest
 from hypothesis import settings
 
 from exporter.logs import JsonFormatter, TextFormatter
+from testkit.budget import examples
 
 pytest_plugins = ["testkit.lab_fixtures"]
 
-settings.register_profile("slurm-keda", derandomize=True, database=None, deadline=None)
+settings.register_profile(
+    "slurm-keda", derandomize=True, database=None, deadline=None, max_examples=examples(100)
+)
 settings.load_profile("slurm-keda")
 """Every property test derandomised (the same examples on every run: CI is deterministic), no example
-database, no per-example deadline (CI machines are slow); a test's own settings add to these."""
+database, no per-example deadline (CI machines are slow), hypothesis' 100 examples scaled by the run's
+budget (:mod:`testkit.budget`); a test's own settings add to these."""
 
 
 @pytest.fixture(autouse=True)

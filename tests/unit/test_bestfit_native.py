@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from autoscaler.demand import packing
 from autoscaler.demand.packing import Bins, Piece, pack
+from testkit.budget import examples
 
 native: Any = packing._native
 needs_native = pytest.mark.skipif(native is None, reason="built without a C compiler")
@@ -62,14 +63,14 @@ def random_case(rng: random.Random, runs_at_most: int) -> tuple[Order, Runs, Cap
 @needs_native
 def test_the_same_answer_on_random_cases() -> None:
     rng = random.Random(25)
-    for case in range(1500):
+    for case in range(examples(1500)):
         order, runs, cap, open_new = random_case(rng, 80 if case % 10 else 600)
         got, want = both(order, runs, cap, open_new)
         assert got == want, (case, order, runs, cap, open_new)
 
 
 @needs_native
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     cap=st.tuples(st.integers(1, 16), st.integers(0, 64), st.integers(0, 4)),
     order=st.lists(

@@ -21,6 +21,7 @@ from bridge.requests import PREFIX, JobRequest, Refusal, admit, parse_admin_comm
 from bridge.slurm import exclude_nodes, parse_submit_answer
 from exporter.client import ClientConfig, SlurmClient, TokenSource
 from exporter.errors import ShapeError, SlurmError, SlurmReportedError
+from testkit.budget import examples
 from testkit.builders import pod_doc
 from testkit.paths import SHARED
 from testkit.tools import serve_app
@@ -303,7 +304,7 @@ _KEYS = st.sampled_from(
 )
 
 
-@settings(max_examples=500, derandomize=True, database=None, deadline=None)
+@settings(max_examples=examples(500), derandomize=True, database=None, deadline=None)
 @given(
     namespace=st.sampled_from(["team-a", "team-b"]),
     annotations=st.dictionaries(

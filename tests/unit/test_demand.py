@@ -24,6 +24,7 @@ from autoscaler.report import misfit_text
 from exporter.model import MIB, Job, Node, NodeRequest, Partition, SlurmConfig, Snapshot
 from exporter.slurmtext import hostlist_expand
 from testkit import builders
+from testkit.budget import seeds
 from testkit.paths import ROOT
 from testkit.tools import recorded_snapshot
 
@@ -595,7 +596,7 @@ def _random_pieces(
     return groups
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(6))
 def test_exact_packing_is_first_fit_job_by_job(seed: int) -> None:
     # Bulk placement over runs and blocks (runs well past 2 blocks, so blocks are skipped, tightened
     # and split) places exactly like the one-job-at-a-time reference, into free room and new bins, also
@@ -615,7 +616,7 @@ def test_exact_packing_is_first_fit_job_by_job(seed: int) -> None:
     )
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", seeds(4))
 def test_queue_is_packed_like_slurm_takes_it_up_job_by_job(seed: int) -> None:
     # 80 pending jobs (1–2 nodes, 1–8 CPUs and 100–16000 MiB per node, a few sizes repeated), priorities
     # from a small set (ties), submit times and job ids shuffled: the model's answer is first fit one job

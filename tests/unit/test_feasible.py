@@ -35,6 +35,7 @@ from bridge.volumes import (
     StorageClass,
     Volumes,
 )
+from testkit.budget import examples
 
 NO_VOLUMES = Volumes()
 
@@ -497,7 +498,7 @@ _exprs = st.lists(
 _labels = st.dictionaries(st.sampled_from(["zone", "gpus", "rack"]), st.sampled_from(["a", "b", "1", "8"]))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(taints=_taints, tolerations=_tolerations, extra=_tolerations)
 def test_adding_a_toleration_never_removes_a_node(
     taints: list[dict[str, str]], tolerations: list[dict[str, str]], extra: list[dict[str, str]]
@@ -508,7 +509,7 @@ def test_adding_a_toleration_never_removes_a_node(
     assert after or not before
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     terms=st.lists(_exprs.map(lambda e: {"matchExpressions": e}), max_size=3),
     labels=st.lists(_labels, min_size=1, max_size=5),
@@ -531,7 +532,7 @@ def test_a_node_ruled_out_for_any_reason_is_never_offered(
     assert set(got.nodes).isdisjoint(got.reasons) and len(got.nodes) + len(got.reasons) == len(nodes)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     terms=st.lists(_exprs.filter(bool).map(lambda e: {"matchExpressions": e}), min_size=1, max_size=3),
     more=_exprs.map(lambda e: {"matchExpressions": e}),
@@ -552,7 +553,7 @@ def test_adding_a_term_never_removes_a_node_and_adding_an_expression_never_adds_
 _cpu = st.sampled_from(["", "500m", "1", "2", "3500m"])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     labels=st.lists(_labels, min_size=1, max_size=6),
     cordoned=st.lists(st.booleans(), min_size=6, max_size=6),
@@ -590,7 +591,7 @@ def test_the_indexed_verdict_is_node_reasons_node_by_node(
         assert (n.metadata.name in got.nodes) is (reasons == [])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     digits=st.integers(0, 10**12),
     suffix=st.sampled_from(["", "m", "k", "M", "G", "T", "Ki", "Mi", "Gi", "Ti"]),

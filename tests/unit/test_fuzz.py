@@ -9,7 +9,6 @@ Examples are derandomised (the same inputs every run: CI stays deterministic) an
 from __future__ import annotations
 
 import json
-import os
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from exporter.model import Snapshot
 from exporter.validate import check_jobs, check_nodes
 from exporter.versions import adapter_for
 from exporter.webconfig import load_web_config
+from testkit import budget
 from testkit.paths import recorded_version_dirs
 from testkit.tools import decode_to_dicts, recorded_snapshot
 
@@ -42,15 +42,12 @@ EXAMPLES = {
 }
 
 
-QUICK = os.environ.get("SLURM_KEDA_FUZZ") == "quick"
-"""``make unit`` and ``make test`` run every fuzzer with a fifth of its examples; ``make test-nightly`` with
-all of them."""
-
-
 def fuzz(examples: int) -> settings:
-    """Derandomised, no example database, no per-example deadline (CI machines are slow)."""
+    """Derandomised, no example database, no per-example deadline (CI machines are slow); ``examples`` as
+    many as the run's budget allows (:mod:`testkit.budget`: all in ``make test-nightly``, a fifth in ``make
+    test``, a 25th in ``make unit``)."""
     return settings(
-        max_examples=max(examples // 5, 5) if QUICK else examples,
+        max_examples=budget.examples(examples, fuzzer=True),
         derandomize=True,
         database=None,
         deadline=None,

@@ -22,6 +22,7 @@ from exporter.poller import RENDER_SECONDS_PER_JOB, Poller
 from exporter.pollstate import PollerConfig
 from exporter.server import jobs_freshness
 from exporter.session import SlurmSession
+from testkit.budget import seeds
 from testkit.fake_jobs import JobTable, num
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.jobdiff import by_id
@@ -1344,7 +1345,7 @@ def churn(
     return op, job_id, state
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(6))
 async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(rig: Rig, seed: int) -> None:
     """Submissions, starts, ends, purges, array tasks splitting off, holds and releases (announced by the RPC
     counter): after every poll the jobs equal a full listing's, field by field."""
@@ -1378,7 +1379,7 @@ async def test_random_churn_keeps_the_incremental_snapshot_equal_to_a_listing(ri
     assert p.status.jobs_sync.full_listings == {"first": 1}
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", seeds(4))
 async def test_random_churn_asking_some_records_with_whole_answers_beside(
     rig: Rig, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:

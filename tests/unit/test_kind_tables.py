@@ -14,6 +14,7 @@ import pytest
 
 from autoscaler.demand import Demand, NodeShape, ScanCache, Target, compute_demand, queue, tables
 from exporter.model import MIB, Job, Node, Partition, Snapshot
+from testkit.budget import seeds
 from tests.unit.test_scan_cache import next_jobs, random_job, snapshot
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB, gpus=2)
@@ -94,7 +95,7 @@ def large(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", seeds(40))
 def test_the_same_answers_as_kind_objects(seed: int) -> None:
     rng = random.Random(seed)
     jobs = [varied_job(rng, i) for i in range(1, rng.randint(2, 400))]
@@ -147,7 +148,7 @@ def same_kinds(snap: Snapshot, partitions: str, cache: ScanCache | None = None) 
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("seed", range(40))
+@pytest.mark.parametrize("seed", seeds(40))
 def test_the_same_kinds_in_the_same_order(seed: int) -> None:
     rng = random.Random(1000 + seed)
     jobs = [varied_job(rng, i) for i in range(1, rng.randint(2, 300))]
@@ -171,7 +172,7 @@ def merging_job(rng: random.Random, job_id: int) -> Job:
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(20))
 def test_merged_kinds_are_ranked_by_their_first_lead(seed: int) -> None:
     rng = random.Random(seed)
     jobs = [merging_job(rng, i) for i in range(1, rng.randint(3, 60))]
@@ -185,7 +186,7 @@ def test_merged_kinds_are_ranked_by_their_first_lead(seed: int) -> None:
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", seeds(8))
 def test_the_same_answers_over_polls_with_the_cache(seed: int) -> None:
     rng = random.Random(100 + seed)
     top = rng.randint(50, 300)
@@ -259,7 +260,7 @@ def test_all_different_shapes_packed_by_the_bounded_path() -> None:
 
 
 @pytest.mark.usefixtures("large")
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", seeds(6))
 def test_the_same_kinds_over_polls_with_the_cache(seed: int) -> None:
     """Leads ranked from the cache's rows (records kept, re-read, dropped, added, compacted)."""
     rng = random.Random(200 + seed)
@@ -282,7 +283,7 @@ def lexsorted(*columns: Any) -> list[int]:
     return np.lexsort(columns[::-1]).tolist()  # type: ignore[no-any-return]
 
 
-@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("seed", seeds(30))
 def test_one_composite_sort_orders_as_lexsort(seed: int) -> None:
     # tables._order: one int64 argsort where the columns' spans fit in 63 bits, else lexsort — the same
     # order either way: negative values, integral floats (submit times) folded in; fractional or
@@ -323,7 +324,7 @@ def test_composite_sort_takes_one_argsort_only_where_the_bits_fit(monkeypatch: p
     assert tables._order(np.empty(0, dtype=np.int64)).tolist() == []
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(20))
 def test_first_seen_groups_in_the_order_of_their_first_element(seed: int) -> None:
     rng = random.Random(seed)
     size = rng.randint(1, 50)

@@ -17,6 +17,7 @@ from exporter.poller import Poller
 from exporter.pollstate import PollerConfig
 from exporter.server import make_app
 from exporter.session import SlurmSession
+from testkit.budget import seeds
 from testkit.fake_jobs import JobTable
 from testkit.fake_slurmrestd import FakeSlurmrestd, serve
 from testkit.paths import RECORDED
@@ -31,7 +32,7 @@ def _wire(delta: JobsDelta) -> JobsDelta:
     return msgspec.msgpack.decode(msgspec.msgpack.encode(delta), type=JobsDelta)
 
 
-@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("seed", seeds(20))
 def test_a_copy_follows_every_step(seed: int) -> None:
     rng = random.Random(seed)
     jobs: tuple[Job, ...] = tuple(_job(i) for i in range(1, 60))

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from autoscaler.demand.queue import Kind, _by_lead
 from autoscaler.reasons import Eligibility
 from exporter.model import Job
+from testkit.budget import examples
 
 
 def reference(kinds: list[Kind], jobs: Sequence[Job]) -> list[Kind]:
@@ -66,7 +67,7 @@ def test_the_same_order_as_sorting_by_rank() -> None:
         assert got == [k.name for k in reference(kinds, jobs)], case
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(0, 2**32), st.integers(0, 80))
 def test_the_same_order_on_any_mix(seed: int, n_kinds: int) -> None:
     kinds, jobs = make(random.Random(seed), n_kinds)

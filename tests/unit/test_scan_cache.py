@@ -24,6 +24,7 @@ from exporter.model import (
     SlurmConfig,
     Snapshot,
 )
+from testkit.budget import seeds
 
 SHAPE = NodeShape(cpus=8, memory_bytes=16000 * MIB)
 TARGETS = [Target("a", "a", shape=SHAPE), Target("b", "b", shape=SHAPE, max_nodes=40)]
@@ -145,7 +146,7 @@ def next_jobs(jobs: list[Job], rng: random.Random, top: int) -> tuple[list[Job],
     return out, top
 
 
-@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("seed", seeds(12))
 def test_every_answer_is_the_one_without_the_cache(seed: int) -> None:
     rng = random.Random(seed)
     top = rng.randint(20, 80)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from autoscaler.demand.sizing import NO_RULES, Request, SizeRules, request_columns, size, size_columns
 from autoscaler.demand.types import Misfit, NodeShape
 from exporter.model import MIB, NodeRequest
+from testkit.budget import examples, seeds
 
 GIB = 1024 * MIB
 
@@ -47,7 +48,7 @@ shapes = st.builds(
 rules = st.builds(SizeRules, largest_ranges=st.booleans(), cpus_per_gpu=st.sampled_from([0, 4]))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(
     batch=st.lists(requests, min_size=1, max_size=40),
     shape=shapes,
@@ -69,7 +70,7 @@ def test_columns_size_as_size_does(
             assert tuple(piece) == one, request
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", seeds(3))
 def test_many_requests_at_once(seed: int) -> None:
     """20,000 seeded requests over every field's edges, per shape, target maximum and rules: one call."""
     rng = random.Random(seed)
