@@ -551,7 +551,14 @@ class IncrementalJobs:
         if not v.unreadable and found.covers(v.delta):
             sync.counts, sync.counts_at = v.fresh
             sync.unaccounted = False
-            sync.found_beyond = found.beyond(v.delta)
+            # what this answer found beyond the counts: made after this /diag, counted by the next one — at
+            # most what it found itself, so a surplus no /diag counts (a record taken for a submission that
+            # was none) is carried one poll, not poll after poll where it would stand for later changes
+            here = v.here.without_submissions(listed_splits)
+            sync.found_beyond = found.beyond(v.delta).at_most(here)
+            if sync.found_beyond.submitted and log.isEnabledFor(logging.DEBUG):
+                new = sorted(j for j in v.answered if j not in v.held)
+                log.debug("jobs/state: %s found beyond %s; new records %s", sync.found_beyond, v.delta, new)
         else:
             # the counts stay where they were last accounted for (with the whole answer: its /diag's), and
             # so does what was found since: a change the next answers show (a record that showed its end

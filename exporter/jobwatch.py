@@ -157,6 +157,14 @@ class Found:
         """These finds less ``n`` submissions (records counted as new that were no submission)."""
         return Found(self.started, self.ended, max(0, self.submitted - n)) if n else self
 
+    def at_most(self, other: Found) -> Found:
+        """Each count no more than ``other``'s."""
+        return Found(
+            min(self.started, other.started),
+            min(self.ended, other.ended),
+            min(self.submitted, other.submitted),
+        )
+
     def beyond(self, delta: Moved) -> Found:
         """What was found beyond ``delta``'s counts: changes made between the ``/diag`` and the answer,
         which the next ``/diag`` counts although they are already read (kept for one poll)."""

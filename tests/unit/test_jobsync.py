@@ -743,6 +743,30 @@ async def test_a_change_between_diag_and_the_answer_is_accounted_for_in_the_next
         assert differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
+async def test_a_surplus_no_diag_counts_is_carried_one_poll_only(rig: Rig) -> None:
+    """A new record the answer found that no /diag counts as a submission (at 100,000 jobs such a surplus
+    stood at 14–49 submissions "found beyond the counts" poll after poll): kept one poll as any change
+    found beyond the counts, then dropped — what a poll carries is at most what it found itself."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    async with p.client:
+        await steady(rig, p)
+        t.submit()
+        t.counts["submitted"] -= 1  # a record /diag never counted as a submission
+        t.start(plain_pending(t)[0])  # a count moves: the ids after the highest held are asked
+        await p.poll_once()
+        assert not sync.unaccounted and sync.found_beyond == jobwatch.Found(0, 0, 1)
+        rig.clock.now += 1
+        t.start(plain_pending(t)[0])
+        await p.poll_once()
+        assert not sync.unaccounted and sync.found_beyond == jobwatch.NOTHING
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+
+
 async def test_a_job_that_ends_between_the_answer_and_its_read_is_accounted_for_by_the_read(rig: Rig) -> None:
     """The answer shows a job started, it ends before its /job/{id} read: the read holds it ended, so no
     later answer shows the end the next /diag counts — the read's finding is kept with the answer's
