@@ -529,6 +529,15 @@ class IncrementalJobs:
             found = here + whole.beside.found
             unreadable += whole.answer.unreadable
             view = whole.view(held_by_id, refused)
+            if log.isEnabledFor(logging.DEBUG):
+                ended = [
+                    j
+                    for j, sig in view.items()
+                    if sig[0] in jobsync.FINAL_STATES
+                    and (job := held_by_id.get(j)) is not None
+                    and job.state not in jobsync.FINAL_STATES
+                ]
+                log.debug("jobs/state whole: %d held live shown ended %s", len(ended), sorted(ended)[:20])
             for job_id in asked:
                 if job_id not in answered:
                     view.pop(job_id, None)
