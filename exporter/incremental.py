@@ -333,6 +333,14 @@ class IncrementalJobs:
         # /diag, so kept with what this answer found beyond its counts
         beyond = jobwatch.read_beyond(states, fetch, records).without_submissions(unlisted_splits)
         sync.found_beyond += beyond
+        if beyond != jobwatch.NOTHING and log.isEnabledFor(logging.DEBUG):
+            shown = {
+                job.job_id: ((states.get(job.job_id) or ("-",))[0], job.state)
+                for got in records.values()
+                for job in got
+                if (states.get(job.job_id) or ("-",))[0] != job.state
+            }
+            log.debug("jobs: the reads found %s beyond the answer: %s", beyond, shown)
         if self._whole is not None:
             self._whole.found += beyond
         fetched: dict[int, list[Job]] = {}
@@ -577,6 +585,21 @@ class IncrementalJobs:
                 sync.counts, sync.counts_at = v.whole.beside.counts, v.whole.beside.diag_at
             if not sync.unaccounted:
                 log.debug("jobs/state: %s not accounted for by %s (%d asked)", v.delta, found, v.asked)
+                moved = {
+                    j: (job.state if (job := v.held.get(j)) is not None else None, sig[0])
+                    for j, sig in v.answered.items()
+                    if (job := v.held.get(j)) is None or job.state != sig[0]
+                }
+                live = {
+                    j: (job.state, (v.answered.get(j) or ("-",))[0])
+                    for j, job in v.held.items()
+                    if job.state != "PENDING" and job.state not in jobsync.FINAL_STATES
+                }
+                log.debug(
+                    "jobs/state: records that moved in the answer (held → answered) %s; live held %s",
+                    moved,
+                    live,
+                )
             sync.unaccounted = True
         return self._keep(answer)
 

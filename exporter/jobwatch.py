@@ -205,18 +205,21 @@ def read_beyond(
     between the answer and its read, a record the answer did not list (an array task split off since),
     one gone since (``asked``: the ids read; ``read``: id → the records its read returned). Those changes
     are counted by a later ``/diag`` than the one the answer is compared with (:func:`accounted` counted
-    the answer's own)."""
+    the answer's own). A record two reads returned (its own ``/job/{id}`` and its array's, moments apart)
+    counts as the last one read — the one :func:`exporter.jobsync.merge` holds: counted by the other, a
+    change between the two reads would be held and never counted, and the next ``/diag`` would count an
+    end no answer shows."""
     found = NOTHING
-    seen: set[int] = set()
+    kept: dict[int, Job] = {}  # a record two reads returned (its own and its array's): the one held
     for records in read.values():
         for job in records:
-            if job.job_id not in seen:
-                seen.add(job.job_id)
-                sig = states.get(job.job_id)
-                found += _step(None if sig is None else sig[0], job.state, signature(job)[2])
+            kept[job.job_id] = job
+    for job in kept.values():
+        sig = states.get(job.job_id)
+        found += _step(None if sig is None else sig[0], job.state, signature(job)[2])
     for job_id in asked:
         sig = states.get(job_id)
-        if job_id not in seen and sig is not None:
+        if job_id not in kept and sig is not None:
             found += _step(sig[0], None, 0)  # gone since the answer listed it
     return found
 

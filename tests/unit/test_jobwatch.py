@@ -3,6 +3,7 @@ accounts for them (the poller's use of it: tests/unit/test_jobsync.py)."""
 
 from __future__ import annotations
 
+from exporter.jobsync import merge
 from exporter.jobwatch import (
     NEW_IDS_SLACK,
     UNSEEN_MAX,
@@ -80,6 +81,21 @@ def test_what_the_reads_show_beyond_the_answer() -> None:
     read |= {4: [], 5: []}
     assert read_beyond(sig, [1, 2, 3, 4, 5, 6], read) == Found(started=2, ended=4, submitted=1)
     assert read_beyond(sig, [3], {3: [job(3), job(3)]}) == Found(0, 0, 0)
+
+
+def test_a_record_two_reads_returned_counts_as_the_one_held() -> None:
+    """An array task read on its own and with its array, moments apart, the job ending between the two:
+    the step counted is to the record the merge holds (the last read), so what is held is what is counted
+    (found at 500 and 100,000 jobs: a task held ended, its end never counted — the next /diag's completion
+    unaccounted for until the whole answer)."""
+    sig = {10: ("PENDING", frozenset(), 1), 12: ("RUNNING", frozenset(), 1)}
+    array_first = {10: [job(10), task(12, 10)], 12: [task(12, 10, "COMPLETED")]}
+    own_first = {12: [task(12, 10, "COMPLETED")], 10: [job(10), task(12, 10)]}
+    for read in (array_first, own_first):
+        held = {j.job_id: j for j in merge([job(10), task(12, 10)], read)}
+        ended = int(held[12].state == "COMPLETED")
+        assert read_beyond(sig, [10, 12], read) == Found(started=0, ended=ended, submitted=0)
+    assert read_beyond(sig, [10, 12], array_first).ended == 1
 
 
 def task(job_id: int, array: int, state: str = "RUNNING") -> Job:
