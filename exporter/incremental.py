@@ -340,7 +340,7 @@ class IncrementalJobs:
                 for job in got
                 if (states.get(job.job_id) or ("-",))[0] != job.state
             }
-            log.debug("jobs: the reads found %s beyond the answer: %s", beyond, shown)
+            log.debug("jobs: the reads found %s beyond the answer: %s", beyond, _some(shown))
         if self._whole is not None:
             self._whole.found += beyond
         fetched: dict[int, list[Job]] = {}
@@ -590,16 +590,7 @@ class IncrementalJobs:
                     for j, sig in v.answered.items()
                     if (job := v.held.get(j)) is None or job.state != sig[0]
                 }
-                live = {
-                    j: (job.state, (v.answered.get(j) or ("-",))[0])
-                    for j, job in v.held.items()
-                    if job.state != "PENDING" and job.state not in jobsync.FINAL_STATES
-                }
-                log.debug(
-                    "jobs/state: records that moved in the answer (held → answered) %s; live held %s",
-                    moved,
-                    live,
-                )
+                log.debug("jobs/state: records that moved in the answer (held → answered) %s", _some(moved))
             sync.unaccounted = True
         return self._keep(answer)
 
@@ -837,6 +828,13 @@ class IncrementalJobs:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return out
+
+
+def _some(moves: Mapping[int, tuple[str | None, str]], most: int = 50) -> str:
+    """A debug line's list of records that moved (id → before, after): the first ``most`` of them."""
+    items = list(moves.items())
+    more = f" and {len(items) - most} more" if len(items) > most else ""
+    return f"{dict(items[:most])}{more}"
 
 
 @dataclass(frozen=True)
