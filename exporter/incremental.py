@@ -563,15 +563,19 @@ class IncrementalJobs:
         does, else still the last such time (and the whole answer is due: :attr:`JobsSync.unaccounted`)."""
         sync = self.sync
         found = v.found.without_submissions(listed_splits)
+        here = v.here.without_submissions(listed_splits)
         if v.beside is not None and v.beside is self._whole:
-            v.beside.found += v.here.without_submissions(listed_splits)
+            v.beside.found += here
+        elif v.beside is None and v.whole is None and self._whole is not None:
+            # the whole answer was asked for in this poll: it accounts for the counts up to this /diag, so
+            # what this answer found beyond them counts for it as the polls' finds since do
+            self._whole.found += found.beyond(v.delta).at_most(here)
         if not v.unreadable and found.covers(v.delta):
             sync.counts, sync.counts_at = v.fresh
             sync.unaccounted = False
             # what this answer found beyond the counts: made after this /diag, counted by the next one — at
             # most what it found itself, so a surplus no /diag counts (a record taken for a submission that
             # was none) is carried one poll, not poll after poll where it would stand for later changes
-            here = v.here.without_submissions(listed_splits)
             sync.found_beyond = found.beyond(v.delta).at_most(here)
             if sync.found_beyond.submitted and log.isEnabledFor(logging.DEBUG):
                 new = sorted(j for j in v.answered if j not in v.held)

@@ -826,6 +826,41 @@ async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(ri
         await p.close()
 
 
+async def test_what_the_poll_asking_for_the_whole_answer_found_beyond_its_counts_counts_for_it(
+    rig: Rig,
+) -> None:
+    """The whole answer accounts for the counts up to the /diag of the poll that asked for it; a job that
+    ended after that /diag, shown by that poll's own answer and held ended since, is counted by the /diag
+    of the poll that folds the whole answer in — it counts for the whole answer as what the polls found
+    since does (otherwise that fold was unaccounted for: once in 20 minutes at 500 jobs)."""
+    t = rig.table
+    rig.fake.override.pop("diag")
+    ending, starting = plain_pending(t)[:2]
+    p = rig.poller(jobs_states_targeted_min=1)
+    sync = p.status.jobs_sync
+    gate = asyncio.Event()
+    try:
+        async with p.client:
+            t.start(ending)
+            await steady(rig, p)
+            rig.clock.now += 3600  # the whole answer is due
+            rig.fake.whole_states_gate = gate
+            t.start(starting)
+            answer_once(t, before=lambda: t.end(ending))  # it ends after the /diag, before the answer
+            await p.poll_once()
+            assert p.whole_states_in_flight and not sync.unaccounted
+            await asyncio.wait_for(rig.fake.whole_states_made(), 10)
+            gate.set()
+            await asyncio.wait_for(p.listing_settled(), 10)
+            rig.clock.now += 1
+            snap = await p.poll_once()  # folds the whole answer in: the end is counted by this /diag
+            assert sync.states_asks["whole"] == 2 and not sync.unaccounted
+            assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
+    finally:
+        gate.set()
+        await p.close()
+
+
 async def test_counters_that_went_back_have_the_whole_answer_read(rig: Rig) -> None:
     """slurmctld restarted (or reset its statistics at midnight): its counters went back, nothing can be
     told from them — the whole /jobs/state answer, then some records again."""
