@@ -4,6 +4,7 @@ against a job table that answers as slurmrestd 26.05 does (testkit.fake_jobs).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -790,40 +791,49 @@ async def test_a_job_that_ends_between_the_answer_and_its_read_is_accounted_for_
         assert sync.states_asks["whole"] == 1  # the first poll's only
 
 
-async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(rig: Rig) -> None:
-    """A count whose change the answer shows a poll late (an end still shown running): that poll is
-    unaccounted for, and what it did find (a start, read and held since) still counts, so the next answer,
-    which shows the end, accounts for both counts without the whole answer (asked beside, held back)."""
+@contextlib.asynccontextmanager
+async def one_running(rig: Rig) -> AsyncIterator[tuple[Poller, int, int, asyncio.Event]]:
+    """A poller asking some records, steady with the first plain pending job running (``ending``; the
+    second, ``starting``, still pending), /diag counting the table, and a gate for the whole answers a test
+    holds back (set, and the poller closed, on the way out)."""
     t = rig.table
     rig.fake.override.pop("diag")
-    pending = plain_pending(t)
-    ending, starting = pending[:2]
+    ending, starting = plain_pending(t)[:2]
     p = rig.poller(jobs_states_targeted_min=1)
-    sync = p.status.jobs_sync
     gate = asyncio.Event()
     try:
         async with p.client:
             t.start(ending)
             await steady(rig, p)
-            rig.fake.whole_states_gate = gate
-            t.end(ending)
-            t.start(starting)
-            answer_once(  # rendered by slurmctld a moment before the end
-                t,
-                before=lambda: t.set(ending, job_state=["RUNNING"]),
-                after=lambda: t.set(ending, job_state=["COMPLETED"]),
-            )
-            await p.poll_once()
-            assert sync.unaccounted and sync.found_beyond.started == 1
-            rig.clock.now += 1
-            snap = await p.poll_once()
-            assert not sync.unaccounted, sync.found_beyond
-            assert snap is not None and snap.jobs_as_of == rig.clock.now
-            assert differences(snap.jobs, (await rig.listed()).jobs) == []
-            assert sync.states_asks["whole"] == 1  # the start's; the one asked beside is still held back
+            yield p, ending, starting, gate
     finally:
         gate.set()
         await p.close()
+
+
+async def test_what_unaccounted_polls_found_counts_when_the_late_change_shows(rig: Rig) -> None:
+    """A count whose change the answer shows a poll late (an end still shown running): that poll is
+    unaccounted for, and what it did find (a start, read and held since) still counts, so the next answer,
+    which shows the end, accounts for both counts without the whole answer (asked beside, held back)."""
+    t = rig.table
+    async with one_running(rig) as (p, ending, starting, gate):
+        sync = p.status.jobs_sync
+        rig.fake.whole_states_gate = gate
+        t.end(ending)
+        t.start(starting)
+        answer_once(  # rendered by slurmctld a moment before the end
+            t,
+            before=lambda: t.set(ending, job_state=["RUNNING"]),
+            after=lambda: t.set(ending, job_state=["COMPLETED"]),
+        )
+        await p.poll_once()
+        assert sync.unaccounted and sync.found_beyond.started == 1
+        rig.clock.now += 1
+        snap = await p.poll_once()
+        assert not sync.unaccounted, sync.found_beyond
+        assert snap is not None and snap.jobs_as_of == rig.clock.now
+        assert differences(snap.jobs, (await rig.listed()).jobs) == []
+        assert sync.states_asks["whole"] == 1  # the start's; the one asked beside is still held back
 
 
 async def test_what_the_poll_asking_for_the_whole_answer_found_beyond_its_counts_counts_for_it(
@@ -834,31 +844,21 @@ async def test_what_the_poll_asking_for_the_whole_answer_found_beyond_its_counts
     of the poll that folds the whole answer in — it counts for the whole answer as what the polls found
     since does (otherwise that fold was unaccounted for: once in 20 minutes at 500 jobs)."""
     t = rig.table
-    rig.fake.override.pop("diag")
-    ending, starting = plain_pending(t)[:2]
-    p = rig.poller(jobs_states_targeted_min=1)
-    sync = p.status.jobs_sync
-    gate = asyncio.Event()
-    try:
-        async with p.client:
-            t.start(ending)
-            await steady(rig, p)
-            rig.clock.now += 3600  # the whole answer is due
-            rig.fake.whole_states_gate = gate
-            t.start(starting)
-            answer_once(t, before=lambda: t.end(ending))  # it ends after the /diag, before the answer
-            await p.poll_once()
-            assert p.whole_states_in_flight and not sync.unaccounted
-            await asyncio.wait_for(rig.fake.whole_states_made(), 10)
-            gate.set()
-            await asyncio.wait_for(p.listing_settled(), 10)
-            rig.clock.now += 1
-            snap = await p.poll_once()  # folds the whole answer in: the end is counted by this /diag
-            assert sync.states_asks["whole"] == 2 and not sync.unaccounted
-            assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
-    finally:
+    async with one_running(rig) as (p, ending, starting, gate):
+        sync = p.status.jobs_sync
+        rig.clock.now += 3600  # the whole answer is due
+        rig.fake.whole_states_gate = gate
+        t.start(starting)
+        answer_once(t, before=lambda: t.end(ending))  # it ends after the /diag, before the answer
+        await p.poll_once()
+        assert p.whole_states_in_flight and not sync.unaccounted
+        await asyncio.wait_for(rig.fake.whole_states_made(), 10)
         gate.set()
-        await p.close()
+        await asyncio.wait_for(p.listing_settled(), 10)
+        rig.clock.now += 1
+        snap = await p.poll_once()  # folds the whole answer in: the end is counted by this /diag
+        assert sync.states_asks["whole"] == 2 and not sync.unaccounted
+        assert snap is not None and differences(snap.jobs, (await rig.listed()).jobs) == []
 
 
 async def test_counters_that_went_back_have_the_whole_answer_read(rig: Rig) -> None:
