@@ -579,7 +579,13 @@ class IncrementalJobs:
             sync.found_beyond = found.beyond(v.delta).at_most(here)
             if sync.found_beyond.submitted and log.isEnabledFor(logging.DEBUG):
                 new = sorted(j for j in v.answered if j not in v.held)
-                log.debug("jobs/state: %s found beyond %s; new records %s", sync.found_beyond, v.delta, new)
+                log.debug(
+                    "jobs/state: %s found beyond %s; %d new records, the first %s",
+                    sync.found_beyond,
+                    v.delta,
+                    len(new),
+                    new[:50],
+                )
         else:
             # the counts stay where they were last accounted for (with the whole answer: its /diag's), and
             # so does what was found since: a change the next answers show (a record that showed its end
