@@ -34,7 +34,7 @@ apt:
 
 venv: $(BIN)/slurm-keda
 
-$(BIN)/slurm-keda: pyproject.toml setup.py autoscaler/demand/_bestfit.c
+$(BIN)/slurm-keda: pyproject.toml setup.py autoscaler/demand/_bestfit.c autoscaler/demand/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

@@ -255,7 +255,7 @@ def _count_table(
         return out
     # all jobs of one (piece, fresh) are one run, at the first one's place
     run_key = pieces * 2 + table.fresh[live_at]
-    leading, which = first_seen(run_key, 2 * len(memo.pieces))
+    leading, which = first_seen(run_key, 2 * len(memo))
     run_keys = run_key[leading]
     jobs = np.zeros(len(leading), dtype=np.int64)
     np.add.at(jobs, which, count[live_at])
@@ -263,7 +263,7 @@ def _count_table(
         rows = memo.columns()
     except OverflowError:  # a piece beyond int64 (never seen): runs as lists
         runs = out.runs
-        runs.pieces = [memo.pieces[k >> 1] for k in run_keys.tolist()]
+        runs.pieces = [memo.piece(k >> 1) for k in run_keys.tolist()]
         runs.jobs = jobs.tolist()
         runs.fresh = [bool(k & 1) for k in run_keys.tolist()]
         runs.owners = [None] * len(leading)

@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import count as counter
-from itertools import repeat
+from itertools import islice, repeat
 from operator import attrgetter, is_not, itemgetter
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -75,15 +76,31 @@ Rank = tuple[int, float, int]
 """(−priority, submit time, job id): :func:`rank`."""
 
 _I64 = np.ndarray[Any, np.dtype[np.int64]]
+_I8 = np.ndarray[Any, np.dtype[np.int8]]
+
+_native: ModuleType | None
+try:  # the per-record loops compiled (_scan.c): built where a C compiler was at install time
+    import autoscaler.demand._scan as _native
+except ImportError:  # pragma: no cover - a build without a compiler
+    _native = None
 
 _GROUP = (1 << 31) - 1
 """The group bits of a :func:`scan` code (group 0: not pending)."""
 _U32 = 0xFFFFFFFF
 
 
+SCAN_FIELDS = (
+    "state", "reason", "reservation", "required_nodes", "excluded_nodes", "licenses", "priority",
+    "partitions", "features", "array_task_id", "array_task_string", "array_pending_tasks", "array_job_id",
+    "array_max_tasks", "qos", "account", "user", *Request._fields,
+)  # fmt: skip
+"""The record fields :func:`scan` reads, in the order the compiled one (``_scan.c``) takes them."""
+_FIELDS = tuple(Job.__dict__[name] for name in SCAN_FIELDS)  # their member descriptors
+
+
 def scan(
     jobs: Iterable[Job], others: list[Job], bars: Bars, *, users: bool = False
-) -> tuple[dict[JobKey, int], list[int]]:
+) -> tuple[dict[JobKey, int], list[int] | _I64]:
     """One pass over the jobs: the pending ones grouped by :data:`JobKey`, the others appended to
     ``others``.
 
@@ -92,9 +109,29 @@ def scan(
     group`` for a pending job (Slurm's priority is a uint32: the code fits an int64), 0 for the others
     (:func:`tally` reads them).
 
-    The hot loop of the model: one list comprehension of plain attribute reads, the key hashed once by
-    ``dict.setdefault``; a job that is not pending is appended to ``others`` in passing (``append``
-    returns None).
+    The hot loop of the model: compiled where built (``_scan.c``: the codes an int64 array, the
+    priority clamped into a uint32 as :func:`_code_array` does), else :func:`_scan_py`.
+    """
+    if _native is None:
+        return _scan_py(jobs, others, bars, users=users)
+    groups: dict[JobKey, int] = {}
+    numbers, priorities, _ = _native.scan(
+        jobs, _FIELDS, "PENDING", UNSETTLED, partial(settled_reason, bars=bars), _every(bars, users), others,
+        groups, True,
+    )  # fmt: skip
+    number = np.frombuffer(numbers, dtype=np.int64)
+    code = np.frombuffer(priorities, dtype=np.int64) << 31 | number
+    code[number < 0] = 0
+    return groups, code
+
+
+def _scan_py(
+    jobs: Iterable[Job], others: list[Job], bars: Bars, *, users: bool = False
+) -> tuple[dict[JobKey, int], list[int]]:
+    """:func:`scan` in Python: the reference (``_scan.c`` does the same).
+
+    One list comprehension of plain attribute reads, the key hashed once by ``dict.setdefault``; a job
+    that is not pending is appended to ``others`` in passing (``append`` returns None).
     """
     other = others.append
     every = _every(bars, users)
@@ -223,9 +260,14 @@ class ScanCache:
             memo = self._pieces[context] = PieceIds()
         return memo
 
-    def intern(self, keys: Iterable[JobKey]) -> _I64:
+    def intern(self, keys: Sequence[JobKey]) -> _I64:
         """The id of each key, new keys numbered on."""
-        out, new = interned(list(keys), self.key_ids, few=False)
+        out, new = interned(keys, self.key_ids, few=False)
+        self.note(new)
+        return out
+
+    def note(self, new: list[JobKey]) -> None:
+        """Keys just numbered in :attr:`key_ids` (in their order): listed, and their :attr:`exclusive`."""
         if new:
             self.keys.extend(new)
             flags = np.zeros(len(new), dtype=np.bool_)
@@ -235,7 +277,6 @@ class ScanCache:
             ).tolist():
                 flags[i] = _exclusive(last[i])
             self.exclusive = np.concatenate([self.exclusive, flags])
-        return out
 
     def rows_of(self, ids: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.int64]]:
         """The row of each job record (``ids``: :func:`_ids`), −1 where it has none."""
@@ -318,21 +359,8 @@ def scan_cached(
     fresh_kid: np.ndarray[Any, np.dtype[np.int64]] | None = None
     if missing.size:
         fresh = [jobs[i] for i in missing.tolist()] if missing.size < n else list(jobs)
-        fresh_kid, priority = _scan_ids(fresh, bars, cache, users)
+        fresh_kid, priority, how = _scan_ids(fresh, bars, cache, users)
         added = cache.add(fresh, ids[missing])
-        unsettled = UNSETTLED
-        how = np.fromiter(  # 0: not volatile; 1: volatile, its key may be kept; 2: read each time
-            [
-                0 if j.state != "PENDING"
-                else 2 if j.reservation or j.required_nodes
-                else 0 if j.reason not in unsettled
-                else 2 if j.excluded_nodes or j.licenses
-                else 1
-                for j in fresh
-            ],
-            dtype=np.int8,
-            count=len(fresh),
-        )  # fmt: skip
         cache.kid = np.concatenate([cache.kid, fresh_kid])
         cache.priority = np.concatenate([cache.priority, priority])
         cache.submit = np.concatenate([cache.submit, np.zeros(len(fresh), dtype=np.float64)])
@@ -372,15 +400,41 @@ def scan_cached(
     return None, numbers, code, kids
 
 
-def _scan_ids(
-    jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool
-) -> tuple[np.ndarray[Any, np.dtype[np.int64]], np.ndarray[Any, np.dtype[np.int64]]]:
-    """:func:`scan` of ``jobs``, as each job's key id in ``cache`` (−1: not pending) and priority."""
-    groups, codes = scan(jobs, [], bars, users=users)
+def _scan_ids(jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool) -> tuple[_I64, _I64, _I8]:
+    """:func:`scan` of ``jobs``, as each job's key id in ``cache`` (−1: not pending), its priority, and
+    how its key may be kept: 0 not volatile; 1 volatile, kept while nothing it was read from changes; 2
+    read each time (:class:`ScanCache`)."""
+    every = _every(bars, users)
+    if _native is not None:
+        before = len(cache.key_ids)
+        numbers, priorities, how = _native.scan(
+            jobs, _FIELDS, "PENDING", UNSETTLED, partial(settled_reason, bars=bars), every, None,
+            cache.key_ids, False,
+        )  # fmt: skip
+        cache.note(list(islice(cache.key_ids, before, None)))
+        return (
+            np.frombuffer(numbers, dtype=np.int64),
+            np.frombuffer(priorities, dtype=np.int64),
+            np.frombuffer(how, dtype=np.int8),
+        )
+    groups, codes = _scan_py(jobs, [], bars, users=users)
     code = _code_array(codes)
     lut = np.full(len(jobs) + 1, -1, dtype=np.int64)  # group → key id (group 0: not pending)
-    lut[np.fromiter(groups.values(), dtype=np.int64, count=len(groups))] = cache.intern(groups)
-    return lut[code & _GROUP], code >> 31
+    lut[np.fromiter(groups.values(), dtype=np.int64, count=len(groups))] = cache.intern(list(groups))
+    unsettled = UNSETTLED
+    how = np.fromiter(
+        [
+            0 if j.state != "PENDING"
+            else 2 if j.reservation or j.required_nodes
+            else 0 if j.reason not in unsettled
+            else 2 if j.excluded_nodes or j.licenses
+            else 1
+            for j in jobs
+        ],
+        dtype=np.int8,
+        count=len(jobs),
+    )  # fmt: skip
+    return lut[code & _GROUP], code >> 31, how
 
 
 def _code_array(

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from itertools import islice, repeat
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from autoscaler.demand.keys import REQUEST, JobKey
-from autoscaler.demand.sizing import NUMBER_FIELDS, Request, request_columns
+from autoscaler.demand.packing import Piece
+from autoscaler.demand.sizing import NUMBER_FIELDS, Request, number_columns, request_columns
 from autoscaler.reasons import Eligibility, classify
 from exporter.model import Job
 
@@ -43,6 +45,12 @@ _ELIG_CODE = {
 }
 
 _I64 = np.ndarray[Any, np.dtype[np.int64]]
+
+_native: ModuleType | None
+try:  # the per-record loops compiled (_scan.c): built where a C compiler was at install time
+    import autoscaler.demand._scan as _native
+except ImportError:  # pragma: no cover - a build without a compiler
+    _native = None
 
 
 class KeyFacts:
@@ -112,17 +120,15 @@ class KeyFacts:
     def extend(self, keys: Sequence[JobKey]) -> None:
         """The facts of these keys, numbered on (keys without ``who``: :func:`scan` with ``who`` None).
 
-        Column by column (the keys transposed once, each column interned through a dict in C): no Python
-        loop over the keys, only over the values new to a column."""
+        Read by ``_scan.key_facts`` where it is built (compiled), else by :func:`_key_columns_py`; each new
+        reason classified once."""
         if not keys:
             return
         partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
-        fields = list(zip(*keys, strict=True))
-        partitions_, reasons_, features_, tasks_, arrays_ = fields[:5]
-        partition, new_partitions = interned(partitions_, partition_ids)
-        self.partitions += new_partitions
-        reason, new_reasons = interned(reasons_, reason_ids)
-        for reason_ in new_reasons:
+        before = len(partition_ids), len(reason_ids), len(feature_ids), len(request_ids)
+        columns = _key_columns(keys, (partition_ids, reason_ids, feature_ids, request_ids))
+        self.partitions += islice(partition_ids, before[0], None)
+        for reason_ in islice(reason_ids, before[1], None):
             reason_name, reason_elig = classify(reason_)[:2]
             n = name_ids.get(reason_name)
             if n is None:
@@ -130,34 +136,102 @@ class KeyFacts:
                 self.names.append(reason_name)
             self._reasons.append((n, _ELIG_CODE[reason_elig]))
         by_reason = np.array(self._reasons, dtype=np.int64).reshape(-1, 2)
-        feature, new_features = interned(features_, feature_ids)
-        self.features += new_features
-        request, new_requests = interned(list(zip(*fields[REQUEST:], strict=True)), request_ids, few=False)
-        self.requests += new_requests
-        numbers, plain = request_columns(new_requests)
-        self.request_numbers = np.concatenate([self.request_numbers, numbers])
-        self.request_plain = np.concatenate([self.request_plain, plain])
-        n_keys = len(keys)
-        solo = np.fromiter(map(isinstance, arrays_, repeat(tuple)), dtype=np.bool_, count=n_keys)
-        throttle_id = np.full(n_keys, -1, dtype=np.int64)
-        throttle_limit = np.full(n_keys, -1, dtype=np.int64)
-        for i in np.flatnonzero(solo).tolist():
-            array = arrays_[i]
-            if array[0] is not None:
-                throttle_id[i], throttle_limit[i] = array[0], array[3]
-        self.partition = np.concatenate([self.partition, partition])
+        self.features += islice(feature_ids, before[2], None)
+        self.requests += columns.new_requests
+        self.request_numbers = np.concatenate([self.request_numbers, columns.numbers])
+        self.request_plain = np.concatenate([self.request_plain, columns.plain])
+        reason = columns.reason
+        self.partition = np.concatenate([self.partition, columns.partition])
         self.name = np.concatenate([self.name, by_reason[reason, 0]])
         self.elig = np.concatenate([self.elig, by_reason[reason, 1]])
-        self.feature = np.concatenate([self.feature, feature])
-        self.tasks = np.concatenate([self.tasks, np.array(tasks_, dtype=np.int64)])
-        self.throttle_id = np.concatenate([self.throttle_id, throttle_id])
-        self.throttle_limit = np.concatenate([self.throttle_limit, throttle_limit])
-        self.request = np.concatenate([self.request, request])
-        self.solo = np.concatenate([self.solo, solo])
+        self.feature = np.concatenate([self.feature, columns.feature])
+        self.tasks = np.concatenate([self.tasks, columns.tasks])
+        self.throttle_id = np.concatenate([self.throttle_id, columns.throttle_id])
+        self.throttle_limit = np.concatenate([self.throttle_limit, columns.throttle_limit])
+        self.request = np.concatenate([self.request, columns.request])
+        self.solo = np.concatenate([self.solo, columns.solo])
 
     def request_of(self, request_id: int) -> Request:
         """The typed request of one request id."""
         return tuple.__new__(Request, self.requests[request_id])
+
+
+class KeyColumns(NamedTuple):
+    """What :meth:`KeyFacts.extend` reads of its keys: per key the ids of its partitions, reason,
+    constraint and request (interned through the dicts given), its tasks, whether its array is keyed
+    apart (``solo``) and its ``%N`` throttle (−1: none); the requests new to their dict, in order, with
+    :func:`~autoscaler.demand.sizing.request_columns` of them."""
+
+    partition: _I64
+    reason: _I64
+    feature: _I64
+    tasks: _I64
+    solo: np.ndarray[Any, np.dtype[np.bool_]]
+    throttle_id: _I64
+    throttle_limit: _I64
+    request: _I64
+    new_requests: list[tuple[Any, ...]]
+    numbers: _I64
+    plain: np.ndarray[Any, np.dtype[np.bool_]]
+
+
+_Ids = tuple[dict[Any, int], dict[Any, int], dict[Any, int], dict[Any, int]]
+"""The dicts a key's partitions, reason, constraint and request are interned through (value → id)."""
+
+
+def _key_columns(keys: Sequence[JobKey], ids: _Ids) -> KeyColumns:
+    """:class:`KeyColumns` of ``keys``: compiled (``_scan.key_facts``) where built and the keys hold only
+    what it reads exactly, else :func:`_key_columns_py`."""
+    if _native is not None:
+        got = _native.key_facts(keys if isinstance(keys, list) else list(keys), 0, *ids, REQUEST)
+        if got is not None:
+            partition, reason, feature, tasks, solo, throttle_id, throttle_limit, request = got[:8]
+            new_requests, numbers, missing, plain = got[8:]
+            width = len(NUMBER_FIELDS)
+            number_rows, plain_rows = number_columns(
+                np.frombuffer(numbers, dtype=np.int64).reshape(-1, width),
+                np.frombuffer(missing, dtype=np.bool_).reshape(-1, width),
+                np.frombuffer(plain, dtype=np.bool_),
+            )
+            return KeyColumns(
+                _int64(partition), _int64(reason), _int64(feature), _int64(tasks),
+                np.frombuffer(solo, dtype=np.bool_), _int64(throttle_id), _int64(throttle_limit),
+                _int64(request), new_requests, number_rows, plain_rows,
+            )  # fmt: skip
+    return _key_columns_py(keys, ids)
+
+
+def _int64(column: bytearray) -> _I64:
+    """A compiled loop's int64 column as an array (over its bytes, writable)."""
+    return np.frombuffer(column, dtype=np.int64)
+
+
+def _key_columns_py(keys: Sequence[JobKey], ids: _Ids) -> KeyColumns:
+    """:func:`_key_columns` in Python: the reference (``_scan.key_facts`` does the same).
+
+    Column by column (the keys transposed once, each column interned through a dict in C): no Python
+    loop over the keys, only over the values new to a column."""
+    partition_ids, reason_ids, feature_ids, request_ids = ids
+    fields = list(zip(*keys, strict=True))
+    partitions_, reasons_, features_, tasks_, arrays_ = fields[:5]
+    partition = interned(partitions_, partition_ids)[0]
+    reason = interned(reasons_, reason_ids)[0]
+    feature = interned(features_, feature_ids)[0]
+    request, new_requests = interned(list(zip(*fields[REQUEST:], strict=True)), request_ids, few=False)
+    numbers, plain = request_columns(new_requests)
+    n_keys = len(keys)
+    solo = np.fromiter(map(isinstance, arrays_, repeat(tuple)), dtype=np.bool_, count=n_keys)
+    throttle_id = np.full(n_keys, -1, dtype=np.int64)
+    throttle_limit = np.full(n_keys, -1, dtype=np.int64)
+    for i in np.flatnonzero(solo).tolist():
+        array = arrays_[i]
+        if array[0] is not None:
+            throttle_id[i], throttle_limit[i] = array[0], array[3]
+    tasks = np.array(tasks_, dtype=np.int64)
+    return KeyColumns(
+        partition, reason, feature, tasks, solo, throttle_id, throttle_limit, request, new_requests, numbers,
+        plain,
+    )  # fmt: skip
 
 
 def interned(values: Sequence[Any], ids: dict[Any, int], *, few: bool = True) -> tuple[_I64, list[Any]]:
@@ -173,55 +247,94 @@ def interned(values: Sequence[Any], ids: dict[Any, int], *, few: bool = True) ->
                 ids[value] = len(ids)
             got = list(map(ids.__getitem__, values))
         return np.array(got, dtype=np.int64), list(islice(ids, before, None))
-    put = ids.setdefault
-    out = np.array([put(value, len(ids)) for value in values], dtype=np.int64)
+    if _native is not None:
+        out = np.frombuffer(_native.intern(values, ids), dtype=np.int64)
+    else:
+        put = ids.setdefault
+        out = np.array([put(value, len(ids)) for value in values], dtype=np.int64)
     return out, list(islice(ids, before, None))
 
 
 class PieceIds:
     """The sizing of one context (shape, target maximum, ``MaxMemPerCPU``) by request id of
-    :class:`KeyFacts`: ``ids`` the piece's id in ``pieces`` (−1: a misfit, in ``misfits``; −2: not sized
-    yet); ``index``: piece → id."""
+    :class:`KeyFacts`: ``ids`` the piece's id (−1: a misfit, in ``misfits``; −2: not sized yet).
 
-    __slots__ = ("_columns", "ids", "index", "misfits", "pieces")
+    The pieces are int64 rows ``[nodes, cpus, memory, gpus]`` by id (:meth:`columns`), found by their
+    bytes (``index``: a row's bytes → id; a piece beyond int64, never seen, by its tuple, kept apart) —
+    no tuple per piece: a first poll of 100,000 distinct jobs makes as many pieces."""
+
+    __slots__ = ("_big", "_columns", "_rows", "ids", "index", "misfits")
 
     def __init__(self) -> None:
         self.ids: _I64 = np.empty(0, dtype=np.int64)
-        self.pieces: list[Any] = []
-        self.index: dict[Any, int] = {}
+        self.index: dict[bytes | tuple[int, ...], int] = {}
         self.misfits: dict[int, Any] = {}
         self._columns = np.empty((0, 4), dtype=np.int64)
+        self._rows: list[Piece] = []
+        """Rows added one by one (:meth:`add`) not yet in ``_columns``."""
+        self._big: dict[int, Piece] = {}
+        """The pieces beyond int64, by id (their row in ``_columns``: zeros)."""
+
+    def __len__(self) -> int:
+        return len(self.index)
 
     def columns(self) -> np.ndarray[Any, np.dtype[np.int64]]:
-        """The pieces as an int64 array ``[nodes, cpus, memory, gpus]`` by id (OverflowError: a field
+        """The pieces as an int64 array ``[nodes, cpus, memory, gpus]`` by id (OverflowError: a piece
         beyond int64, never seen)."""
-        have = len(self._columns)
-        if have < len(self.pieces):
-            new = np.array(self.pieces[have:], dtype=np.int64).reshape(-1, 4)
-            self._columns = np.concatenate([self._columns, new])
+        self._flush()
+        if self._big:
+            raise OverflowError("a piece beyond int64")
         return self._columns
 
-    def add(self, piece: Any) -> int:
+    def piece(self, piece_id: int) -> Piece:
+        """One piece as a tuple."""
+        big = self._big.get(piece_id)
+        if big is not None:
+            return big
+        self._flush()
+        nodes, cpus, memory, gpus = self._columns[piece_id].tolist()
+        return (nodes, cpus, memory, gpus)
+
+    def add(self, piece: Piece) -> int:
         """The id of one piece (a new one numbered on)."""
-        pid = self.index.get(piece)
+        try:
+            row = np.array(piece, dtype=np.int64)
+        except OverflowError:
+            pid = self.index.get(piece)
+            if pid is None:
+                pid = self.index[piece] = len(self.index)
+                self._big[pid] = piece
+                self._rows.append((0, 0, 0, 0))
+            return pid
+        key = row.tobytes()
+        pid = self.index.get(key)
         if pid is None:
-            pid = self.index[piece] = len(self.pieces)
-            self.pieces.append(piece)
+            pid = self.index[key] = len(self.index)
+            self._rows.append(piece)
         return pid
 
     def add_rows(self, rows: _I64) -> _I64:
         """The ids of pieces given as int64 rows ``[nodes, cpus, memory, gpus]`` (new ones numbered on, in
         the order of their first row)."""
+        self._flush()
         before = len(self.index)
-        ids, new = interned(list(map(tuple, rows.tolist())), self.index, few=False)
+        keys = np.ascontiguousarray(rows, dtype=np.int64).view(_ROW).ravel().tolist()
+        ids, new = interned(keys, self.index, few=False)
         if new:
-            synced = len(self._columns) == before
-            self.pieces.extend(new)
-            if synced:  # the new rows appended as they are (no tuple → array again)
-                at = np.flatnonzero(ids >= before)
-                _, first = np.unique(ids[at], return_index=True)
-                self._columns = np.concatenate([self._columns, rows[at[first]]])
+            at = np.flatnonzero(ids >= before)
+            _, first = np.unique(ids[at], return_index=True)
+            self._columns = np.concatenate([self._columns, rows[at[first]]])
         return ids
+
+    def _flush(self) -> None:
+        if self._rows:
+            added = np.array(self._rows, dtype=np.int64).reshape(-1, 4)
+            self._columns = np.concatenate([self._columns, added])
+            self._rows = []
+
+
+_ROW = np.dtype((np.void, 4 * 8))
+"""A piece's row as one value (its bytes)."""
 
 
 class KindTable(NamedTuple):
@@ -382,7 +495,19 @@ def first_seen(ids: _I64, size: int) -> tuple[_I64, _I64]:
 
 
 def lead_rank(jobs: Sequence[Job], at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
-    """Submit time and job id (an array's: the array's) of the jobs at these snapshot indices."""
+    """Submit time and job id (an array's: the array's) of the jobs at these snapshot indices (compiled
+    where built: ``_scan.ranks``)."""
+    if _native is not None:
+        submit, ident = _native.ranks(jobs, np.ascontiguousarray(at, dtype=np.int64), _RANK_FIELDS)
+        return np.frombuffer(submit, dtype=np.float64), np.frombuffer(ident, dtype=np.int64)
+    return _lead_rank_py(jobs, at)
+
+
+_RANK_FIELDS = (Job.__dict__["submit_time"], Job.__dict__["array_job_id"], Job.__dict__["job_id"])
+
+
+def _lead_rank_py(jobs: Sequence[Job], at: _I64) -> tuple[np.ndarray[Any, np.dtype[np.float64]], _I64]:
+    """:func:`lead_rank` in Python: the reference."""
     lead_jobs = [jobs[i] for i in at.tolist()]
     m = len(lead_jobs)
     submit = np.fromiter((job.submit_time or 0.0 for job in lead_jobs), dtype=np.float64, count=m)
