@@ -3,8 +3,9 @@
 # No Docker engine runs where this is developed: tests/unit/test_packaging.py builds the wheel exactly as the
 # build stage does and checks what the final stage installs (see README, "Image").
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
-# The build stage compiles the demand model's best fit (setup.py: autoscaler/demand/_bestfit.c): the full image
-# of the same Python and Debian release has gcc and Python's headers; only the wheels reach the final image.
+# The build stage compiles the demand model's C modules (setup.py: autoscaler/demand/_bestfit.c and _scan.c):
+# the full image of the same Python and Debian release has gcc and Python's headers; only the wheels reach the
+# final image.
 ARG BUILD_IMAGE=python:3.11-bookworm
 
 FROM ${BUILD_IMAGE} AS build

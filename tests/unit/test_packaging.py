@@ -115,8 +115,9 @@ def test_the_wheel_the_build_stage_builds(tmp_path: Path) -> None:
         assert needed in names, needed
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     assert "slurm-keda = slurm_keda.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
-    compiled = [n for n in names if n.startswith("autoscaler/demand/_bestfit") and n.endswith(".so")]
-    assert len(compiled) == (1 if shutil.which("cc") else 0), names  # built where a compiler is
+    for module in ("_bestfit", "_scan"):
+        compiled = [n for n in names if n.startswith(f"autoscaler/demand/{module}") and n.endswith(".so")]
+        assert len(compiled) == (1 if shutil.which("cc") else 0), names  # built where a compiler is
 
     # installed alone (the dependencies from this venv, no editable checkout on the path): it runs
     site = tmp_path / "site"
@@ -153,14 +154,21 @@ def test_the_wheel_the_build_stage_builds(tmp_path: Path) -> None:
     )
     assert all(p.startswith(str(site)) for p in where.stdout.split()), where.stdout
     native = subprocess.run(
-        [sys.executable, "-S", "-c", "from autoscaler.demand import packing; print(packing.NATIVE)"],
+        [
+            sys.executable,
+            "-S",
+            "-c",
+            "from autoscaler.demand import packing, queue; print(packing.NATIVE, queue._native is not None)",
+        ],
         env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
         check=True,
     )
-    assert native.stdout.strip() == str(bool(compiled))  # the wheel's compiled best fit is the one used
+    assert (
+        native.stdout.split() == [str(bool(compiled))] * 2
+    )  # the wheel's compiled modules are the ones used
     version = run("version")
     assert version.returncode == 0 and version.stdout.startswith("slurm-keda "), version.stderr
     assert "--slurmrestd-url" in run("serve", "--help").stdout
