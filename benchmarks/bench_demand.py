@@ -42,9 +42,11 @@ import gc
 import importlib
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -372,9 +374,11 @@ def run(runs: int) -> None:
         print(f"  target <= {TARGET_MS:.0f} ms a poll (with the cache, best of {runs}): {met}")
 
 
-def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]], object], Callable[[], None]]:
-    """``rev``'s ``autoscaler`` package as ``old_autoscaler`` (its imports renamed), importable beside this
-    tree's in this process: (its compute_demand, its cache clear)."""
+def _old_model(
+    rev: str, into: Path
+) -> tuple[Callable[..., object], Callable[[], None], Callable[[], object]]:
+    """``rev``'s ``autoscaler`` package as ``old_autoscaler`` (its imports renamed, its C modules built),
+    importable beside this tree's in this process: (its compute_demand, its cache clear, its ScanCache)."""
     root = Path(__file__).resolve().parent.parent
     archive = subprocess.run(
         ["git", "-C", str(root), "archive", rev, "autoscaler"], check=True, capture_output=True
@@ -387,10 +391,34 @@ def _old_model(rev: str, into: Path) -> tuple[Callable[[Snapshot, list[Target]],
             "from autoscaler import", "from old_autoscaler import"
         )
         path.write_text(text.replace("import autoscaler.", "import old_autoscaler."))
+    _compile(into / "old_autoscaler" / "demand")
     sys.path.insert(0, str(into))
     old = importlib.import_module("old_autoscaler.demand")
     clear = getattr(old, "clear_caches", None) or old._hosts.cache_clear
-    return old.compute_demand, clear
+    return old.compute_demand, clear, old.ScanCache
+
+
+def _compile(package: Path) -> None:
+    """Build the C modules of an exported package in place, as ``setup.py`` does (``-O2``), so an old
+    model runs compiled as it was installed — where no compiler is, its Python loops run, as this tree's."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return
+    include, suffix = sysconfig.get_paths()["include"], sysconfig.get_config_var("EXT_SUFFIX")
+    for source in package.glob("*.c"):
+        subprocess.run(
+            [
+                cc,
+                "-O2",
+                "-shared",
+                "-fPIC",
+                f"-I{include}",
+                str(source),
+                "-o",
+                str(source.with_suffix(suffix)),
+            ],
+            check=True,
+        )
 
 
 def _chosen(only: list[str]) -> Iterator[tuple[str, Snapshot]]:
@@ -401,29 +429,38 @@ def _chosen(only: list[str]) -> Iterator[tuple[str, Snapshot]]:
 
 
 def against(rev: str, runs: int, only: list[str]) -> None:
-    """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process; each run
-    starts from a collected heap (``gc.collect()``), so neither side pays for the other's garbage."""
+    """This tree's model and ``rev``'s alternated run by run on the same snapshots, in one process, each
+    run from a collected heap (``gc.collect()``) so neither side pays for the other's garbage: cold (no
+    cache), and the first poll of the service (its :class:`ScanCache` empty: filled on the way)."""
     with tempfile.TemporaryDirectory() as tmp:
-        old_compute, old_clear = _old_model(rev, Path(tmp))
-        print(f"old = {rev}, new = this tree; cold, alternated, {runs} runs each")
+        old_compute, old_clear, old_cache = _old_model(rev, Path(tmp))
+        print(f"old = {rev}, new = this tree; alternated, {runs} runs each (ms)")
         print(
-            f"{'snapshot':16s} {'old best':>9s} {'new best':>9s} {'ratio':>6s}"
+            f"{'snapshot':16s} {'':12s} {'old best':>9s} {'new best':>9s} {'ratio':>6s}"
             f" {'old med':>9s} {'new med':>9s} {'ratio':>6s}"
         )
         for label, snap in _chosen(only):
-            old_ms: list[float] = []
-            new_ms: list[float] = []
-            for r in range(runs):
-                sides = [(old_ms, old_clear, old_compute), (new_ms, demand.clear_caches, compute_demand)]
-                for times, clear, compute in sides if r % 2 == 0 else sides[::-1]:
-                    clear()
-                    gc.collect()
-                    t = time.perf_counter()
-                    compute(snap, TARGETS)
-                    times.append((time.perf_counter() - t) * 1000)
-            ob, nb = min(old_ms), min(new_ms)
-            om, nm = statistics.median(old_ms), statistics.median(new_ms)
-            print(f"{label:16s} {ob:9.1f} {nb:9.1f} {nb / ob:6.3f} {om:9.1f} {nm:9.1f} {nm / om:6.3f}")
+            for how, cached in (("cold", False), ("first poll", True)):
+                old_ms: list[float] = []
+                new_ms: list[float] = []
+                for r in range(runs):
+                    sides = [
+                        (old_ms, old_clear, old_compute, old_cache),
+                        (new_ms, demand.clear_caches, compute_demand, ScanCache),
+                    ]
+                    for times, clear, compute, cache in sides if r % 2 == 0 else sides[::-1]:
+                        clear()
+                        memo = cache() if cached else None
+                        gc.collect()
+                        t = time.perf_counter()
+                        compute(snap, TARGETS, memo)
+                        times.append((time.perf_counter() - t) * 1000)
+                ob, nb = min(old_ms), min(new_ms)
+                om, nm = statistics.median(old_ms), statistics.median(new_ms)
+                print(
+                    f"{label:16s} {how:12s} {ob:9.1f} {nb:9.1f} {nb / ob:6.3f}"
+                    f" {om:9.1f} {nm:9.1f} {nm / om:6.3f}"
+                )
 
 
 def next_poll(snap: Snapshot, rng: random.Random, changed: float = 0.01) -> Snapshot:

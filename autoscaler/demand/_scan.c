@@ -96,6 +96,30 @@ static PyObject *field(PyObject *job, const Fields *f, Py_ssize_t i, int exact)
     return PyObject_GetAttr(job, f->name[i]);
 }
 
+/* CPython's rule for a tuple the collector may stop tracking (gcmodule.c's untrack_tuples): none of its
+ * items may be tracked — an item is a non-container, or a tuple untracked (or untrackable: checked
+ * first, as the collector would find). A key or a request tuple of plain values never takes part in a
+ * cycle: untracked as made, the collector never walks the 100,000s a first poll keeps (the ScanCache's
+ * keys, its requests). */
+static int may_be_tracked(PyObject *o)
+{
+    if (!PyObject_IS_GC(o)) return 0;
+    if (!PyTuple_CheckExact(o)) return 1;
+    return PyObject_GC_IsTracked(o);
+}
+
+static void untrack_plain(PyObject *t)
+{
+    if (!PyObject_GC_IsTracked(t)) return;
+    Py_ssize_t n = PyTuple_GET_SIZE(t);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyTuple_GET_ITEM(t, i);
+        if (PyTuple_CheckExact(item)) untrack_plain(item);
+        if (may_be_tracked(item)) return;
+    }
+    PyObject_GC_UnTrack(t);
+}
+
 static PyObject *scan(PyObject *self, PyObject *args)
 {
     PyObject *jobs, *fields_seq, *pending, *unsettled, *settle, *others, *ids;
@@ -216,6 +240,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
             Py_DECREF(key);
             goto fail_job;
         }
+        untrack_plain(key);
         PyObject *held = PyDict_SetDefault(ids, key, candidate); /* borrowed */
         Py_DECREF(key);
         Py_DECREF(candidate);
@@ -318,7 +343,8 @@ static PyObject *key_facts(PyObject *self, PyObject *args)
     for (Py_ssize_t k = start; k < total; k++)  /* nothing changed before every key is known holdable */
         if (!holdable(PyList_GET_ITEM(keys, k), width, request_at)) Py_RETURN_NONE;
 
-    i64 *partition, *reason, *feature, *tasks, *throttle_id, *throttle_limit, *request, *num = NULL;
+    i64 *partition = NULL, *reason = NULL, *feature = NULL, *tasks = NULL, *throttle_id = NULL;
+    i64 *throttle_limit = NULL, *request = NULL, *num = NULL;
     PyObject *a_partition = i64_array(n, &partition), *a_reason = i64_array(n, &reason);
     PyObject *a_feature = i64_array(n, &feature), *a_tasks = i64_array(n, &tasks);
     PyObject *a_tid = i64_array(n, &throttle_id), *a_tlim = i64_array(n, &throttle_limit);
@@ -346,6 +372,7 @@ static PyObject *key_facts(PyObject *self, PyObject *args)
         }
         PyObject *req = PyTuple_GetSlice(key, request_at, width);
         if (req == NULL) goto fail;
+        untrack_plain(req);
         request[i] = intern(qids, req, &fresh);
         if (request[i] < 0 || (fresh && PyList_Append(new_requests, req) < 0)) {
             Py_DECREF(req);

@@ -10,6 +10,7 @@ found by their bytes) against a plain dict.
 
 from __future__ import annotations
 
+import gc
 import random
 import shutil
 import sys
@@ -22,7 +23,7 @@ import pytest
 from autoscaler.demand import ScanCache, compute_demand, queue, sizing, tables
 from autoscaler.demand.keys import REQUEST
 from autoscaler.eligibility import Bars
-from exporter.model import Job
+from exporter.model import Job, NodeRequest
 from testkit.budget import seeds
 from tests.unit.test_scan_cache import TARGETS, next_jobs, random_job, snapshot
 
@@ -286,3 +287,21 @@ def test_the_model_gives_the_same_demand_compiled_or_not(seed: int, monkeypatch:
             want = compute_demand(snap, TARGETS), compute_demand(snap, TARGETS, slow)
         assert got == want
         jobs, top = next_jobs(jobs, rng, top)
+
+
+@needs_native
+def test_plain_keys_and_requests_are_not_tracked_by_the_collector() -> None:
+    """A key or request of plain values is made untracked (never in a cycle: the collector need not walk
+    the 100,000s a cache keeps); one holding a container the collector tracks (a ``NodeRequest``) stays
+    tracked, as CPython's own rule for tuples keeps it."""
+    plain = Job(job_id=1, state="PENDING", reason="Priority", partitions=("".join("ab"),), cpus=3)
+    laid = msgspec.structs.replace(plain, job_id=2, node_request=NodeRequest(exclusive_to="user"))
+    array = msgspec.structs.replace(
+        plain, job_id=3, array_job_id=3, array_max_tasks=2, array_task_string="1-4"
+    )  # keyed apart: its array a tuple in the key
+    bars = Bars.of(snapshot([plain, laid, array], random.Random(1), limits=False))
+    keys = list(queue.scan([plain, laid, array], [], bars, users=True)[0])
+    assert [gc.is_tracked(k) for k in keys] == [False, True, False]
+    facts = tables.KeyFacts()
+    facts.extend(list(queue.scan([plain, laid, array], [], bars)[0]))
+    assert [gc.is_tracked(r) for r in facts.requests] == [False, True]
