@@ -36,6 +36,19 @@ enum {
 #define MAX_FIELDS 64
 #define U32 ((i64)0xFFFFFFFF)
 
+/* An int as int64 (−1 with OverflowError or TypeError set). PyLong_AsLongLongAndOverflow: in 3.11 the
+ * plain PyLong_AsLongLong of an int of several digits goes through a byte array. */
+static i64 as_i64(PyObject *o)
+{
+    int over = 0;
+    long long x = PyLong_AsLongLongAndOverflow(o, &over);
+    if (over) {
+        PyErr_SetString(PyExc_OverflowError, "an int beyond int64");
+        return -1;
+    }
+    return (i64)x;
+}
+
 typedef struct {
     PyTypeObject *type;          /* the record type the descriptors are of */
     Py_ssize_t n;
@@ -245,7 +258,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
         Py_DECREF(key);
         Py_DECREF(candidate);
         if (held == NULL) goto fail_job;
-        number[j] = PyLong_AsLongLong(held);
+        number[j] = as_i64(held);
         if (number[j] == -1 && PyErr_Occurred()) goto fail_job;
         for (Py_ssize_t i = 0; i < f.n; i++) Py_DECREF(v[i]);
         continue;
@@ -297,13 +310,17 @@ static int holdable(PyObject *key, Py_ssize_t width, Py_ssize_t request_at)
     return 1;
 }
 
+/* The id of the value last interned through one dict, by identity: consecutive keys mostly share their
+ * partitions, reason and constraint objects. */
+typedef struct { PyObject *value; i64 id; } Last;
+
 /* The id of value in ids, a new one numbered len(ids); -1 with an exception set. */
 static i64 intern(PyObject *ids, PyObject *value, int *fresh)
 {
     PyObject *got = PyDict_GetItemWithError(ids, value);
     if (got != NULL) {
         *fresh = 0;
-        return PyLong_AsLongLong(got);
+        return as_i64(got);
     }
     if (PyErr_Occurred()) return -1;
     Py_ssize_t id = PyDict_GET_SIZE(ids);
@@ -313,6 +330,18 @@ static i64 intern(PyObject *ids, PyObject *value, int *fresh)
     Py_DECREF(num);
     *fresh = 1;
     return bad ? -1 : (i64)id;
+}
+
+static i64 intern_few(PyObject *ids, PyObject *value, Last *last)
+{
+    if (value == last->value) return last->id;
+    int fresh;
+    i64 id = intern(ids, value, &fresh);
+    if (id >= 0) {
+        last->value = value; /* borrowed: the key holding it outlives the loop */
+        last->id = id;
+    }
+    return id;
 }
 
 static PyObject *i64_array(Py_ssize_t n, i64 **at)
@@ -356,19 +385,20 @@ static PyObject *key_facts(PyObject *self, PyObject *args)
         !new_requests)
         goto fail;
     char *solo = PyByteArray_AS_STRING(a_solo);
+    Last last[3] = {{NULL, -1}, {NULL, -1}, {NULL, -1}};
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *key = PyList_GET_ITEM(keys, start + i);
         int fresh;
-        if ((partition[i] = intern(pids, PyTuple_GET_ITEM(key, 0), &fresh)) < 0) goto fail;
-        if ((reason[i] = intern(rids, PyTuple_GET_ITEM(key, 1), &fresh)) < 0) goto fail;
-        if ((feature[i] = intern(fids, PyTuple_GET_ITEM(key, 2), &fresh)) < 0) goto fail;
-        tasks[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(key, 3));
+        if ((partition[i] = intern_few(pids, PyTuple_GET_ITEM(key, 0), &last[0])) < 0) goto fail;
+        if ((reason[i] = intern_few(rids, PyTuple_GET_ITEM(key, 1), &last[1])) < 0) goto fail;
+        if ((feature[i] = intern_few(fids, PyTuple_GET_ITEM(key, 2), &last[2])) < 0) goto fail;
+        tasks[i] = as_i64(PyTuple_GET_ITEM(key, 3));
         PyObject *array = PyTuple_GET_ITEM(key, 4);
         solo[i] = PyTuple_Check(array) ? 1 : 0;
         throttle_id[i] = throttle_limit[i] = -1;
         if (solo[i] && PyTuple_GET_ITEM(array, 0) != Py_None) {
-            throttle_id[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(array, 0));
-            throttle_limit[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(array, 3));
+            throttle_id[i] = as_i64(PyTuple_GET_ITEM(array, 0));
+            throttle_limit[i] = as_i64(PyTuple_GET_ITEM(array, 3));
         }
         PyObject *req = PyTuple_GetSlice(key, request_at, width);
         if (req == NULL) goto fail;
@@ -391,7 +421,7 @@ static PyObject *key_facts(PyObject *self, PyObject *args)
         for (Py_ssize_t c = 0; c < n_num; c++) {
             PyObject *x = PyTuple_GET_ITEM(req, c);
             missing[r * n_num + c] = x == Py_None;
-            num[r * n_num + c] = x == Py_None ? -1 : (i64)PyLong_AsLongLong(x);
+            num[r * n_num + c] = x == Py_None ? -1 : as_i64(x);
         }
         plain[r] = PyTuple_GET_ITEM(req, n_num) == Py_None;
     }
@@ -505,7 +535,7 @@ static PyObject *ranks(PyObject *self, PyObject *args)
             int t = PyObject_IsTrue(v[0]);
             submit[i] = t > 0 ? PyFloat_AsDouble(v[0]) : 0.0;
             int a = t < 0 ? -1 : PyObject_IsTrue(v[1]);
-            ident[i] = a < 0 ? -1 : PyLong_AsLongLong(a ? v[1] : v[2]);
+            ident[i] = a < 0 ? -1 : as_i64(a ? v[1] : v[2]);
             ok = !PyErr_Occurred();
         }
         for (Py_ssize_t k = 0; k < got; k++) Py_DECREF(v[k]);
