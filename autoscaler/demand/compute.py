@@ -238,7 +238,7 @@ def _count_table(
         return out
     memo = _piece_ids(queue, facts, shape, target.max_nodes, max_memory_per_cpu, rules)
     requests = table.request[live_at]
-    unsized = np.unique(requests[memo.ids[requests] == -2])
+    unsized = _dense_unique(requests[memo.ids[requests] == -2], len(memo.ids))
     if unsized.size:  # each request sized once per context: memo is the cache's (PieceIds)
         _size_into(memo, facts, unsized, shape, target.max_nodes, max_memory_per_cpu, rules)
     pieces = memo.ids[requests]
@@ -271,6 +271,14 @@ def _count_table(
     ids = run_keys >> 1
     out.columns = _RunColumns(pieces=rows[ids], jobs=jobs, fresh=(run_keys & 1).astype(np.bool_), ids=ids)
     return out
+
+
+def _dense_unique(ids: np.ndarray[Any, np.dtype[np.int64]], size: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """``np.unique`` of ids in ``[0, size)``, without a sort (a first poll's 100,000 requests: ~18 ms
+    sorted)."""
+    seen = np.zeros(size, dtype=np.bool_)
+    seen[ids] = True
+    return np.flatnonzero(seen)
 
 
 def _size_into(
