@@ -150,9 +150,9 @@ static PyObject *scan(PyObject *self, PyObject *args)
     }
     Fields f;
     if (fields_of(fields_seq, &f) < 0) return NULL;
-    PyObject *seq = PySequence_Fast(jobs, "jobs: a sequence");
+    PyObject *seq = PySequence_Tuple(jobs); /* a copy of a list: settle runs Python code */
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     PyObject *numbers = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(i64));
     PyObject *priorities = PyByteArray_FromStringAndSize(NULL, n * (Py_ssize_t)sizeof(i64));
     PyObject *how = PyByteArray_FromStringAndSize(NULL, n);
@@ -165,7 +165,7 @@ static PyObject *scan(PyObject *self, PyObject *args)
     i64 ordinal_next = 1;
     PyObject *v[MAX_FIELDS];
     for (Py_ssize_t j = 0; j < n; j++) {
-        PyObject *job = PySequence_Fast_GET_ITEM(seq, j);
+        PyObject *job = PyTuple_GET_ITEM(seq, j);
         int exact = Py_TYPE(job) == f.type;
         Py_ssize_t got = 0;
         v[F_STATE] = field(job, &f, F_STATE, exact);
@@ -351,25 +351,39 @@ static PyObject *i64_array(Py_ssize_t n, i64 **at)
     return b;
 }
 
+static PyObject *key_facts_of(PyObject *keys, PyObject *pids, PyObject *rids, PyObject *fids, PyObject *qids,
+                              Py_ssize_t request_at);
+
 static PyObject *key_facts(PyObject *self, PyObject *args)
 {
-    PyObject *keys, *pids, *rids, *fids, *qids;
+    PyObject *key_list, *pids, *rids, *fids, *qids;
     Py_ssize_t start, request_at;
-    if (!PyArg_ParseTuple(args, "O!nO!O!O!O!n", &PyList_Type, &keys, &start, &PyDict_Type, &pids,
+    if (!PyArg_ParseTuple(args, "O!nO!O!O!O!n", &PyList_Type, &key_list, &start, &PyDict_Type, &pids,
                           &PyDict_Type, &rids, &PyDict_Type, &fids, &PyDict_Type, &qids, &request_at))
         return NULL;
-    Py_ssize_t total = PyList_GET_SIZE(keys);
+    Py_ssize_t total = PyList_GET_SIZE(key_list);
     if (start < 0 || start > total || request_at < HEAD) {
         PyErr_SetString(PyExc_ValueError, "key_facts: start or request_at out of range");
         return NULL;
     }
-    Py_ssize_t n = total - start;
+    PyObject *keys = PyList_GetSlice(key_list, start, total); /* a copy: hashing may run Python code */
+    if (keys == NULL) return NULL;
+    PyObject *got = key_facts_of(keys, pids, rids, fids, qids, request_at);
+    Py_DECREF(keys);
+    return got;
+}
+
+/* key_facts of every key of the list ``keys`` (a copy nobody else holds). */
+static PyObject *key_facts_of(PyObject *keys, PyObject *pids, PyObject *rids, PyObject *fids, PyObject *qids,
+                              Py_ssize_t request_at)
+{
+    Py_ssize_t n = PyList_GET_SIZE(keys);
     if (n == 0) Py_RETURN_NONE;
-    PyObject *first = PyList_GET_ITEM(keys, start);
+    PyObject *first = PyList_GET_ITEM(keys, 0);
     if (!PyTuple_CheckExact(first) || PyTuple_GET_SIZE(first) <= request_at) Py_RETURN_NONE;
     Py_ssize_t width = PyTuple_GET_SIZE(first);
     Py_ssize_t n_num = width - 1 - request_at; /* every request field but the last (node_request) */
-    for (Py_ssize_t k = start; k < total; k++)  /* nothing changed before every key is known holdable */
+    for (Py_ssize_t k = 0; k < n; k++)  /* nothing changed before every key is known holdable */
         if (!holdable(PyList_GET_ITEM(keys, k), width, request_at)) Py_RETURN_NONE;
 
     i64 *partition = NULL, *reason = NULL, *feature = NULL, *tasks = NULL, *throttle_id = NULL;
@@ -387,7 +401,7 @@ static PyObject *key_facts(PyObject *self, PyObject *args)
     char *solo = PyByteArray_AS_STRING(a_solo);
     Last last[3] = {{NULL, -1}, {NULL, -1}, {NULL, -1}};
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *key = PyList_GET_ITEM(keys, start + i);
+        PyObject *key = PyList_GET_ITEM(keys, i);
         int fresh;
         if ((partition[i] = intern_few(pids, PyTuple_GET_ITEM(key, 0), &last[0])) < 0) goto fail;
         if ((reason[i] = intern_few(rids, PyTuple_GET_ITEM(key, 1), &last[1])) < 0) goto fail;
@@ -449,9 +463,9 @@ static PyObject *intern_all(PyObject *self, PyObject *args)
 {
     PyObject *values, *ids;
     if (!PyArg_ParseTuple(args, "OO!", &values, &PyDict_Type, &ids)) return NULL;
-    PyObject *seq = PySequence_Fast(values, "values: a sequence");
+    PyObject *seq = PySequence_Tuple(values); /* a copy of a list: hashing may run Python code */
     if (seq == NULL) return NULL;
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    Py_ssize_t n = PyTuple_GET_SIZE(seq);
     i64 *out;
     PyObject *a_out = i64_array(n, &out);
     if (a_out == NULL) {
@@ -460,7 +474,7 @@ static PyObject *intern_all(PyObject *self, PyObject *args)
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         int fresh;
-        out[i] = intern(ids, PySequence_Fast_GET_ITEM(seq, i), &fresh);
+        out[i] = intern(ids, PyTuple_GET_ITEM(seq, i), &fresh);
         if (out[i] < 0) {
             Py_DECREF(seq);
             Py_DECREF(a_out);
@@ -508,9 +522,9 @@ static PyObject *ranks(PyObject *self, PyObject *args)
         f.name[i] = PyDescr_NAME(d);
     }
     Py_DECREF(fast);
-    seq = PySequence_Fast(jobs, "jobs: a sequence");
+    seq = PySequence_Tuple(jobs); /* a copy of a list: truth and float may run Python code */
     if (seq == NULL) goto fail;
-    Py_ssize_t n_jobs = PySequence_Fast_GET_SIZE(seq), m = at.len / (Py_ssize_t)sizeof(i64);
+    Py_ssize_t n_jobs = PyTuple_GET_SIZE(seq), m = at.len / (Py_ssize_t)sizeof(i64);
     const i64 *idx = (const i64 *)at.buf;
     i64 *ident;
     a_submit = PyByteArray_FromStringAndSize(NULL, m * (Py_ssize_t)sizeof(double));
@@ -522,7 +536,7 @@ static PyObject *ranks(PyObject *self, PyObject *args)
             PyErr_SetString(PyExc_IndexError, "at: an index beyond the jobs");
             goto fail;
         }
-        PyObject *job = PySequence_Fast_GET_ITEM(seq, idx[i]);
+        PyObject *job = PyTuple_GET_ITEM(seq, idx[i]);
         int exact = Py_TYPE(job) == f.type;
         PyObject *v[3];
         Py_ssize_t got;

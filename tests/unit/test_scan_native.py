@@ -305,3 +305,32 @@ def test_plain_keys_and_requests_are_not_tracked_by_the_collector() -> None:
     facts = tables.KeyFacts()
     facts.extend(list(queue.scan([plain, laid, array], [], bars)[0]))
     assert [gc.is_tracked(r) for r in facts.requests] == [False, True]
+
+
+@needs_native
+def test_key_facts_from_a_start_read_the_keys_after_it() -> None:
+    keys = keys_of(5)
+    got = native.key_facts(keys, 40, {}, {}, {}, {}, REQUEST)
+    want = native.key_facts(keys[40:], 0, {}, {}, {}, {}, REQUEST)
+    assert [bytes(c) if isinstance(c, bytearray) else c for c in got] == [
+        bytes(c) if isinstance(c, bytearray) else c for c in want
+    ]
+    with pytest.raises(ValueError):
+        native.key_facts(keys, len(keys) + 1, {}, {}, {}, {}, REQUEST)
+
+
+@needs_native
+def test_a_list_changed_by_python_code_during_a_loop_is_read_as_it_was() -> None:
+    """The loops read a copy of a list they are given: code they call (``settle``) that empties it
+    changes nothing read, and crashes nothing."""
+    jobs = [Job(job_id=i, state="PENDING", reason="None", partitions=("a",), cpus=i) for i in range(1, 50)]
+
+    def settle(job: Job) -> str:
+        jobs.clear()
+        return "Resources"
+
+    groups: dict[Any, int] = {}
+    unsettled = frozenset({"None"})
+    numbers = native.scan(jobs, queue._FIELDS, "PENDING", unsettled, settle, False, [], groups, True)[0]
+    assert len(groups) == 49 and np.frombuffer(numbers, dtype=np.int64).tolist() == list(range(1, 50))
+    assert {key[1] for key in groups} == {"Resources"}
