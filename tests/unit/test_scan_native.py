@@ -20,11 +20,12 @@ import msgspec
 import numpy as np
 import pytest
 
-from autoscaler.demand import ScanCache, compute_demand, queue, sizing, tables
+from autoscaler.demand import ScanCache, Target, compute_demand, queue, sizing, tables
 from autoscaler.demand.keys import REQUEST
 from autoscaler.eligibility import Bars
 from exporter.model import Job, NodeRequest
 from testkit.budget import seeds
+from tests.unit.test_kind_tables import SHAPE, varied_job
 from tests.unit.test_scan_cache import TARGETS, next_jobs, random_job, snapshot
 
 native: Any = queue._native
@@ -273,20 +274,29 @@ def test_piece_ids_number_pieces_as_a_dict(seed: int) -> None:
 @pytest.mark.parametrize("seed", seeds(8))
 def test_the_model_gives_the_same_demand_compiled_or_not(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """The whole model poll after poll, with and without the cache: the compiled loops or the Python
-    ones (where the compiled ones are not built, both sides run Python: still an answer)."""
+    ones (where the compiled ones are not built, both sides run Python: still an answer) — on even seeds
+    kinds as columns (no key carries ``who``: no limits, no ``--exclusive=user``), on odd ones as objects."""
     rng = random.Random(seed)
-    jobs = [random_job(rng, i) for i in range(1, 3000)]  # beyond ORDER_JOBS: kinds as columns
+    columns = seed % 2 == 0
+    monkeypatch.setattr(queue, "ORDER_JOBS", 0)  # kind by kind from the first pending record
+    jobs = [varied_job(rng, i) for i in range(1, 1500)]
+    if columns:
+        jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]
     top = len(jobs)
     fast, slow = ScanCache(), ScanCache()
+    wanted = [*TARGETS, Target("c", "c", shape=SHAPE)]
     for _ in range(3):
-        snap = snapshot(jobs, rng, limits=seed % 2 == 0)
-        got = compute_demand(snap, TARGETS), compute_demand(snap, TARGETS, fast)
+        snap = snapshot(jobs, rng, limits=not columns)
+        assert (queue.Queue(snap, ["a", "b", "c"]).tables is not None) is columns
+        got = compute_demand(snap, wanted), compute_demand(snap, wanted, fast)
         with monkeypatch.context() as m:
             m.setattr(queue, "_native", None)
             m.setattr(tables, "_native", None)
-            want = compute_demand(snap, TARGETS), compute_demand(snap, TARGETS, slow)
+            want = compute_demand(snap, wanted), compute_demand(snap, wanted, slow)
         assert got == want
         jobs, top = next_jobs(jobs, rng, top)
+        if columns:
+            jobs = [msgspec.structs.replace(j, node_request=None) for j in jobs]
 
 
 @needs_native
