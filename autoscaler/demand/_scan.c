@@ -1,8 +1,8 @@
-/* autoscaler.demand._scan: the demand model's two per-record loops, compiled.
+/* autoscaler.demand._scan: the demand model's per-record loops, compiled.
  *
  * scan(jobs, fields, pending, unsettled, settle, every, others, ids, ordinal) -> (numbers, priorities, how)
  *   is queue._scan_py's loop: each pending job's JobKey built from its fields, grouped through the dict
- *   ``ids``; ``others`` gets the jobs that are not pending. ``fields``: the member descriptors of the
+ *   ``ids``; ``others`` (a list, or None) gets the jobs that are not pending. ``fields``: the member descriptors of the
  *   record type, in the order of queue.SCAN_FIELDS (the indices F_* below). With ``ordinal`` a new key is
  *   numbered 1 + the ordinal of its first job among pending jobs (scan's groups); without, len(ids) (the
  *   ScanCache's key ids). Returns bytearrays: per job its key's number (int64, −1: not pending), its
@@ -16,6 +16,12 @@
  *   and whether its node_request is None. Returns None, having changed nothing, for keys it cannot hold
  *   exactly (an int beyond int64, a value of another type): the Python one then does it.
  *
+ * intern(values, ids) -> int64 bytearray: each value's id in the dict (new ones numbered len(ids), in
+ *   order): tables.interned's numbering of many values.
+ * ranks(jobs, at, fields) -> (float64, int64 bytearrays): tables._lead_rank_py (submit time or 0.0, the
+ *   array's id or the job's) of the jobs at the int64 indices ``at``.
+ *
+ * Key and request tuples of plain values are made untracked by the cyclic collector (untrack_plain).
  * Python's are the reference (tests/unit/test_scan_native.py compares the two). Holds the GIL
  * throughout; no state outlives a call.
  */
