@@ -296,7 +296,7 @@ def _number_column(values: Sequence[Any], *, nullable: bool) -> tuple[_I64, _BOO
         except (TypeError, ValueError, OverflowError):
             return np.full(len(values), -1, dtype=np.int64), np.zeros(len(values), dtype=np.bool_)
         missing = np.isnan(as_float)
-        exact = ~missing & (np.abs(np.where(missing, 0.0, as_float)) < 2.0**53)
+        exact = ~missing & (np.abs(np.where(missing, 0.0, as_float)) < _EXACT)
         column = np.where(exact, as_float, -1).astype(np.int64)
         return column, (exact & (column >= 0)) | (missing & nullable)
     return column, column >= 0

@@ -125,7 +125,7 @@ class KeyFacts:
         if not keys:
             return
         partition_ids, reason_ids, name_ids, feature_ids, request_ids = self._ids
-        before = len(partition_ids), len(reason_ids), len(feature_ids), len(request_ids)
+        before = len(partition_ids), len(reason_ids), len(feature_ids)
         columns = _key_columns(keys, (partition_ids, reason_ids, feature_ids, request_ids))
         self.partitions += islice(partition_ids, before[0], None)
         for reason_ in islice(reason_ids, before[1], None):
@@ -321,8 +321,8 @@ class PieceIds:
         keys = np.ascontiguousarray(rows, dtype=np.int64).view(_ROW).ravel().tolist()
         ids, new = interned(keys, self.index, few=False)
         if new:
-            at = np.flatnonzero(ids >= before)
-            _, first = np.unique(ids[at], return_index=True)
+            at = np.flatnonzero(ids >= before)  # new ids are numbered in the order of their first row
+            first = first_seen(ids[at] - before, len(new))[0]
             self._columns = np.concatenate([self._columns, rows[at[first]]])
         return ids
 
