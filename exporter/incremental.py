@@ -335,10 +335,10 @@ class IncrementalJobs:
         sync.found_beyond += beyond
         if beyond != jobwatch.NOTHING and log.isEnabledFor(logging.DEBUG):
             shown = {
-                job.job_id: ((states.get(job.job_id) or ("-",))[0], job.state)
+                job.job_id: (listed, job.state)
                 for got in records.values()
                 for job in got
-                if (states.get(job.job_id) or ("-",))[0] != job.state
+                if (listed := (states.get(job.job_id) or ("-",))[0]) != job.state
             }
             log.debug("jobs: the reads found %s beyond the answer: %s", beyond, _some(shown))
         if self._whole is not None:
@@ -596,9 +596,9 @@ class IncrementalJobs:
             if not sync.unaccounted:
                 log.debug("jobs/state: %s not accounted for by %s (%d asked)", v.delta, found, v.asked)
                 moved = {
-                    j: (job.state if (job := v.held.get(j)) is not None else None, sig[0])
+                    j: (held, sig[0])
                     for j, sig in v.answered.items()
-                    if (job := v.held.get(j)) is None or job.state != sig[0]
+                    if (held := (job.state if (job := v.held.get(j)) is not None else None)) != sig[0]
                 }
                 log.debug("jobs/state: records that moved in the answer (held → answered) %s", _some(moved))
             sync.unaccounted = True
