@@ -298,7 +298,10 @@ static int exact_int(PyObject *o) /* an int (bool included) within int64 */
     return !over;
 }
 
-static int holdable(PyObject *key, Py_ssize_t width, Py_ssize_t request_at)
+/* Whether the key holds only what key_facts reads exactly; its request numbers (every request field but
+ * the last, from request_at on) read into ``num`` (int64, a None as −1) and ``missing`` as they are
+ * checked: each number is converted once. */
+static int holdable(PyObject *key, Py_ssize_t width, Py_ssize_t request_at, i64 *num, char *missing)
 {
     if (!PyTuple_CheckExact(key) || PyTuple_GET_SIZE(key) != width) return 0;
     if (!exact_int(PyTuple_GET_ITEM(key, 3))) return 0;
@@ -311,7 +314,20 @@ static int holdable(PyObject *key, Py_ssize_t width, Py_ssize_t request_at)
     }
     for (Py_ssize_t i = request_at; i < width - 1; i++) {
         PyObject *x = PyTuple_GET_ITEM(key, i);
-        if (x != Py_None && !exact_int(x)) return 0;
+        Py_ssize_t c = i - request_at;
+        missing[c] = x == Py_None;
+        if (missing[c]) {
+            num[c] = -1;
+            continue;
+        }
+        if (!PyLong_Check(x)) return 0;
+        int over = 0;
+        long long v = PyLong_AsLongLongAndOverflow(x, &over);
+        if (over || (v == -1 && PyErr_Occurred())) {
+            PyErr_Clear();
+            return 0;
+        }
+        num[c] = (i64)v;
     }
     return 1;
 }
@@ -389,18 +405,36 @@ static PyObject *key_facts_of(PyObject *keys, PyObject *pids, PyObject *rids, Py
     if (!PyTuple_CheckExact(first) || PyTuple_GET_SIZE(first) <= request_at) Py_RETURN_NONE;
     Py_ssize_t width = PyTuple_GET_SIZE(first);
     Py_ssize_t n_num = width - 1 - request_at; /* every request field but the last (node_request) */
+    i64 *num = NULL, *source = NULL;
+    /* every key's request numbers, read as each key is checked; the new requests' rows are moved to the
+     * front after the loop (a new request's row comes from its first key, never from before it) */
+    PyObject *a_num = i64_array(n * n_num, &num);
+    PyObject *a_missing = PyByteArray_FromStringAndSize(NULL, n * n_num);
+    PyObject *a_source = i64_array(n, &source);
+    PyObject *a_plain = NULL;
+    if (!a_num || !a_missing || !a_source) {
+        Py_XDECREF(a_num);
+        Py_XDECREF(a_missing);
+        Py_XDECREF(a_source);
+        return NULL;
+    }
+    char *missing = PyByteArray_AS_STRING(a_missing);
     for (Py_ssize_t k = 0; k < n; k++)  /* nothing changed before every key is known holdable */
-        if (!holdable(PyList_GET_ITEM(keys, k), width, request_at)) Py_RETURN_NONE;
+        if (!holdable(PyList_GET_ITEM(keys, k), width, request_at, num + k * n_num, missing + k * n_num)) {
+            Py_DECREF(a_num);
+            Py_DECREF(a_missing);
+            Py_DECREF(a_source);
+            Py_RETURN_NONE;
+        }
 
     i64 *partition = NULL, *reason = NULL, *feature = NULL, *tasks = NULL, *throttle_id = NULL;
-    i64 *throttle_limit = NULL, *request = NULL, *num = NULL;
+    i64 *throttle_limit = NULL, *request = NULL;
     PyObject *a_partition = i64_array(n, &partition), *a_reason = i64_array(n, &reason);
     PyObject *a_feature = i64_array(n, &feature), *a_tasks = i64_array(n, &tasks);
     PyObject *a_tid = i64_array(n, &throttle_id), *a_tlim = i64_array(n, &throttle_limit);
     PyObject *a_request = i64_array(n, &request);
     PyObject *a_solo = PyByteArray_FromStringAndSize(NULL, n);
     PyObject *new_requests = PyList_New(0);
-    PyObject *a_num = NULL, *a_missing = NULL, *a_plain = NULL;
     if (!a_partition || !a_reason || !a_feature || !a_tasks || !a_tid || !a_tlim || !a_request || !a_solo ||
         !new_requests)
         goto fail;
@@ -424,27 +458,34 @@ static PyObject *key_facts_of(PyObject *keys, PyObject *pids, PyObject *rids, Py
         if (req == NULL) goto fail;
         untrack_plain(req);
         request[i] = intern(qids, req, &fresh);
-        if (request[i] < 0 || (fresh && PyList_Append(new_requests, req) < 0)) {
+        if (request[i] < 0) {
             Py_DECREF(req);
             goto fail;
+        }
+        if (fresh) {
+            source[PyList_GET_SIZE(new_requests)] = i;
+            if (PyList_Append(new_requests, req) < 0) {
+                Py_DECREF(req);
+                goto fail;
+            }
         }
         Py_DECREF(req);
     }
     Py_ssize_t n_new = PyList_GET_SIZE(new_requests);
-    a_num = i64_array(n_new * n_num, &num);
-    a_missing = PyByteArray_FromStringAndSize(NULL, n_new * n_num);
     a_plain = PyByteArray_FromStringAndSize(NULL, n_new);
-    if (!a_num || !a_missing || !a_plain) goto fail;
-    char *missing = PyByteArray_AS_STRING(a_missing), *plain = PyByteArray_AS_STRING(a_plain);
-    for (Py_ssize_t r = 0; r < n_new; r++) {
-        PyObject *req = PyList_GET_ITEM(new_requests, r);
-        for (Py_ssize_t c = 0; c < n_num; c++) {
-            PyObject *x = PyTuple_GET_ITEM(req, c);
-            missing[r * n_num + c] = x == Py_None;
-            num[r * n_num + c] = x == Py_None ? -1 : as_i64(x);
+    if (!a_plain) goto fail;
+    char *plain = PyByteArray_AS_STRING(a_plain);
+    for (Py_ssize_t r = 0; r < n_new; r++) {  /* source[r] >= r: rows before r are final */
+        if (source[r] != r) {
+            memcpy(num + r * n_num, num + source[r] * n_num, (size_t)n_num * sizeof(i64));
+            memcpy(missing + r * n_num, missing + source[r] * n_num, (size_t)n_num);
         }
-        plain[r] = PyTuple_GET_ITEM(req, n_num) == Py_None;
+        plain[r] = PyTuple_GET_ITEM(PyList_GET_ITEM(new_requests, r), n_num) == Py_None;
     }
+    Py_CLEAR(a_source);
+    if (PyByteArray_Resize(a_num, n_new * n_num * (Py_ssize_t)sizeof(i64)) < 0 ||
+        PyByteArray_Resize(a_missing, n_new * n_num) < 0)
+        goto fail;
     return Py_BuildValue("(NNNNNNNNNNNN)", a_partition, a_reason, a_feature, a_tasks, a_solo, a_tid, a_tlim,
                          a_request, new_requests, a_num, a_missing, a_plain);
 fail:
@@ -459,6 +500,7 @@ fail:
     Py_XDECREF(new_requests);
     Py_XDECREF(a_num);
     Py_XDECREF(a_missing);
+    Py_XDECREF(a_source);
     Py_XDECREF(a_plain);
     return NULL;
 }
