@@ -326,7 +326,7 @@ class IncrementalJobs:
                 verdict.held, verdict.answered, states, records
             )
             as_of = self._settle(verdict, answer, listed_splits)
-            sync.unseen = jobwatch.unseen(verdict.held, states, records)
+            sync.unseen = jobwatch.unseen(verdict.top, states, records)
         elif whole_here:
             sync.unseen = ()
         # what the reads show beyond the answer (a job that ended between the two): counted by the next
@@ -514,6 +514,9 @@ class IncrementalJobs:
             )
             # with the changes found before and not read yet (more than --jobs-changes-limit): asked again
             asked = tuple(dict.fromkeys((*plan.ids, *sync.carry)))
+            top = plan.top
+        else:
+            top = jobwatch.highest(held)
         for i in range(0, len(asked), ASK_CHUNK):
             try:
                 part = await self.session.job_states(ids=asked[i : i + ASK_CHUNK])
@@ -552,7 +555,7 @@ class IncrementalJobs:
             view.update(answered)
         beside = self._whole if whole is None else None
         verdict = _Verdict(
-            delta, fresh, found, here, held_by_id, answered, len(asked), unreadable, whole, beside
+            delta, fresh, found, here, held_by_id, top, answered, len(asked), unreadable, whole, beside
         )
         return jobsync.StatesRead(view, unreadable), verdict
 
@@ -863,6 +866,8 @@ class _Verdict:
     """What this answer found."""
     held: Mapping[int, Job]
     """The records held before the poll, by id."""
+    top: int
+    """The highest id among them (0: none)."""
     answered: Mapping[int, JobSig]
     """The answer for the ids asked."""
     asked: int

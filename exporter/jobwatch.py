@@ -95,6 +95,8 @@ class Plan:
     since)."""
     pending: tuple[int, ...]
     """Pending records, highest priority first, when jobs started: what can have started."""
+    top: int = 0
+    """The highest id held (:func:`highest`: found on the way)."""
 
     @property
     def ids(self) -> tuple[int, ...]:
@@ -104,6 +106,11 @@ class Plan:
 NEW_IDS_SLACK = 8
 """Ids asked beyond the counted submissions and starts: an id slurmctld gave to a submission it then
 refused is never used, and a het job's components take one each."""
+
+
+def highest(held: Iterable[Job]) -> int:
+    """The highest id of the records ``held`` (0: none)."""
+    return max((job.job_id for job in held), default=0)
 
 
 def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int, unseen: Collection[int] = ()) -> Plan:
@@ -128,7 +135,7 @@ def plan(held: Iterable[Job], delta: Moved, *, pending_budget: int, unseen: Coll
     by_priority: tuple[int, ...] = ()
     if delta.started and pending_budget > 0:
         by_priority = tuple(job_id for _, job_id in heapq.nsmallest(pending_budget, pending))
-    return Plan(tuple(live) if ends or delta.started else (), new, by_priority)
+    return Plan(tuple(live) if ends or delta.started else (), new, by_priority, top)
 
 
 @dataclass(frozen=True)
@@ -257,14 +264,12 @@ UNSEEN_MAX = 1000
 """The most ids below a record read that :func:`unseen` names (the newest)."""
 
 
-def unseen(
-    held: Collection[int], states: Collection[int], read: Mapping[int, Iterable[Job]]
-) -> tuple[int, ...]:
-    """Ids after the highest ``held`` and below the highest record ``read`` that neither the answer
-    (``states``' ids) nor a read showed: a record read along with another (an array task split off after
-    the answer, read with its array) came before them. Ids are given in turn, so each is a job submitted
-    before that record (or an id slurmctld gave a submission it refused): to ask about."""
-    top = max(held, default=0)
+def unseen(top: int, states: Collection[int], read: Mapping[int, Iterable[Job]]) -> tuple[int, ...]:
+    """Ids after ``top`` (the highest id held: :func:`highest`) and below the highest record ``read`` that
+    neither the answer (``states``' ids) nor a read showed: a record read along with another (an array
+    task split off after the answer, read with its array) came before them. Ids are given in turn, so
+    each is a job submitted before that record (or an id slurmctld gave a submission it refused): to ask
+    about."""
     new = {job.job_id for records in read.values() for job in records if job.job_id > top}
     if not new:
         return ()

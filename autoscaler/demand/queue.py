@@ -377,7 +377,7 @@ def scan_cached(
         kid[missing] = fresh_kid  # a volatile one's key as read now, kept or not
     redo = np.flatnonzero(kid == _READ_AGAIN)
     if redo.size:
-        again = _scan_ids([jobs[i] for i in redo.tolist()], bars, cache, users)[0]
+        again = _scan_ids([jobs[i] for i in redo.tolist()], bars, cache, users, keep_rule=False)[0]
         kid[redo] = again
         cache.keep(row[redo], again.tolist())
     pending = kid >= 0
@@ -400,10 +400,13 @@ def scan_cached(
     return None, numbers, code, kids
 
 
-def _scan_ids(jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool) -> tuple[_I64, _I64, _I8]:
+def _scan_ids(
+    jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool, *, keep_rule: bool = True
+) -> tuple[_I64, _I64, _I8]:
     """:func:`scan` of ``jobs``, as each job's key id in ``cache`` (−1: not pending), its priority, and
     how its key may be kept: 0 not volatile; 1 volatile, kept while nothing it was read from changes; 2
-    read each time (:class:`ScanCache`)."""
+    read each time (:class:`ScanCache`). Without ``keep_rule`` (records read again: their rule is
+    known) the Python loop leaves the third empty; the compiled one finds it in passing."""
     every = _every(bars, users)
     if _native is not None:
         before = len(cache.key_ids)
@@ -421,6 +424,8 @@ def _scan_ids(jobs: Sequence[Job], bars: Bars, cache: ScanCache, users: bool) ->
     code = _code_array(codes)
     lut = np.full(len(jobs) + 1, -1, dtype=np.int64)  # group → key id (group 0: not pending)
     lut[np.fromiter(groups.values(), dtype=np.int64, count=len(groups))] = cache.intern(list(groups))
+    if not keep_rule:
+        return lut[code & _GROUP], code >> 31, np.empty(0, dtype=np.int8)
     unsettled = UNSETTLED
     how = np.fromiter(
         [

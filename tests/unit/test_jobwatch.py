@@ -11,6 +11,7 @@ from exporter.jobwatch import (
     JobCounts,
     Moved,
     accounted,
+    highest,
     moved,
     plan,
     read_beyond,
@@ -121,14 +122,17 @@ def test_array_tasks_split_off_a_held_array_are_no_submissions() -> None:
 
 def test_ids_below_a_record_read_that_no_answer_showed() -> None:
     held = {3: job(3), 10: job(10)}
+    top = highest(held.values())
+    assert top == 10 and highest(()) == 0
+    assert plan(held.values(), Moved(submitted=1), pending_budget=0).top == top
     states = {
         3: ("PENDING", frozenset(), 1),
         10: ("PENDING", frozenset(), 1),
         12: ("RUNNING", frozenset(), 1),
     }
-    assert unseen(held, states, {12: [job(12)], 5: [job(5)]}) == (11,)  # the answer lists 12, not 11
-    assert unseen(held, states, {11: [job(11)], 12: [job(12)]}) == ()
-    assert unseen(held, states, {12: [job(12)], 7: [job(7), task(15, 7)]}) == (11, 13, 14)
-    assert unseen(held, states, {}) == ()
+    assert unseen(top, states, {12: [job(12)], 5: [job(5)]}) == (11,)  # the answer lists 12, not 11
+    assert unseen(top, states, {11: [job(11)], 12: [job(12)]}) == ()
+    assert unseen(top, states, {12: [job(12)], 7: [job(7), task(15, 7)]}) == (11, 13, 14)
+    assert unseen(top, states, {}) == ()
     far = 10 + 5 * UNSEEN_MAX
-    assert unseen(held, states, {7: [task(far, 7)]}) == tuple(range(far - UNSEEN_MAX, far))  # the newest
+    assert unseen(top, states, {7: [task(far, 7)]}) == tuple(range(far - UNSEEN_MAX, far))  # the newest

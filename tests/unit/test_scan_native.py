@@ -94,8 +94,10 @@ def test_the_cache_keys_and_how_they_are_kept_as_python(seed: int, monkeypatch: 
         with monkeypatch.context() as m:
             m.setattr(queue, "_native", None)
             want = queue._scan_ids(jobs, bars, slow, seed % 3 == 0)
+            again = queue._scan_ids(jobs, bars, slow, seed % 3 == 0, keep_rule=False)  # keys known now
         for g, w in zip(got, want, strict=True):
             assert g.tolist() == w.tolist()
+        assert [a.tolist() for a in again[:2]] == [w.tolist() for w in want[:2]] and not again[2].size
         assert fast.keys == slow.keys
         assert fast.exclusive.tolist() == slow.exclusive.tolist()
         jobs, top = next_jobs(jobs, rng, top)
