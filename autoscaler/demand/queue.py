@@ -115,14 +115,28 @@ def scan(
     if _native is None:
         return _scan_py(jobs, others, bars, users=users)
     groups: dict[JobKey, int] = {}
-    numbers, priorities, _ = _native.scan(
-        jobs, _FIELDS, "PENDING", UNSETTLED, partial(settled_reason, bars=bars), _every(bars, users), others,
-        groups, True,
-    )  # fmt: skip
+    numbers, priorities, _ = _compiled_scan(jobs, bars, _every(bars, users), others, groups, True)
     number = np.frombuffer(numbers, dtype=np.int64)
     code = np.frombuffer(priorities, dtype=np.int64) << 31 | number
     code[number < 0] = 0
     return groups, code
+
+
+def _compiled_scan(
+    jobs: Iterable[Job],
+    bars: Bars,
+    every: bool,
+    others: list[Job] | None,
+    ids: dict[JobKey, int],
+    ordinal: bool,
+) -> tuple[bytearray, bytearray, bytearray]:
+    """``_scan.scan`` with the model's fields and reasons (:data:`SCAN_FIELDS`, :data:`UNSETTLED`,
+    :func:`settled_reason` of ``bars``): :func:`scan`'s and the cache's (:func:`_scan_ids`) one call."""
+    assert _native is not None
+    got: tuple[bytearray, bytearray, bytearray] = _native.scan(
+        jobs, _FIELDS, "PENDING", UNSETTLED, partial(settled_reason, bars=bars), every, others, ids, ordinal
+    )
+    return got
 
 
 def _scan_py(
@@ -407,18 +421,16 @@ def _scan_ids(
     how its key may be kept: 0 not volatile; 1 volatile, kept while nothing it was read from changes; 2
     read each time (:class:`ScanCache`). Without ``keep_rule`` (records read again: their rule is
     known) the Python loop leaves the third empty; the compiled one finds it in passing."""
-    every = _every(bars, users)
     if _native is not None:
         before = len(cache.key_ids)
-        numbers, priorities, how = _native.scan(
-            jobs, _FIELDS, "PENDING", UNSETTLED, partial(settled_reason, bars=bars), every, None,
-            cache.key_ids, False,
-        )  # fmt: skip
+        numbers, priorities, keep = _compiled_scan(
+            jobs, bars, _every(bars, users), None, cache.key_ids, False
+        )
         cache.note(list(islice(cache.key_ids, before, None)))
         return (
             np.frombuffer(numbers, dtype=np.int64),
             np.frombuffer(priorities, dtype=np.int64),
-            np.frombuffer(how, dtype=np.int8),
+            np.frombuffer(keep, dtype=np.int8),
         )
     groups, codes = _scan_py(jobs, [], bars, users=users)
     code = _code_array(codes)
